@@ -1,0 +1,63 @@
+# rota's developer commands. `make help` lists them; `make check` runs before every commit.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+BIN := $(VENV)/bin
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## List every target with what it does
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+$(PY):
+	python3 -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+.PHONY: setup
+setup: $(PY) ## Create .venv and install rota with its development dependencies
+	$(BIN)/pip install --quiet -e '.[dev]'
+
+.PHONY: setup-bench
+setup-bench: setup ## Also install the peers measured by the benchmarks
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
+
+.PHONY: fmt
+fmt: ## Format and autofix the code
+	$(BIN)/ruff format src tests bench examples
+	$(BIN)/ruff check --fix src tests bench examples
+
+.PHONY: lint
+lint: ## ruff, format check, import layers
+	$(BIN)/ruff check src tests bench examples
+	$(BIN)/ruff format --check src tests bench examples
+	$(BIN)/lint-imports
+
+.PHONY: typecheck
+typecheck: ## mypy --strict on src
+	$(BIN)/mypy
+
+.PHONY: check
+check: lint typecheck test-fast ## Everything to run before a commit: lint, types, fast tests
+
+.PHONY: test-fast
+test-fast: ## Unit and contract tests (seconds)
+	$(BIN)/pytest -q -x tests/unit tests/contract $(PYTEST_ARGS)
+
+.PHONY: test
+test: ## The whole test suite, as CI runs it
+	$(BIN)/pytest -q $(PYTEST_ARGS)
+
+.PHONY: serve
+serve: ## Run the service with the demo jobs on http://127.0.0.1:8080
+	$(BIN)/rota serve
+
+.PHONY: bench
+bench: setup-bench ## Run the benchmarks and rewrite docs/benchmarks.md
+	$(PY) -m bench.run
+
+.PHONY: clean
+clean: ## Remove caches and build output
+	rm -rf build dist .pytest_cache .mypy_cache .ruff_cache
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

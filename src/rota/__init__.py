@@ -1,0 +1,1 @@
+"""rota: a distributed job scheduler for Python."""

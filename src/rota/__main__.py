@@ -1,0 +1,5 @@
+"""`python -m rota` runs the CLI."""
+
+from rota.cli import main
+
+main()

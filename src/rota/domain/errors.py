@@ -1,0 +1,115 @@
+"""The exception tree: every error rota raises, and the two signals handlers raise.
+
+::
+
+    RotaError
+    ├── InvalidInput (also ValueError)      bad input; nothing was written
+    │   ├── InvalidJob                       a JobSpec field is wrong (``.field`` names it)
+    │   ├── InvalidSchedule                  a schedule definition is wrong
+    │   └── InvalidCursor                    a list cursor was not one we issued
+    ├── NotFound (also LookupError)
+    │   ├── JobNotFound
+    │   └── ScheduleNotFound
+    ├── StateConflict                        the verb does not apply in the job's state
+    ├── LeaseLost                            a fenced write found another token (or none)
+    ├── StoreUnavailable                     the store cannot be reached right now
+    └── MigrationsPending                    the schema is older than this code
+
+    Permanent (Exception)     raised by a handler: fail now, no retry
+    Snooze (Exception)        raised by a handler: run again after a delay, attempt given back
+
+``Permanent`` and ``Snooze`` are not ``RotaError``: they travel from user code to the worker and
+never out of rota.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+
+class RotaError(Exception):
+    """Base of every error rota raises."""
+
+
+class InvalidInput(RotaError, ValueError):
+    """Input was rejected before anything was written."""
+
+
+class InvalidJob(InvalidInput):
+    """A job specification is invalid; ``field`` names the offending field."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.reason = message
+
+
+class InvalidSchedule(InvalidInput):
+    """A schedule definition is invalid; ``field`` names the offending field."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.reason = message
+
+
+class InvalidCursor(InvalidInput):
+    """A pagination cursor was malformed or not issued by rota."""
+
+
+class NotFound(RotaError, LookupError):
+    """The named thing does not exist."""
+
+
+class JobNotFound(NotFound):
+    """No job has this id."""
+
+    def __init__(self, job_id: int) -> None:
+        super().__init__(f"job {job_id} not found")
+        self.job_id = job_id
+
+
+class ScheduleNotFound(NotFound):
+    """No schedule has this name."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"schedule {name!r} not found")
+        self.name = name
+
+
+class StateConflict(RotaError):
+    """The operation does not apply to the job in its current state (e.g. retrying a pending job)."""
+
+
+class LeaseLost(RotaError):
+    """A fenced write was rejected: the job is no longer running under this lease's token.
+
+    Raised, never swallowed: the caller must stop working on the job and report nothing.
+    """
+
+    def __init__(self, job_id: int, token: int) -> None:
+        super().__init__(f"lease lost: job {job_id} is no longer held with token {token}")
+        self.job_id = job_id
+        self.token = token
+
+
+class StoreUnavailable(RotaError):
+    """The store could not be reached; the operation may be retried later."""
+
+
+class MigrationsPending(RotaError):
+    """The database schema is behind this version of rota; run `rota migrate`."""
+
+
+class Permanent(Exception):  # noqa: N818 (a signal raised by handlers, named for what it means)
+    """Raise from a handler when retrying cannot help: the job goes dead at once."""
+
+
+class Snooze(Exception):  # noqa: N818 (a signal raised by handlers, named for what it means)
+    """Raise from a handler to run the job again after ``delay``; the attempt is given back."""
+
+    def __init__(self, delay: timedelta | float) -> None:
+        self.delay = delay if isinstance(delay, timedelta) else timedelta(seconds=delay)
+        if self.delay < timedelta(0):
+            raise InvalidInput("Snooze delay must not be negative")
+        super().__init__(f"snoozed for {self.delay.total_seconds():g}s")

@@ -1,0 +1,315 @@
+"""The job: its states, what a caller asks for (JobSpec), and what the store holds (Job).
+
+A job moves through one state machine (docs/architecture.md draws it)::
+
+    pending ──claim──> running ──success──> succeeded
+       ^  ^               │  ├──error, attempts left──> pending (run_at = now + backoff)
+       │  │               │  ├──permanent error / last attempt──> dead
+       │  └──snooze / release / lease expired with attempts left──┘
+       │                  └──lease expired on the last attempt──> dead
+       └──retry── dead, cancelled <──cancel── pending, running
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from rota.domain.errors import InvalidJob
+from rota.domain.lease import Lease
+
+DEFAULT_QUEUE = "default"
+DEFAULT_MAX_ATTEMPTS = 3
+MIN_PRIORITY, MAX_PRIORITY = -100, 100
+MAX_ATTEMPTS_LIMIT = 1000
+MAX_NAME_LENGTH = 128
+MAX_UNIQUE_KEY_LENGTH = 255
+MAX_PAYLOAD_BYTES = 1024 * 1024
+MAX_PAYLOAD_DEPTH = 64
+MAX_ERROR_LENGTH = 8 * 1024
+MAX_TRACEBACK_LENGTH = 32 * 1024
+#: The earliest and latest instants a job may be scheduled for.
+EARLIEST_RUN_AT = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST_RUN_AT = datetime(9999, 1, 1, tzinfo=UTC)
+MAX_DELAY = timedelta(days=365 * 100)
+
+#: Kinds, queues and tenants: letters, digits and ``_ . : -``; they appear in URLs, metrics
+#: labels and logs, so the grammar is deliberately narrow.
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:\-]*")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+class JobState(StrEnum):
+    """Where a job is in its life. The same strings are used in SQL, JSON and metrics."""
+
+    PENDING = "pending"  #: waiting; claimable once run_at <= now
+    RUNNING = "running"  #: leased to a worker until lease_until
+    SUCCEEDED = "succeeded"  #: terminal: the handler returned
+    DEAD = "dead"  #: terminal: attempts used up, permanent error, or lease lost on the last attempt
+    CANCELLED = "cancelled"  #: terminal: cancelled before it could finish
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in _TERMINAL
+
+    @property
+    def is_active(self) -> bool:
+        return self in (JobState.PENDING, JobState.RUNNING)
+
+
+_TERMINAL = frozenset({JobState.SUCCEEDED, JobState.DEAD, JobState.CANCELLED})
+#: States from which a manual retry is allowed.
+RETRYABLE_STATES = frozenset({JobState.DEAD, JobState.CANCELLED})
+
+
+class Outcome(StrEnum):
+    """How one attempt ended."""
+
+    RUNNING = "running"  #: not ended yet
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"  #: the handler raised; the job retried or went dead
+    SNOOZED = "snoozed"  #: the handler asked to run later; the attempt was given back
+    RELEASED = "released"  #: the worker shut down and handed the job back
+    LEASE_EXPIRED = "lease_expired"  #: the worker went silent past its lease
+    CANCELLED = "cancelled"
+
+
+def validate_name(field_name: str, value: object, *, required: bool = True) -> str | None:
+    """Check a kind, queue or tenant against NAME_PATTERN; raise InvalidJob naming the field."""
+    if value is None:
+        if required:
+            raise InvalidJob(field_name, "is required")
+        return None
+    if not isinstance(value, str):
+        raise InvalidJob(field_name, "must be a string")
+    if not value:
+        raise InvalidJob(field_name, "must not be empty")
+    if len(value) > MAX_NAME_LENGTH:
+        raise InvalidJob(field_name, f"must be at most {MAX_NAME_LENGTH} characters")
+    if not NAME_PATTERN.fullmatch(value):
+        raise InvalidJob(
+            field_name,
+            "may contain only letters, digits and _ . : - and must start with a letter or digit",
+        )
+    return value
+
+
+def encode_payload(payload: object, field_name: str = "payload") -> str:
+    """The canonical JSON text of ``payload``; raises InvalidJob unless it is plain, finite JSON.
+
+    Refused: non-JSON types, NaN and infinities, NUL characters and lone surrogates (neither
+    survives a round trip through PostgreSQL), non-string keys, nesting deeper than
+    MAX_PAYLOAD_DEPTH and text longer than MAX_PAYLOAD_BYTES.
+    """
+    stack: list[tuple[object, int]] = [(payload, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_PAYLOAD_DEPTH:
+            raise InvalidJob(field_name, f"is nested deeper than {MAX_PAYLOAD_DEPTH} levels")
+        if value is None or isinstance(value, bool | int):
+            continue
+        if isinstance(value, float):
+            if not math.isfinite(value):
+                raise InvalidJob(field_name, "must not contain NaN or Infinity")
+        elif isinstance(value, str):
+            _check_text(field_name, value)
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    raise InvalidJob(field_name, "object keys must be strings")
+                _check_text(field_name, key)
+                stack.append((item, depth + 1))
+        elif isinstance(value, list | tuple):
+            stack.extend((item, depth + 1) for item in value)
+        else:
+            raise InvalidJob(field_name, f"is not JSON: {type(value).__name__} is not allowed")
+    text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    if len(text) > MAX_PAYLOAD_BYTES or len(text.encode()) > MAX_PAYLOAD_BYTES:
+        raise InvalidJob(field_name, f"is larger than {MAX_PAYLOAD_BYTES} bytes as JSON")
+    return text
+
+
+def _check_text(field_name: str, text: str) -> None:
+    if "\x00" in text:
+        raise InvalidJob(field_name, "must not contain NUL characters")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidJob(field_name, "must be valid Unicode (no lone surrogates)") from None
+
+
+def _optional_text(field_name: str, value: object, max_length: int) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidJob(field_name, "must be a string")
+    if not value:
+        raise InvalidJob(field_name, "must not be empty")
+    if len(value) > max_length:
+        raise InvalidJob(field_name, f"must be at most {max_length} characters")
+    if _CONTROL.search(value):
+        raise InvalidJob(field_name, "must not contain control characters")
+    _check_text(field_name, value)
+    return value
+
+
+def _int_in_range(field_name: str, value: object, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidJob(field_name, "must be an integer")
+    if not low <= value <= high:
+        raise InvalidJob(field_name, f"must be between {low} and {high}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """A request to run ``kind`` with ``payload``: validated on construction.
+
+    ``run_at`` (an aware instant) or ``delay`` (from the store's clock) sets when it is due;
+    neither means now. Construction raises ``InvalidJob`` naming the field; nothing is written.
+    """
+
+    kind: str
+    payload: Any = field(default_factory=dict)
+    queue: str = DEFAULT_QUEUE
+    priority: int = 0
+    run_at: datetime | None = None
+    delay: timedelta | None = None
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    tenant: str | None = None
+    unique_key: str | None = None
+    timeout: timedelta | None = None
+    schedule: str | None = None
+    slot_at: datetime | None = None
+    payload_json: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        validate_name("kind", self.kind)
+        validate_name("queue", self.queue)
+        validate_name("tenant", self.tenant, required=False)
+        validate_name("schedule", self.schedule, required=False)
+        _int_in_range("priority", self.priority, MIN_PRIORITY, MAX_PRIORITY)
+        _int_in_range("max_attempts", self.max_attempts, 1, MAX_ATTEMPTS_LIMIT)
+        _optional_text("unique_key", self.unique_key, MAX_UNIQUE_KEY_LENGTH)
+        if self.run_at is not None and self.delay is not None:
+            raise InvalidJob("run_at", "give run_at or delay, not both")
+        if self.run_at is not None:
+            object.__setattr__(self, "run_at", _valid_instant("run_at", self.run_at))
+        if self.delay is not None:
+            if not isinstance(self.delay, timedelta):
+                raise InvalidJob("delay", "must be a timedelta")
+            if self.delay < timedelta(0):
+                raise InvalidJob("delay", "must not be negative")
+            if self.delay > MAX_DELAY:
+                raise InvalidJob("delay", "must be at most 100 years")
+        if self.timeout is not None and (
+            not isinstance(self.timeout, timedelta) or self.timeout <= timedelta(0)
+        ):
+            raise InvalidJob("timeout", "must be a positive timedelta")
+        if self.slot_at is not None:
+            object.__setattr__(self, "slot_at", _valid_instant("slot_at", self.slot_at))
+        object.__setattr__(self, "payload_json", encode_payload(self.payload))
+
+    def due_at(self, now: datetime) -> datetime:
+        """When the job becomes due, given the store's ``now``."""
+        if self.run_at is not None:
+            return self.run_at
+        if self.delay is not None:
+            return now + self.delay
+        return now
+
+
+def _valid_instant(field_name: str, value: object) -> datetime:
+    if not isinstance(value, datetime):
+        raise InvalidJob(field_name, "must be a datetime")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidJob(field_name, "must be timezone-aware")
+    instant = value.astimezone(UTC)
+    if not EARLIEST_RUN_AT <= instant < LATEST_RUN_AT:
+        raise InvalidJob(field_name, "must be between 1970 and 9999")
+    return instant
+
+
+def truncate(text: str | None, limit: int) -> str | None:
+    """``text`` cut to ``limit`` characters with a marker saying so; NULs become U+FFFD."""
+    if text is None:
+        return None
+    text = text.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
+    if len(text) <= limit:
+        return text
+    marker = "... [truncated]"
+    return text[: limit - len(marker)] + marker
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A job as the store holds it. Immutable: every change is a store verb."""
+
+    id: int
+    kind: str
+    queue: str
+    payload: Any
+    state: JobState
+    priority: int
+    run_at: datetime
+    attempt: int
+    max_attempts: int
+    created_at: datetime
+    tenant: str | None = None
+    unique_key: str | None = None
+    timeout: timedelta | None = None
+    lease_token: int | None = None
+    lease_until: datetime | None = None
+    worker: str | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    last_error: str | None = None
+    schedule: str | None = None
+    slot_at: datetime | None = None
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state.is_terminal
+
+    def is_due(self, now: datetime) -> bool:
+        return self.state is JobState.PENDING and self.run_at <= now
+
+    @property
+    def lease(self) -> Lease:
+        """The lease this job is held under; only meaningful for a job returned by claim."""
+        if self.lease_token is None or self.worker is None:
+            raise ValueError(f"job {self.id} is not leased")
+        return Lease(
+            job_id=self.id,
+            token=self.lease_token,
+            attempt=self.attempt,
+            worker=self.worker,
+            lease_until=self.lease_until,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One execution of a job, as recorded in its history."""
+
+    attempt: int
+    token: int
+    worker: str | None
+    started_at: datetime
+    finished_at: datetime | None
+    outcome: Outcome
+    error: str | None = None
+    traceback: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueResult:
+    """What enqueue did: the job, and whether an active job already held its unique key."""
+
+    job: Job
+    duplicate: bool = False

@@ -1,0 +1,62 @@
+"""The store seam: ``open_store(url)`` returns the backend for a database URL.
+
+``memory://`` (tests and demos), ``sqlite:///path/to/file.db`` (the embedded default) and
+``postgresql://...`` (or ``postgres://``) for a fleet.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from rota.domain.clock import Clock
+from rota.domain.errors import InvalidInput
+from rota.store.base import Counts, JobFilter, Page, RescueResult, Store, WorkerInfo
+
+__all__ = [
+    "Counts",
+    "JobFilter",
+    "Page",
+    "RescueResult",
+    "Store",
+    "WorkerInfo",
+    "open_store",
+    "redact_url",
+]
+
+
+def open_store(url: str, *, clock: Clock | None = None) -> Store:
+    """The store for ``url``; InvalidInput for a URL no backend understands.
+
+    ``clock`` replaces the store's own clock (tests pass a FakeClock; on PostgreSQL its
+    readings are sent as the ``now`` of every statement instead of the server's ``now()``).
+    The store is not migrated here: call ``await store.migrate()``.
+    """
+    scheme = urlsplit(url).scheme.lower()
+    if scheme == "memory":
+        from rota.store.memory import MemoryStore
+
+        return MemoryStore(clock=clock)
+    if scheme == "sqlite":
+        from rota.store.sqlite import SqliteStore
+
+        return SqliteStore.from_url(url, clock=clock)
+    if scheme in ("postgresql", "postgres"):
+        from rota.store.postgres.store import PostgresStore
+
+        return PostgresStore.from_url(url, clock=clock)
+    raise InvalidInput(
+        f"unsupported database URL {redact_url(url)!r}: use memory://, sqlite:///path.db "
+        "or postgresql://..."
+    )
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any password replaced by ``***``, safe for logs and messages."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<invalid url>"
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()

@@ -1,0 +1,271 @@
+"""The Store protocol: the contract every backend (memory, SQLite, PostgreSQL) honours.
+
+The seam is at job-lifecycle verbs, never SQL: the runtime calls these and nothing else.
+Every method that depends on time takes ``now``: ``None`` means the store's own clock (the
+database's ``now()`` on PostgreSQL), a value means a caller (a test) is driving time.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from rota.domain.errors import InvalidCursor
+from rota.domain.job import Attempt, EnqueueResult, Job, JobSpec, JobState
+from rota.domain.lease import Lease
+
+MAX_PAGE_SIZE = 500
+MAX_BULK = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    """Which jobs a list or bulk action covers; ``None`` fields do not filter."""
+
+    states: frozenset[JobState] | None = None
+    kind: str | None = None
+    queue: str | None = None
+    tenant: str | None = None
+    schedule: str | None = None
+    #: A job id or an exact unique key.
+    search: str | None = None
+
+    @property
+    def search_id(self) -> int | None:
+        """The search term as a job id, when it is one."""
+        if self.search is not None and self.search.isdigit() and len(self.search) < 19:
+            return int(self.search)
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One page of a job list, newest first, and the cursor of the next page (None at the end)."""
+
+    jobs: list[Job]
+    next_cursor: str | None
+
+
+def encode_cursor(last_id: int) -> str:
+    """An opaque keyset cursor: the id of the last job on the page."""
+    return base64.urlsafe_b64encode(f"j:{last_id}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> int:
+    """The job id a cursor points after; InvalidCursor for anything we did not issue."""
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        text = base64.urlsafe_b64decode(padded.encode("ascii")).decode("ascii")
+    except (UnicodeError, ValueError, binascii.Error):
+        raise InvalidCursor("cursor is not valid") from None
+    prefix, _, number = text.partition(":")
+    if prefix != "j" or not number.isdigit() or len(number) > 18:
+        raise InvalidCursor("cursor is not valid")
+    return int(number)
+
+
+@dataclass(frozen=True, slots=True)
+class Counts:
+    """Job counts by state, overall and per queue, and the run_at of the oldest due job.
+
+    ``exact`` is False when a backend answered from estimates (large PostgreSQL tables).
+    """
+
+    by_state: dict[JobState, int]
+    by_queue: dict[str, dict[JobState, int]]
+    oldest_due_at: datetime | None = None
+    exact: bool = True
+
+    def total(self, state: JobState) -> int:
+        return self.by_state.get(state, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class RescueResult:
+    """What a rescue pass did: expired leases made dead (last attempt) or made pending again."""
+
+    dead: list[int] = field(default_factory=list)
+    requeued: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """A worker's row in the registry."""
+
+    name: str
+    host: str
+    pid: int
+    queues: tuple[str, ...]
+    concurrency: int
+    started_at: datetime | None = None
+    beat_at: datetime | None = None
+    running: int = 0
+
+
+class Store(Protocol):
+    """What every backend guarantees. Fenced verbs raise ``LeaseLost`` instead of writing."""
+
+    async def migrate(self) -> list[str]:
+        """Bring the schema up to date; return the migrations applied. Safe to run concurrently."""
+        ...
+
+    async def pending_migrations(self) -> list[str]:
+        """Migrations this code knows that the database has not applied."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections; the store is unusable afterwards."""
+        ...
+
+    async def now(self) -> datetime:
+        """The store's clock (PostgreSQL ``now()``, the injected clock elsewhere)."""
+        ...
+
+    async def enqueue(
+        self, specs: Sequence[JobSpec], *, now: datetime | None = None
+    ) -> list[EnqueueResult]:
+        """Insert jobs atomically (all or none), in order.
+
+        A spec whose ``unique_key`` is held by an active (pending or running) job is not
+        inserted: its result is that job with ``duplicate=True``. A (schedule, slot_at) pair is
+        unique across all states. Jobs due now wake sleeping workers.
+        """
+        ...
+
+    async def claim(
+        self,
+        worker: str,
+        *,
+        queues: Sequence[str],
+        limit: int,
+        lease: timedelta,
+        now: datetime | None = None,
+    ) -> list[Job]:
+        """Lease up to ``limit`` jobs: due pending jobs and running jobs whose lease expired
+        with attempts left, highest priority first, then earliest run_at, then id.
+
+        Two concurrent callers never receive the same job; never more than ``limit`` rows.
+        Each claimed job gets attempt + 1, a fencing token strictly greater than every token
+        issued before, and lease_until = now + lease.
+        """
+        ...
+
+    async def heartbeat(
+        self, leases: Sequence[Lease], *, lease: timedelta, now: datetime | None = None
+    ) -> list[Lease]:
+        """Extend every still-held lease to now + lease; return the leases that are lost."""
+        ...
+
+    async def complete(self, lease: Lease, *, now: datetime | None = None) -> None:
+        """Mark the job succeeded. Raises LeaseLost unless it is running under this token."""
+        ...
+
+    async def complete_many(
+        self, leases: Sequence[Lease], *, now: datetime | None = None
+    ) -> list[Lease]:
+        """Mark each job succeeded that is still held by its lease; return the leases lost."""
+        ...
+
+    async def fail(
+        self,
+        lease: Lease,
+        *,
+        error: str,
+        retry_in: timedelta,
+        traceback: str | None = None,
+        permanent: bool = False,
+        now: datetime | None = None,
+    ) -> JobState:
+        """Record a failed attempt: pending again at now + retry_in while attempts are left and
+        the error is not permanent, otherwise dead. Returns the new state. Fenced (LeaseLost).
+        """
+        ...
+
+    async def snooze(
+        self, lease: Lease, delay: timedelta, *, now: datetime | None = None
+    ) -> None:
+        """Pending again at now + delay; the attempt is given back. Fenced (LeaseLost)."""
+        ...
+
+    async def release(self, lease: Lease, *, now: datetime | None = None) -> None:
+        """Pending again, due now; the attempt is given back (graceful shutdown). Fenced."""
+        ...
+
+    async def retry(
+        self, job_id: int, *, max_attempts: int | None = None, now: datetime | None = None
+    ) -> Job:
+        """A dead or cancelled job becomes pending now with its attempts reset; ``max_attempts``
+        raises (never lowers) the limit. JobNotFound; StateConflict in any other state.
+        """
+        ...
+
+    async def cancel(self, job_id: int, *, now: datetime | None = None) -> Job:
+        """A pending or running job becomes cancelled; a running one's lease is thereby lost,
+        so its worker stops the handler at its next heartbeat and any late write is fenced.
+        JobNotFound; StateConflict when the job is already terminal.
+        """
+        ...
+
+    async def get(self, job_id: int) -> Job:
+        """The job with this id, or JobNotFound."""
+        ...
+
+    async def list_jobs(
+        self, filter: JobFilter, *, cursor: str | None = None, limit: int = 50
+    ) -> Page:
+        """Jobs matching ``filter``, newest (highest id) first, by keyset: a page is stable
+        however many jobs are inserted meanwhile. InvalidCursor for a cursor we did not issue.
+        """
+        ...
+
+    async def counts(self, *, now: datetime | None = None) -> Counts:
+        """Job counts by state and by queue; cheap at millions of rows."""
+        ...
+
+    async def attempts(self, job_id: int) -> list[Attempt]:
+        """Every attempt of the job, oldest first, the current one included. JobNotFound."""
+        ...
+
+    async def rescue(self, *, now: datetime | None = None, limit: int = 1000) -> RescueResult:
+        """Expired leases: dead on the last attempt, otherwise pending again (due now).
+
+        Each row is rewritten only if it still carries the token the rescuer observed, so a
+        rescue never overwrites a job that completed or was re-claimed meanwhile.
+        """
+        ...
+
+    async def prune(self, *, older_than: datetime, limit: int = 10_000) -> int:
+        """Delete up to ``limit`` terminal jobs finished before ``older_than``; return how many."""
+        ...
+
+    async def bulk_retry(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
+        """Retry up to ``limit`` dead or cancelled jobs matching ``filter``; return how many."""
+        ...
+
+    async def bulk_cancel(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
+        """Cancel up to ``limit`` pending or running jobs matching ``filter``; return how many."""
+        ...
+
+    async def register_worker(self, info: WorkerInfo, *, now: datetime | None = None) -> None:
+        """Add or replace this worker's row in the registry, beat_at = now."""
+        ...
+
+    async def beat_worker(self, name: str, *, now: datetime | None = None) -> None:
+        """Refresh the worker's beat_at (re-registering is the caller's job if it vanished)."""
+        ...
+
+    async def deregister_worker(self, name: str) -> None:
+        """Remove the worker's row (clean shutdown)."""
+        ...
+
+    async def list_workers(self) -> list[WorkerInfo]:
+        """Every registered worker with its last beat and the number of jobs it holds."""
+        ...
+
+    async def prune_workers(self, *, older_than: datetime) -> int:
+        """Forget workers not seen since ``older_than``; return how many."""
+        ...

@@ -1,0 +1,547 @@
+"""MemoryStore: the reference semantics of the Store contract, in dicts behind one lock.
+
+Every verb takes the lock for its whole body and never awaits inside it, so the store is safe
+to share between threads (each with its own event loop) as well as between tasks.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+
+from rota.domain.clock import Clock, SystemClock, utc
+from rota.domain.errors import JobNotFound, LeaseLost, StateConflict
+from rota.domain.job import (
+    MAX_ERROR_LENGTH,
+    MAX_TRACEBACK_LENGTH,
+    RETRYABLE_STATES,
+    Attempt,
+    EnqueueResult,
+    Job,
+    JobSpec,
+    JobState,
+    Outcome,
+    truncate,
+)
+from rota.domain.lease import Lease
+from rota.store.base import (
+    MAX_BULK,
+    MAX_PAGE_SIZE,
+    Counts,
+    JobFilter,
+    Page,
+    RescueResult,
+    WorkerInfo,
+    decode_cursor,
+    encode_cursor,
+)
+
+
+class MemoryStore:
+    """An in-process store for tests and demos; it loses everything when the process exits."""
+
+    def __init__(self, *, clock: Clock | None = None) -> None:
+        self._clock = clock or SystemClock()
+        self._lock = threading.RLock()
+        self._jobs: dict[int, Job] = {}
+        self._history: dict[int, list[Attempt]] = {}
+        self._active_keys: dict[str, int] = {}
+        self._slots: dict[tuple[str, datetime], int] = {}
+        self._workers: dict[str, WorkerInfo] = {}
+        self._next_id = 1
+        self._next_token = 1
+        self._wakeups: list[Callable[[], None]] = []
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def migrate(self) -> list[str]:
+        return []
+
+    async def pending_migrations(self) -> list[str]:
+        return []
+
+    async def close(self) -> None:
+        return None
+
+    async def now(self) -> datetime:
+        return self._now(None)
+
+    def on_due(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (from the enqueuing thread) whenever a job becomes due now."""
+        with self._lock:
+            self._wakeups.append(callback)
+
+    def _now(self, now: datetime | None) -> datetime:
+        return utc(now) if now is not None else self._clock.now()
+
+    # ------------------------------------------------------------------ enqueue
+
+    async def enqueue(
+        self, specs: Sequence[JobSpec], *, now: datetime | None = None
+    ) -> list[EnqueueResult]:
+        results: list[EnqueueResult] = []
+        wake = False
+        with self._lock:
+            at = self._now(now)
+            for spec in specs:
+                existing = self._existing_for(spec)
+                if existing is not None:
+                    results.append(EnqueueResult(self._jobs[existing], duplicate=True))
+                    continue
+                job = Job(
+                    id=self._next_id,
+                    kind=spec.kind,
+                    queue=spec.queue,
+                    payload=spec.payload,
+                    state=JobState.PENDING,
+                    priority=spec.priority,
+                    run_at=spec.due_at(at),
+                    attempt=0,
+                    max_attempts=spec.max_attempts,
+                    created_at=at,
+                    tenant=spec.tenant,
+                    unique_key=spec.unique_key,
+                    timeout=spec.timeout,
+                    schedule=spec.schedule,
+                    slot_at=spec.slot_at,
+                )
+                self._next_id += 1
+                self._jobs[job.id] = job
+                self._history[job.id] = []
+                if job.unique_key is not None:
+                    self._active_keys[job.unique_key] = job.id
+                if job.schedule is not None and job.slot_at is not None:
+                    self._slots[(job.schedule, job.slot_at)] = job.id
+                wake = wake or job.run_at <= at
+                results.append(EnqueueResult(job))
+            callbacks = list(self._wakeups) if wake else []
+        for callback in callbacks:
+            callback()
+        return results
+
+    def _existing_for(self, spec: JobSpec) -> int | None:
+        if spec.schedule is not None and spec.slot_at is not None:
+            slot_job = self._slots.get((spec.schedule, spec.slot_at))
+            if slot_job is not None:
+                return slot_job
+        if spec.unique_key is not None:
+            return self._active_keys.get(spec.unique_key)
+        return None
+
+    # ------------------------------------------------------------------ claim and leases
+
+    async def claim(
+        self,
+        worker: str,
+        *,
+        queues: Sequence[str],
+        limit: int,
+        lease: timedelta,
+        now: datetime | None = None,
+    ) -> list[Job]:
+        if limit <= 0:
+            return []
+        with self._lock:
+            at = self._now(now)
+            wanted = set(queues)
+            candidates = [
+                job
+                for job in self._jobs.values()
+                if job.queue in wanted and self._is_claimable(job, at)
+            ]
+            candidates.sort(key=lambda job: (-job.priority, job.run_at, job.id))
+            claimed: list[Job] = []
+            for job in candidates[:limit]:
+                if job.state is JobState.RUNNING:
+                    self._end_attempt(job, at, Outcome.LEASE_EXPIRED, "lease expired")
+                token = self._next_token
+                self._next_token += 1
+                taken = replace(
+                    job,
+                    state=JobState.RUNNING,
+                    attempt=job.attempt + 1,
+                    lease_token=token,
+                    lease_until=at + lease,
+                    worker=worker,
+                    started_at=at,
+                    finished_at=None,
+                )
+                self._jobs[job.id] = taken
+                self._history[job.id].append(
+                    Attempt(taken.attempt, token, worker, at, None, Outcome.RUNNING)
+                )
+                claimed.append(taken)
+            return claimed
+
+    @staticmethod
+    def _is_claimable(job: Job, at: datetime) -> bool:
+        if job.state is JobState.PENDING:
+            return job.run_at <= at
+        return (
+            job.state is JobState.RUNNING
+            and job.lease_until is not None
+            and job.lease_until < at
+            and job.attempt < job.max_attempts
+        )
+
+    def _held(self, lease: Lease) -> Job:
+        """The job if ``lease`` still holds it; LeaseLost otherwise (the fencing check)."""
+        job = self._jobs.get(lease.job_id)
+        if job is None or job.state is not JobState.RUNNING or job.lease_token != lease.token:
+            raise LeaseLost(lease.job_id, lease.token)
+        return job
+
+    async def heartbeat(
+        self, leases: Sequence[Lease], *, lease: timedelta, now: datetime | None = None
+    ) -> list[Lease]:
+        lost: list[Lease] = []
+        with self._lock:
+            at = self._now(now)
+            for held in leases:
+                try:
+                    job = self._held(held)
+                except LeaseLost:
+                    lost.append(held)
+                    continue
+                self._jobs[job.id] = replace(job, lease_until=at + lease)
+        return lost
+
+    async def complete(self, lease: Lease, *, now: datetime | None = None) -> None:
+        with self._lock:
+            job = self._held(lease)
+            self._finish(job, self._now(now), JobState.SUCCEEDED, Outcome.SUCCEEDED)
+
+    async def complete_many(
+        self, leases: Sequence[Lease], *, now: datetime | None = None
+    ) -> list[Lease]:
+        lost: list[Lease] = []
+        with self._lock:
+            at = self._now(now)
+            for lease in leases:
+                try:
+                    job = self._held(lease)
+                except LeaseLost:
+                    lost.append(lease)
+                    continue
+                self._finish(job, at, JobState.SUCCEEDED, Outcome.SUCCEEDED)
+        return lost
+
+    async def fail(
+        self,
+        lease: Lease,
+        *,
+        error: str,
+        retry_in: timedelta,
+        traceback: str | None = None,
+        permanent: bool = False,
+        now: datetime | None = None,
+    ) -> JobState:
+        with self._lock:
+            job = self._held(lease)
+            at = self._now(now)
+            error_text = truncate(error, MAX_ERROR_LENGTH)
+            trace = truncate(traceback, MAX_TRACEBACK_LENGTH)
+            if permanent or job.attempt >= job.max_attempts:
+                self._finish(job, at, JobState.DEAD, Outcome.FAILED, error_text, trace)
+                return JobState.DEAD
+            self._end_attempt(job, at, Outcome.FAILED, error_text, trace)
+            self._jobs[job.id] = replace(
+                job,
+                state=JobState.PENDING,
+                run_at=at + retry_in,
+                lease_until=None,
+                last_error=error_text,
+            )
+            return JobState.PENDING
+
+    async def snooze(self, lease: Lease, delay: timedelta, *, now: datetime | None = None) -> None:
+        with self._lock:
+            job = self._held(lease)
+            at = self._now(now)
+            self._give_back(job, at, at + delay, Outcome.SNOOZED)
+
+    async def release(self, lease: Lease, *, now: datetime | None = None) -> None:
+        with self._lock:
+            job = self._held(lease)
+            at = self._now(now)
+            self._give_back(job, at, at, Outcome.RELEASED)
+
+    def _give_back(self, job: Job, at: datetime, run_at: datetime, outcome: Outcome) -> None:
+        self._end_attempt(job, at, outcome, None)
+        self._jobs[job.id] = replace(
+            job, state=JobState.PENDING, run_at=run_at, attempt=job.attempt - 1, lease_until=None
+        )
+
+    def _finish(
+        self,
+        job: Job,
+        at: datetime,
+        state: JobState,
+        outcome: Outcome,
+        error: str | None = None,
+        trace: str | None = None,
+    ) -> None:
+        if job.state is JobState.RUNNING:
+            self._end_attempt(job, at, outcome, error, trace)
+        self._jobs[job.id] = replace(
+            job,
+            state=state,
+            lease_until=None,
+            finished_at=at,
+            last_error=error if error is not None else job.last_error,
+        )
+        if job.unique_key is not None and self._active_keys.get(job.unique_key) == job.id:
+            del self._active_keys[job.unique_key]
+
+    def _end_attempt(
+        self,
+        job: Job,
+        at: datetime,
+        outcome: Outcome,
+        error: str | None,
+        trace: str | None = None,
+    ) -> None:
+        history = self._history[job.id]
+        for index in range(len(history) - 1, -1, -1):
+            if history[index].token == job.lease_token:
+                history[index] = replace(
+                    history[index], finished_at=at, outcome=outcome, error=error, traceback=trace
+                )
+                return
+
+    # ------------------------------------------------------------------ operator verbs
+
+    async def retry(
+        self, job_id: int, *, max_attempts: int | None = None, now: datetime | None = None
+    ) -> Job:
+        with self._lock:
+            job = self._get(job_id)
+            self._retry(job, max_attempts, self._now(now))
+            return self._jobs[job_id]
+
+    def _retry(self, job: Job, max_attempts: int | None, at: datetime) -> None:
+        if job.state not in RETRYABLE_STATES:
+            raise StateConflict(f"job {job.id} is {job.state}; only dead or cancelled jobs retry")
+        if job.unique_key is not None and job.unique_key in self._active_keys:
+            raise StateConflict(
+                f"job {job.id}: another active job holds unique key {job.unique_key!r}"
+            )
+        self._jobs[job.id] = replace(
+            job,
+            state=JobState.PENDING,
+            run_at=at,
+            attempt=0,
+            max_attempts=max(job.max_attempts, max_attempts or 0),
+            lease_until=None,
+            finished_at=None,
+        )
+        if job.unique_key is not None:
+            self._active_keys[job.unique_key] = job.id
+
+    async def cancel(self, job_id: int, *, now: datetime | None = None) -> Job:
+        with self._lock:
+            job = self._get(job_id)
+            self._cancel(job, self._now(now))
+            return self._jobs[job_id]
+
+    def _cancel(self, job: Job, at: datetime) -> None:
+        if job.state.is_terminal:
+            raise StateConflict(f"job {job.id} is already {job.state}")
+        self._finish(job, at, JobState.CANCELLED, Outcome.CANCELLED)
+
+    async def bulk_retry(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
+        with self._lock:
+            at = self._now(None)
+            chosen = self._matching(filter, RETRYABLE_STATES, limit)
+            done = 0
+            for job in chosen:
+                try:
+                    self._retry(job, None, at)
+                except StateConflict:
+                    continue
+                done += 1
+            return done
+
+    async def bulk_cancel(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
+        with self._lock:
+            at = self._now(None)
+            active = frozenset({JobState.PENDING, JobState.RUNNING})
+            chosen = self._matching(filter, active, limit)
+            for job in chosen:
+                self._cancel(job, at)
+            return len(chosen)
+
+    def _matching(
+        self, filter: JobFilter, allowed: frozenset[JobState], limit: int
+    ) -> list[Job]:
+        states = allowed if filter.states is None else allowed & filter.states
+        selected = [
+            job
+            for job in sorted(self._jobs.values(), key=lambda j: j.id)
+            if job.state in states and _matches(job, filter)
+        ]
+        return selected[: max(0, min(limit, MAX_BULK))]
+
+    # ------------------------------------------------------------------ queries
+
+    async def get(self, job_id: int) -> Job:
+        with self._lock:
+            return self._get(job_id)
+
+    def _get(self, job_id: int) -> Job:
+        job = self._jobs.get(job_id)
+        if job is None:
+            raise JobNotFound(job_id)
+        return job
+
+    async def list_jobs(
+        self, filter: JobFilter, *, cursor: str | None = None, limit: int = 50
+    ) -> Page:
+        limit = max(1, min(limit, MAX_PAGE_SIZE))
+        after = decode_cursor(cursor) if cursor is not None else None
+        with self._lock:
+            ids = sorted(self._jobs, reverse=True)
+            page: list[Job] = []
+            for job_id in ids:
+                if after is not None and job_id >= after:
+                    continue
+                job = self._jobs[job_id]
+                if _matches(job, filter):
+                    page.append(job)
+                    if len(page) > limit:
+                        break
+        more = len(page) > limit
+        page = page[:limit]
+        return Page(page, encode_cursor(page[-1].id) if more else None)
+
+    async def counts(self, *, now: datetime | None = None) -> Counts:
+        with self._lock:
+            at = self._now(now)
+            return _count(self._jobs.values(), at)
+
+    async def attempts(self, job_id: int) -> list[Attempt]:
+        with self._lock:
+            self._get(job_id)
+            return list(self._history[job_id])
+
+    # ------------------------------------------------------------------ maintenance
+
+    async def rescue(self, *, now: datetime | None = None, limit: int = 1000) -> RescueResult:
+        dead: list[int] = []
+        requeued: list[int] = []
+        with self._lock:
+            at = self._now(now)
+            expired = sorted(
+                (
+                    job
+                    for job in self._jobs.values()
+                    if job.state is JobState.RUNNING
+                    and job.lease_until is not None
+                    and job.lease_until < at
+                ),
+                key=lambda job: job.id,
+            )[:limit]
+            for job in expired:
+                if job.attempt >= job.max_attempts:
+                    message = "lease expired on the last attempt"
+                    self._finish(job, at, JobState.DEAD, Outcome.LEASE_EXPIRED, message)
+                    dead.append(job.id)
+                else:
+                    self._end_attempt(job, at, Outcome.LEASE_EXPIRED, "lease expired")
+                    self._jobs[job.id] = replace(
+                        job,
+                        state=JobState.PENDING,
+                        run_at=at,
+                        lease_until=None,
+                        last_error="lease expired",
+                    )
+                    requeued.append(job.id)
+        return RescueResult(dead=dead, requeued=requeued)
+
+    async def prune(self, *, older_than: datetime, limit: int = 10_000) -> int:
+        cutoff = utc(older_than)
+        with self._lock:
+            doomed = [
+                job.id
+                for job in self._jobs.values()
+                if job.state.is_terminal and job.finished_at is not None and job.finished_at < cutoff
+            ][:limit]
+            for job_id in doomed:
+                job = self._jobs.pop(job_id)
+                self._history.pop(job_id, None)
+                if job.schedule is not None and job.slot_at is not None:
+                    # Slot keys outlive their job only as long as the job itself: a pruned
+                    # slot is long in the past and its schedule has moved beyond it.
+                    self._slots.pop((job.schedule, job.slot_at), None)
+            return len(doomed)
+
+    # ------------------------------------------------------------------ workers registry
+
+    async def register_worker(self, info: WorkerInfo, *, now: datetime | None = None) -> None:
+        with self._lock:
+            at = self._now(now)
+            self._workers[info.name] = replace(info, started_at=at, beat_at=at)
+
+    async def beat_worker(self, name: str, *, now: datetime | None = None) -> None:
+        with self._lock:
+            info = self._workers.get(name)
+            if info is not None:
+                self._workers[name] = replace(info, beat_at=self._now(now))
+
+    async def deregister_worker(self, name: str) -> None:
+        with self._lock:
+            self._workers.pop(name, None)
+
+    async def list_workers(self) -> list[WorkerInfo]:
+        with self._lock:
+            running: dict[str, int] = {}
+            for job in self._jobs.values():
+                if job.state is JobState.RUNNING and job.worker is not None:
+                    running[job.worker] = running.get(job.worker, 0) + 1
+            return [
+                replace(info, running=running.get(name, 0))
+                for name, info in sorted(self._workers.items())
+            ]
+
+    async def prune_workers(self, *, older_than: datetime) -> int:
+        cutoff = utc(older_than)
+        with self._lock:
+            stale = [
+                name
+                for name, info in self._workers.items()
+                if info.beat_at is not None and info.beat_at < cutoff
+            ]
+            for name in stale:
+                del self._workers[name]
+            return len(stale)
+
+
+def _matches(job: Job, filter: JobFilter) -> bool:
+    if filter.states is not None and job.state not in filter.states:
+        return False
+    if filter.kind is not None and job.kind != filter.kind:
+        return False
+    if filter.queue is not None and job.queue != filter.queue:
+        return False
+    if filter.tenant is not None and job.tenant != filter.tenant:
+        return False
+    if filter.schedule is not None and job.schedule != filter.schedule:
+        return False
+    if filter.search is not None:
+        return job.id == filter.search_id or job.unique_key == filter.search
+    return True
+
+
+def _count(jobs: Iterable[Job], at: datetime) -> Counts:
+    by_state = {state: 0 for state in JobState}
+    by_queue: dict[str, dict[JobState, int]] = {}
+    oldest: datetime | None = None
+    for job in jobs:
+        by_state[job.state] += 1
+        per_queue = by_queue.setdefault(job.queue, {state: 0 for state in JobState})
+        per_queue[job.state] += 1
+        if job.is_due(at) and (oldest is None or job.run_at < oldest):
+            oldest = job.run_at
+    return Counts(by_state=by_state, by_queue=by_queue, oldest_due_at=oldest)

@@ -1,0 +1,97 @@
+"""Enqueue: single and bulk, defaults, unique keys, schedule slots."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from rota.domain.job import DEFAULT_MAX_ATTEMPTS, JobSpec, JobState
+from rota.store import Store
+from rota.testing import FakeClock
+from tests.contract.helpers import add, claim_one
+
+
+async def test_enqueue_stores_every_field(store: Store, clock: FakeClock) -> None:
+    run_at = clock.now() + timedelta(hours=1)
+    payload = {"to": "ada@example.com", "n": [1, 2.5, None, True], "nested": {"ü": "✓"}}
+    job = await add(
+        store,
+        "email.send",
+        payload=payload,
+        queue="mail",
+        priority=7,
+        run_at=run_at,
+        max_attempts=9,
+        tenant="acme",
+        unique_key="welcome:42",
+        timeout=timedelta(seconds=90),
+    )
+    stored = await store.get(job.id)
+    assert stored == job
+    assert (stored.kind, stored.queue, stored.priority, stored.run_at) == (
+        "email.send", "mail", 7, run_at,
+    )
+    assert stored.payload == payload
+    assert (stored.max_attempts, stored.tenant, stored.unique_key) == (9, "acme", "welcome:42")
+    assert stored.timeout == timedelta(seconds=90)
+    assert (stored.state, stored.attempt, stored.created_at) == (JobState.PENDING, 0, clock.now())
+    assert stored.lease_token is None and stored.worker is None
+
+
+async def test_enqueue_defaults(store: Store, clock: FakeClock) -> None:
+    job = await add(store)
+    assert (job.queue, job.priority, job.max_attempts, job.run_at, job.payload) == (
+        "default", 0, DEFAULT_MAX_ATTEMPTS, clock.now(), {},
+    )
+
+
+async def test_bulk_enqueue_keeps_order_and_ids_increase(store: Store) -> None:
+    specs = [JobSpec(kind="bulk", payload={"i": i}) for i in range(250)]
+    results = await store.enqueue(specs)
+    assert [result.job.payload["i"] for result in results] == list(range(250))
+    ids = [result.job.id for result in results]
+    assert ids == sorted(ids) and len(set(ids)) == 250
+    assert not any(result.duplicate for result in results)
+
+
+async def test_payloads_of_every_json_shape_round_trip(store: Store) -> None:
+    payloads = [None, 0, -1, 2**62, 1.5, "text", [], {}, [1, "a", {"b": [None]}], {"": ""}]
+    results = await store.enqueue([JobSpec(kind="a", payload=p) for p in payloads])
+    for result, payload in zip(results, payloads, strict=True):
+        assert (await store.get(result.job.id)).payload == payload
+
+
+async def test_duplicate_unique_key_returns_the_active_job(store: Store) -> None:
+    first = await add(store, unique_key="report:2026-01-01")
+    [again] = await store.enqueue([JobSpec(kind="a", unique_key="report:2026-01-01")])
+    assert again.duplicate and again.job.id == first.id
+    held = await claim_one(store)
+    assert held is not None
+    [while_running] = await store.enqueue([JobSpec(kind="a", unique_key="report:2026-01-01")])
+    assert while_running.duplicate and while_running.job.id == first.id
+    await store.complete(held.lease)
+    [after] = await store.enqueue([JobSpec(kind="a", unique_key="report:2026-01-01")])
+    assert not after.duplicate and after.job.id != first.id
+
+
+async def test_duplicate_within_one_batch_is_reported(store: Store) -> None:
+    results = await store.enqueue(
+        [JobSpec(kind="a", unique_key="k"), JobSpec(kind="a", unique_key="k"), JobSpec(kind="a")]
+    )
+    assert [result.duplicate for result in results] == [False, True, False]
+    assert results[1].job.id == results[0].job.id
+
+
+async def test_schedule_slot_is_unique_across_all_states(store: Store) -> None:
+    slot = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+    first = await add(store, schedule="nightly", slot_at=slot)
+    held = await claim_one(store)
+    assert held is not None
+    await store.complete(held.lease)
+    [again] = await store.enqueue([JobSpec(kind="a", schedule="nightly", slot_at=slot)])
+    assert again.duplicate and again.job.id == first.id
+    [other] = await store.enqueue(
+        [JobSpec(kind="a", schedule="nightly", slot_at=slot + timedelta(days=1))]
+    )
+    assert not other.duplicate
+    stored = await store.get(other.job.id)
+    assert (stored.schedule, stored.slot_at) == ("nightly", slot + timedelta(days=1))

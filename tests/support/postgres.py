@@ -1,0 +1,196 @@
+"""Finding or starting a PostgreSQL server for tests, and one database per test.
+
+Where the tests look, in order: ``ROTA_TEST_DATABASE_URL`` (a server URL on which they may
+create databases), the local server on 127.0.0.1:5432, and a throwaway cluster started from
+PostgreSQL's server binaries when those are installed. Each test gets its own database,
+cloned from a template that was migrated once per session.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+
+ENABLE_HINT = (
+    "PostgreSQL tests need a server: set ROTA_TEST_DATABASE_URL=postgresql://user@host:port/db, "
+    "run one on 127.0.0.1:5432, or install PostgreSQL's server binaries (initdb)."
+)
+
+
+def with_database(url: str, dbname: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path="/" + dbname))
+
+
+def _can_connect(url: str) -> bool:
+    try:
+        with psycopg.connect(url, connect_timeout=3, autocommit=True) as conn:
+            conn.execute("SELECT 1")
+        return True
+    except psycopg.Error:
+        return False
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def pg_bin(name: str) -> str | None:
+    """The path of a PostgreSQL server binary (initdb, pg_ctl, postgres), newest version first."""
+    found = shutil.which(name)
+    if found:
+        return found
+    candidates = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"), reverse=True)
+    return candidates[0] if candidates else None
+
+
+@dataclass
+class Cluster:
+    """A PostgreSQL cluster of our own in a temporary directory, which tests may stop and kill."""
+
+    datadir: Path
+    port: int
+    owner: str | None
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        cmd = list(args)
+        if self.owner:
+            cmd = ["runuser", "-u", self.owner, "--", *cmd]
+        return subprocess.run(cmd, check=check, capture_output=True, text=True, timeout=120)
+
+    @classmethod
+    def create(cls, base: Path | None = None) -> Cluster:
+        initdb = pg_bin("initdb")
+        if initdb is None:
+            raise RuntimeError("initdb not found")
+        root = Path(tempfile.mkdtemp(prefix="rota-pg-", dir=base))
+        owner = "postgres" if os.geteuid() == 0 else None
+        if owner:
+            shutil.chown(root, owner, owner)
+        cluster = cls(datadir=root / "data", port=_free_port(), owner=owner)
+        cluster._run(
+            initdb, "-D", str(cluster.datadir), "-U", "postgres", "-A", "trust", "--no-sync"
+        )
+        conf = cluster.datadir / "postgresql.conf"
+        with conf.open("a") as handle:
+            handle.write(
+                f"\nport = {cluster.port}\nlisten_addresses = '127.0.0.1'\n"
+                f"unix_socket_directories = '{root}'\nfsync = off\n"
+                "synchronous_commit = on\nfull_page_writes = off\nmax_connections = 200\n"
+            )
+        cluster.start()
+        return cluster
+
+    def start(self) -> None:
+        self._run(
+            pg_bin("pg_ctl") or "pg_ctl", "-D", str(self.datadir), "-w", "-t", "60",
+            "-l", str(self.datadir.parent / "log"), "start",
+        )
+
+    def stop(self, mode: str = "fast") -> None:
+        self._run(pg_bin("pg_ctl") or "pg_ctl", "-D", str(self.datadir), "-m", mode, "-w", "stop",
+                  check=False)
+
+    def restart(self, mode: str = "fast") -> None:
+        self.stop(mode)
+        self.start()
+
+    def kill(self) -> None:
+        """SIGKILL the postmaster (and so every backend): a crash, not a shutdown."""
+        pidfile = self.datadir / "postmaster.pid"
+        with contextlib.suppress(FileNotFoundError, ValueError, ProcessLookupError):
+            pid = int(pidfile.read_text().splitlines()[0])
+            os.kill(pid, 9)
+
+    def destroy(self) -> None:
+        self.stop("immediate")
+        shutil.rmtree(self.datadir.parent, ignore_errors=True)
+
+
+class Server:
+    """A PostgreSQL server the tests may create databases on."""
+
+    def __init__(self, url: str, cluster: Cluster | None = None) -> None:
+        self.url = url
+        self.cluster = cluster
+        self._template: str | None = None
+
+    @classmethod
+    def find(cls) -> Server | None:
+        explicit = os.environ.get("ROTA_TEST_DATABASE_URL")
+        if explicit:
+            return cls(explicit) if _can_connect(explicit) else None
+        local = "postgresql://postgres@127.0.0.1:5432/postgres"
+        if _can_connect(local):
+            return cls(local)
+        if pg_bin("initdb") and pg_bin("pg_ctl"):
+            cluster = Cluster.create()
+            return cls(cluster.url, cluster)
+        return None
+
+    def admin(self) -> psycopg.Connection[tuple[object, ...]]:
+        return psycopg.connect(self.url, autocommit=True, connect_timeout=10)
+
+    def template(self) -> str:
+        """The name of a database migrated to the current schema, built once per session."""
+        if self._template is None:
+            from tests.support.migrate import migrate_url
+
+            name = f"rota_tpl_{uuid.uuid4().hex[:10]}"
+            with self.admin() as conn:
+                conn.execute(f'CREATE DATABASE "{name}"')
+            migrate_url(with_database(self.url, name))
+            self._template = name
+        return self._template
+
+    @contextlib.contextmanager
+    def database(self, *, migrated: bool = True) -> Iterator[str]:
+        """A fresh database (cloned from the migrated template, or empty); dropped afterwards."""
+        name = f"rota_t_{uuid.uuid4().hex[:12]}"
+        with self.admin() as conn:
+            if migrated:
+                conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{self.template()}"')
+            else:
+                conn.execute(f'CREATE DATABASE "{name}"')
+        try:
+            yield with_database(self.url, name)
+        finally:
+            self.drop(name)
+
+    def drop(self, name: str) -> None:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with self.admin() as conn:
+                    conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                return
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
+    def close(self) -> None:
+        if self._template is not None:
+            with contextlib.suppress(psycopg.Error):
+                self.drop(self._template)
+        if self.cluster is not None:
+            self.cluster.destroy()
