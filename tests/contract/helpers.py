@@ -17,7 +17,12 @@ async def add(store: Store, kind: str = "a", **fields: Any) -> Job:
     return result.job
 
 
-async def claim_one(store: Store, worker: str = "w", *, queues: tuple[str, ...] = ("default",),
-                    lease: timedelta = LEASE) -> Job | None:
+async def claim_one(
+    store: Store,
+    worker: str = "w",
+    *,
+    queues: tuple[str, ...] = ("default",),
+    lease: timedelta = LEASE,
+) -> Job | None:
     jobs = await store.claim(worker, queues=queues, limit=1, lease=lease)
     return jobs[0] if jobs else None

@@ -48,7 +48,11 @@ async def test_claim_orders_by_priority_then_run_at_then_id(store: Store, clock:
     high = await add(store, priority=10)
     jobs = await store.claim("w", queues=["default"], limit=10, lease=LEASE)
     assert [job.id for job in jobs] == [
-        high.id, mid_early.id, mid_early_twin.id, mid_late.id, low_early.id,
+        high.id,
+        mid_early.id,
+        mid_early_twin.id,
+        mid_late.id,
+        low_early.id,
     ]
 
 

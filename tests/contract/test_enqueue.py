@@ -28,7 +28,10 @@ async def test_enqueue_stores_every_field(store: Store, clock: FakeClock) -> Non
     stored = await store.get(job.id)
     assert stored == job
     assert (stored.kind, stored.queue, stored.priority, stored.run_at) == (
-        "email.send", "mail", 7, run_at,
+        "email.send",
+        "mail",
+        7,
+        run_at,
     )
     assert stored.payload == payload
     assert (stored.max_attempts, stored.tenant, stored.unique_key) == (9, "acme", "welcome:42")
@@ -40,7 +43,11 @@ async def test_enqueue_stores_every_field(store: Store, clock: FakeClock) -> Non
 async def test_enqueue_defaults(store: Store, clock: FakeClock) -> None:
     job = await add(store)
     assert (job.queue, job.priority, job.max_attempts, job.run_at, job.payload) == (
-        "default", 0, DEFAULT_MAX_ATTEMPTS, clock.now(), {},
+        "default",
+        0,
+        DEFAULT_MAX_ATTEMPTS,
+        clock.now(),
+        {},
     )
 
 

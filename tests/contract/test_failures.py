@@ -47,7 +47,9 @@ async def test_permanent_errors_are_not_retried(store: Store) -> None:
     assert (dead.state, dead.attempt) == (JobState.DEAD, 1)
     [attempt] = await store.attempts(job.id)
     assert (attempt.outcome, attempt.error, attempt.traceback) == (
-        Outcome.FAILED, "invalid email", "Trace...",
+        Outcome.FAILED,
+        "invalid email",
+        "Trace...",
     )
 
 

@@ -134,7 +134,9 @@ async def test_release_gives_the_attempt_back_and_is_due_at_once(
     await store.release(job.lease)
     released = await store.get(job.id)
     assert (released.state, released.attempt, released.run_at) == (
-        JobState.PENDING, 0, clock.now(),
+        JobState.PENDING,
+        0,
+        clock.now(),
     )
     other = await claim_one(store, "staying")
     assert other is not None and (other.attempt, other.worker) == (1, "staying")

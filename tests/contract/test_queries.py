@@ -66,8 +66,12 @@ async def test_list_rejects_a_cursor_it_did_not_issue(store: Store, cursor: str)
 
 async def test_counts_by_state_and_queue(store: Store, clock: FakeClock) -> None:
     await store.enqueue(
-        [JobSpec(kind="a"), JobSpec(kind="a"), JobSpec(kind="a", queue="mail")]
-        + [JobSpec(kind="a", delay=timedelta(hours=1))]
+        [
+            JobSpec(kind="a"),
+            JobSpec(kind="a"),
+            JobSpec(kind="a", queue="mail"),
+            JobSpec(kind="a", delay=timedelta(hours=1)),
+        ]
     )
     held = await claim_one(store)
     assert held is not None
@@ -141,7 +145,10 @@ async def test_workers_registry(store: Store, clock: FakeClock) -> None:
     await store.beat_worker("host-1:123")
     [listed] = await store.list_workers()
     assert (listed.name, listed.queues, listed.concurrency, listed.running) == (
-        "host-1:123", ("default",), 4, 1,
+        "host-1:123",
+        ("default",),
+        4,
+        1,
     )
     assert listed.beat_at == clock.now()
     assert listed.started_at == clock.now() - timedelta(seconds=10)
@@ -151,3 +158,29 @@ async def test_workers_registry(store: Store, clock: FakeClock) -> None:
     await store.register_worker(info)
     await store.deregister_worker(info.name)
     assert await store.list_workers() == []
+
+
+async def test_count_jobs_matches_the_filter_up_to_a_limit(store: Store) -> None:
+    await store.enqueue([JobSpec(kind="a") for _ in range(7)] + [JobSpec(kind="b")])
+    assert await store.count_jobs(JobFilter()) == 8
+    assert await store.count_jobs(JobFilter(kind="a")) == 7
+    assert await store.count_jobs(JobFilter(kind="a"), limit=5) == 5
+    assert await store.count_jobs(JobFilter(states=frozenset({JobState.DEAD}))) == 0
+
+
+async def test_throughput_counts_finished_jobs_per_bucket(store: Store, clock: FakeClock) -> None:
+    start = clock.now()
+    await store.enqueue([JobSpec(kind="a", max_attempts=1) for _ in range(5)])
+    first = await store.claim("w", queues=["default"], limit=3, lease=LEASE)
+    assert await store.complete_many([job.lease for job in first[:2]]) == []
+    await store.fail(first[2].lease, error="x", retry_in=timedelta(0))
+    clock.advance(timedelta(minutes=1))
+    second = await store.claim("w", queues=["default"], limit=2, lease=LEASE)
+    await store.complete(second[0].lease)
+    await store.cancel(second[1].id)
+    clock.advance(timedelta(minutes=1))
+    buckets = await store.throughput(since=start, bucket=timedelta(minutes=1))
+    assert [(b.start, b.succeeded, b.dead, b.cancelled) for b in buckets] == [
+        (start, 2, 1, 0),
+        (start + timedelta(minutes=1), 1, 0, 1),
+    ]

@@ -48,7 +48,9 @@ async def test_rescue_never_touches_a_reclaimed_job(store: Store, clock: FakeClo
     assert (result.dead, result.requeued) == ([], [])
     current = await store.get(job.id)
     assert (current.state, current.lease_token, current.worker) == (
-        JobState.RUNNING, b.lease_token, "B",
+        JobState.RUNNING,
+        b.lease_token,
+        "B",
     )
 
 

@@ -101,11 +101,11 @@ class MigrationsPending(RotaError):
     """The database schema is behind this version of rota; run `rota migrate`."""
 
 
-class Permanent(Exception):  # noqa: N818 (a signal raised by handlers, named for what it means)
+class Permanent(Exception):
     """Raise from a handler when retrying cannot help: the job goes dead at once."""
 
 
-class Snooze(Exception):  # noqa: N818 (a signal raised by handlers, named for what it means)
+class Snooze(Exception):
     """Raise from a handler to run the job again after ``delay``; the attempt is given back."""
 
     def __init__(self, delay: timedelta | float) -> None:

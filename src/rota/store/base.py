@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Sequence
+import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from rota.domain.errors import InvalidCursor
+from rota.domain.errors import InvalidCursor, InvalidInput
 from rota.domain.job import Attempt, EnqueueResult, Job, JobSpec, JobState
 from rota.domain.lease import Lease
 
@@ -82,6 +83,45 @@ class Counts:
 
     def total(self, state: JobState) -> int:
         return self.by_state.get(state, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputBucket:
+    """Jobs that reached a terminal state during [start, start + bucket)."""
+
+    start: datetime
+    succeeded: int = 0
+    dead: int = 0
+    cancelled: int = 0
+
+
+MAX_BUCKETS = 1000
+
+
+def bucketize(
+    finished: Iterable[tuple[datetime, JobState, int]],
+    since: datetime,
+    bucket: timedelta,
+    now: datetime,
+) -> list[ThroughputBucket]:
+    """Add up (finished_at, state, count) triples into buckets from ``since`` up to ``now``.
+
+    Raises InvalidInput for a non-positive bucket or more than MAX_BUCKETS buckets.
+    """
+    if bucket <= timedelta(0):
+        raise InvalidInput("bucket must be positive")
+    count = max(0, math.ceil((now - since) / bucket))
+    if count > MAX_BUCKETS:
+        raise InvalidInput(f"at most {MAX_BUCKETS} buckets")
+    tallies = [[0, 0, 0] for _ in range(count)]
+    column = {JobState.SUCCEEDED: 0, JobState.DEAD: 1, JobState.CANCELLED: 2}
+    for finished_at, state, n in finished:
+        if state in column and since <= finished_at < now:
+            tallies[int((finished_at - since) / bucket)][column[state]] += n
+    return [
+        ThroughputBucket(since + i * bucket, succeeded=s, dead=d, cancelled=c)
+        for i, (s, d, c) in enumerate(tallies)
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,9 +225,7 @@ class Store(Protocol):
         """
         ...
 
-    async def snooze(
-        self, lease: Lease, delay: timedelta, *, now: datetime | None = None
-    ) -> None:
+    async def snooze(self, lease: Lease, delay: timedelta, *, now: datetime | None = None) -> None:
         """Pending again at now + delay; the attempt is given back. Fenced (LeaseLost)."""
         ...
 
@@ -224,6 +262,16 @@ class Store(Protocol):
 
     async def counts(self, *, now: datetime | None = None) -> Counts:
         """Job counts by state and by queue; cheap at millions of rows."""
+        ...
+
+    async def count_jobs(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
+        """How many jobs match ``filter``, counting no further than ``limit``."""
+        ...
+
+    async def throughput(
+        self, *, since: datetime, bucket: timedelta, now: datetime | None = None
+    ) -> list[ThroughputBucket]:
+        """Jobs finished per bucket from ``since`` to now, oldest first, empty buckets included."""
         ...
 
     async def attempts(self, job_id: int) -> list[Attempt]:

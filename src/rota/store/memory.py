@@ -33,7 +33,9 @@ from rota.store.base import (
     JobFilter,
     Page,
     RescueResult,
+    ThroughputBucket,
     WorkerInfo,
+    bucketize,
     decode_cursor,
     encode_cursor,
 )
@@ -373,9 +375,7 @@ class MemoryStore:
                 self._cancel(job, at)
             return len(chosen)
 
-    def _matching(
-        self, filter: JobFilter, allowed: frozenset[JobState], limit: int
-    ) -> list[Job]:
+    def _matching(self, filter: JobFilter, allowed: frozenset[JobState], limit: int) -> list[Job]:
         states = allowed if filter.states is None else allowed & filter.states
         selected = [
             job
@@ -420,6 +420,23 @@ class MemoryStore:
         with self._lock:
             at = self._now(now)
             return _count(self._jobs.values(), at)
+
+    async def count_jobs(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
+        with self._lock:
+            matched = sum(1 for job in self._jobs.values() if _matches(job, filter))
+        return min(matched, max(0, limit))
+
+    async def throughput(
+        self, *, since: datetime, bucket: timedelta, now: datetime | None = None
+    ) -> list[ThroughputBucket]:
+        with self._lock:
+            at = self._now(now)
+            finished = [
+                (job.finished_at, job.state, 1)
+                for job in self._jobs.values()
+                if job.finished_at is not None and job.state.is_terminal
+            ]
+        return bucketize(finished, utc(since), bucket, at)
 
     async def attempts(self, job_id: int) -> list[Attempt]:
         with self._lock:
@@ -466,7 +483,9 @@ class MemoryStore:
             doomed = [
                 job.id
                 for job in self._jobs.values()
-                if job.state.is_terminal and job.finished_at is not None and job.finished_at < cutoff
+                if job.state.is_terminal
+                and job.finished_at is not None
+                and job.finished_at < cutoff
             ][:limit]
             for job_id in doomed:
                 job = self._jobs.pop(job_id)
@@ -535,12 +554,12 @@ def _matches(job: Job, filter: JobFilter) -> bool:
 
 
 def _count(jobs: Iterable[Job], at: datetime) -> Counts:
-    by_state = {state: 0 for state in JobState}
+    by_state = dict.fromkeys(JobState, 0)
     by_queue: dict[str, dict[JobState, int]] = {}
     oldest: datetime | None = None
     for job in jobs:
         by_state[job.state] += 1
-        per_queue = by_queue.setdefault(job.queue, {state: 0 for state in JobState})
+        per_queue = by_queue.setdefault(job.queue, dict.fromkeys(JobState, 0))
         per_queue[job.state] += 1
         if job.is_due(at) and (oldest is None or job.run_at < oldest):
             oldest = job.run_at

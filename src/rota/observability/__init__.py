@@ -1,0 +1,1 @@
+"""Metrics and logging: what rota tells operators about itself."""

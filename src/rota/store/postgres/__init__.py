@@ -1,0 +1,1 @@
+"""The PostgreSQL backend: store.py (the verbs), queries.sql (the statements), migrations/."""

@@ -1,0 +1,57 @@
+"""Loads the named statements of queries.sql and the versioned migrations."""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from importlib import resources
+
+#: The columns every statement returning a job selects, in the order ``row_to_job`` reads.
+JOB_COLUMNS = (
+    "id, kind, queue, payload, state, priority, run_at, attempt, max_attempts, created_at, "
+    "tenant, unique_key, timeout_us, lease_token, lease_until, worker, started_at, "
+    "finished_at, last_error, schedule, slot_at"
+)
+
+_QUALIFIED_COLUMNS = ", ".join("j." + column.strip() for column in JOB_COLUMNS.split(","))
+#: Counts the rows of a CTE named "done" that reached a terminal state, per minute.
+_TALLY = """
+    INSERT INTO rota_finished_per_minute (minute, state, n)
+    SELECT date_trunc('minute', coalesce(%(now)s::timestamptz, now())), state, count(*)
+    FROM done WHERE state IN ('succeeded', 'dead', 'cancelled') GROUP BY state
+    ON CONFLICT (minute, state) DO UPDATE SET n = rota_finished_per_minute.n + excluded.n
+""".strip()
+_NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+
+
+@cache
+def queries() -> dict[str, str]:
+    """Every named statement of queries.sql, with {job_columns} (and {j.job_columns}, the
+    same columns qualified by the alias j) filled in."""
+    text = resources.files(__package__).joinpath("queries.sql").read_text(encoding="utf-8")
+    parts = _NAME.split(text)
+    named: dict[str, str] = {}
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+        named[name] = (
+            body.strip()
+            .replace("{job_columns}", JOB_COLUMNS)
+            .replace("{j.job_columns}", _QUALIFIED_COLUMNS)
+            .replace("{tally}", _TALLY)
+        )
+    return named
+
+
+def query(name: str) -> str:
+    return queries()[name]
+
+
+@cache
+def migrations() -> list[tuple[str, str]]:
+    """(version, SQL) of every migration, in order; the version is the file's stem."""
+    folder = resources.files(__package__).joinpath("migrations")
+    found = sorted(
+        (entry.name.removesuffix(".sql"), entry.read_text(encoding="utf-8"))
+        for entry in folder.iterdir()
+        if entry.name.endswith(".sql")
+    )
+    return found
