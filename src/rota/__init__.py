@@ -1,1 +1,53 @@
-"""rota: a distributed job scheduler for Python."""
+"""rota: a distributed job scheduler for Python.
+
+Jobs run now, at a time, or on a schedule; workers on any number of hosts claim them with
+leases and heartbeats, are fenced out by a token when stale, and retry failures with backoff.
+"""
+
+from rota.app import App
+from rota.domain.errors import (
+    InvalidInput,
+    InvalidJob,
+    JobNotFound,
+    LeaseLost,
+    MigrationsPending,
+    Permanent,
+    RotaError,
+    Snooze,
+    StateConflict,
+    StoreUnavailable,
+)
+from rota.domain.job import Attempt, EnqueueResult, Job, JobSpec, JobState
+from rota.domain.lease import Lease
+from rota.domain.retry import RetryPolicy
+from rota.runtime.context import JobContext
+from rota.runtime.worker import Worker, WorkerSettings
+from rota.store import JobFilter
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "App",
+    "Attempt",
+    "EnqueueResult",
+    "InvalidInput",
+    "InvalidJob",
+    "Job",
+    "JobContext",
+    "JobFilter",
+    "JobNotFound",
+    "JobSpec",
+    "JobState",
+    "Lease",
+    "LeaseLost",
+    "MigrationsPending",
+    "Permanent",
+    "RetryPolicy",
+    "RotaError",
+    "Snooze",
+    "StateConflict",
+    "StoreUnavailable",
+    "Worker",
+    "WorkerSettings",
+    "__version__",
+]

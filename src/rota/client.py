@@ -45,37 +45,9 @@ class Client:
         self.store = store
         self._defaults = defaults
 
-    def spec(
-        self,
-        kind: str,
-        payload: Any = None,
-        *,
-        delay: timedelta | float | None = None,
-        run_at: datetime | None = None,
-        priority: int | None = None,
-        queue: str | None = None,
-        tenant: str | None = None,
-        unique_key: str | None = None,
-        max_attempts: int | None = None,
-        timeout: timedelta | float | None = None,
-    ) -> JobSpec:
-        """A validated JobSpec, with the kind's registered defaults for what is not given.
-
-        ``delay`` and ``timeout`` accept seconds as a number. Raises InvalidJob naming the field.
-        """
-        base = self._defaults(kind) or KindDefaults()
-        return JobSpec(
-            kind=kind,
-            payload={} if payload is None else payload,
-            queue=base.queue if queue is None else queue,
-            priority=base.priority if priority is None else priority,
-            run_at=run_at,
-            delay=_seconds(delay, "delay"),
-            max_attempts=base.max_attempts if max_attempts is None else max_attempts,
-            tenant=tenant,
-            unique_key=unique_key,
-            timeout=base.timeout if timeout is None else _seconds(timeout, "timeout"),
-        )
+    def spec(self, kind: str, payload: Any = None, **options: Any) -> JobSpec:
+        """A validated JobSpec with the kind's registered defaults; see ``job_spec``."""
+        return job_spec(kind, payload, defaults=self._defaults(kind), **options)
 
     async def enqueue(self, kind: str, payload: Any = None, **options: Any) -> EnqueueResult:
         """Enqueue one job; see ``spec`` for the options. Returns the job and whether an
@@ -115,6 +87,39 @@ class Client:
 
     async def workers(self) -> list[WorkerInfo]:
         return await self.store.list_workers()
+
+
+def job_spec(
+    kind: str,
+    payload: Any = None,
+    *,
+    defaults: KindDefaults | None = None,
+    delay: timedelta | float | None = None,
+    run_at: datetime | None = None,
+    priority: int | None = None,
+    queue: str | None = None,
+    tenant: str | None = None,
+    unique_key: str | None = None,
+    max_attempts: int | None = None,
+    timeout: timedelta | float | None = None,
+) -> JobSpec:
+    """A validated JobSpec; ``defaults`` fill what is not given (None payload means {}).
+
+    ``delay`` and ``timeout`` accept seconds as a number. Raises InvalidJob naming the field.
+    """
+    base = defaults or KindDefaults()
+    return JobSpec(
+        kind=kind,
+        payload={} if payload is None else payload,
+        queue=base.queue if queue is None else queue,
+        priority=base.priority if priority is None else priority,
+        run_at=run_at,
+        delay=_seconds(delay, "delay"),
+        max_attempts=base.max_attempts if max_attempts is None else max_attempts,
+        tenant=tenant,
+        unique_key=unique_key,
+        timeout=base.timeout if timeout is None else _seconds(timeout, "timeout"),
+    )
 
 
 def _seconds(value: timedelta | float | None, field: str) -> timedelta | None:

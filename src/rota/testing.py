@@ -10,8 +10,12 @@ import heapq
 import itertools
 import threading
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
-__all__ = ["FakeClock"]
+if TYPE_CHECKING:
+    from rota.app import App
+
+__all__ = ["FakeClock", "drain"]
 
 
 class FakeClock:
@@ -89,3 +93,17 @@ def _resolve(future: asyncio.Future[None]) -> None:
         settle()
     else:
         loop.call_soon_threadsafe(settle)
+
+
+async def drain(app: App, *, max_jobs: int | None = None, concurrency: int = 10) -> int:
+    """Run every due job of ``app`` inline, through the real worker, until none is due.
+
+    Returns how many jobs were started. Jobs that fail and come due again at once (zero
+    backoff) run again; jobs due later wait until a FakeClock is advanced and ``drain`` is
+    called again. Use with ``App("memory://", clock=FakeClock())`` in your own tests.
+    """
+    from rota.runtime.worker import WorkerSettings
+
+    await app.open()
+    worker = app.worker(WorkerSettings(name="rota-testing", concurrency=concurrency))
+    return await worker.run_until_idle(max_jobs=max_jobs)

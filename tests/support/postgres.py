@@ -102,13 +102,28 @@ class Cluster:
 
     def start(self) -> None:
         self._run(
-            pg_bin("pg_ctl") or "pg_ctl", "-D", str(self.datadir), "-w", "-t", "60",
-            "-l", str(self.datadir.parent / "log"), "start",
+            pg_bin("pg_ctl") or "pg_ctl",
+            "-D",
+            str(self.datadir),
+            "-w",
+            "-t",
+            "60",
+            "-l",
+            str(self.datadir.parent / "log"),
+            "start",
         )
 
     def stop(self, mode: str = "fast") -> None:
-        self._run(pg_bin("pg_ctl") or "pg_ctl", "-D", str(self.datadir), "-m", mode, "-w", "stop",
-                  check=False)
+        self._run(
+            pg_bin("pg_ctl") or "pg_ctl",
+            "-D",
+            str(self.datadir),
+            "-m",
+            mode,
+            "-w",
+            "stop",
+            check=False,
+        )
 
     def restart(self, mode: str = "fast") -> None:
         self.stop(mode)

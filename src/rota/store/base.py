@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -302,8 +302,8 @@ class Store(Protocol):
         """Add or replace this worker's row in the registry, beat_at = now."""
         ...
 
-    async def beat_worker(self, name: str, *, now: datetime | None = None) -> None:
-        """Refresh the worker's beat_at (re-registering is the caller's job if it vanished)."""
+    async def beat_worker(self, name: str, *, now: datetime | None = None) -> bool:
+        """Refresh the worker's beat_at; False if it has no row (the caller re-registers)."""
         ...
 
     async def deregister_worker(self, name: str) -> None:
@@ -316,4 +316,11 @@ class Store(Protocol):
 
     async def prune_workers(self, *, older_than: datetime) -> int:
         """Forget workers not seen since ``older_than``; return how many."""
+        ...
+
+    async def watch(self, on_due: Callable[[datetime | None], None]) -> None:
+        """Until cancelled, call ``on_due(run_at)`` when jobs may have arrived: ``run_at`` is
+        the earliest run_at among them, or None when unknown (e.g. after a reconnect). A hint
+        only; it may come from any thread, late, twice, or not at all, so workers also poll.
+        """
         ...

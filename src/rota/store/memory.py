@@ -6,6 +6,7 @@ to share between threads (each with its own event loop) as well as between tasks
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
@@ -54,7 +55,7 @@ class MemoryStore:
         self._workers: dict[str, WorkerInfo] = {}
         self._next_id = 1
         self._next_token = 1
-        self._wakeups: list[Callable[[], None]] = []
+        self._wakeups: list[Callable[[datetime | None], None]] = []
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -70,10 +71,16 @@ class MemoryStore:
     async def now(self) -> datetime:
         return self._now(None)
 
-    def on_due(self, callback: Callable[[], None]) -> None:
-        """Call ``callback`` (from the enqueuing thread) whenever a job becomes due now."""
+    async def watch(self, on_due: Callable[[datetime | None], None]) -> None:
+        """Until cancelled, call ``on_due(run_at)`` (from the enqueuing thread) after every
+        enqueue with the earliest run_at it inserted. In-process only: nothing else can write."""
         with self._lock:
-            self._wakeups.append(callback)
+            self._wakeups.append(on_due)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            with self._lock:
+                self._wakeups.remove(on_due)
 
     def _now(self, now: datetime | None) -> datetime:
         return utc(now) if now is not None else self._clock.now()
@@ -84,7 +91,7 @@ class MemoryStore:
         self, specs: Sequence[JobSpec], *, now: datetime | None = None
     ) -> list[EnqueueResult]:
         results: list[EnqueueResult] = []
-        wake = False
+        earliest: datetime | None = None
         with self._lock:
             at = self._now(now)
             for spec in specs:
@@ -116,11 +123,11 @@ class MemoryStore:
                     self._active_keys[job.unique_key] = job.id
                 if job.schedule is not None and job.slot_at is not None:
                     self._slots[(job.schedule, job.slot_at)] = job.id
-                wake = wake or job.run_at <= at
+                earliest = job.run_at if earliest is None else min(earliest, job.run_at)
                 results.append(EnqueueResult(job))
-            callbacks = list(self._wakeups) if wake else []
+            callbacks = list(self._wakeups) if earliest is not None else []
         for callback in callbacks:
-            callback()
+            callback(earliest)
         return results
 
     def _existing_for(self, spec: JobSpec) -> int | None:
@@ -503,11 +510,13 @@ class MemoryStore:
             at = self._now(now)
             self._workers[info.name] = replace(info, started_at=at, beat_at=at)
 
-    async def beat_worker(self, name: str, *, now: datetime | None = None) -> None:
+    async def beat_worker(self, name: str, *, now: datetime | None = None) -> bool:
         with self._lock:
             info = self._workers.get(name)
-            if info is not None:
-                self._workers[name] = replace(info, beat_at=self._now(now))
+            if info is None:
+                return False
+            self._workers[name] = replace(info, beat_at=self._now(now))
+            return True
 
     async def deregister_worker(self, name: str) -> None:
         with self._lock:

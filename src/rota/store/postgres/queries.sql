@@ -254,7 +254,8 @@ ON CONFLICT (name) DO UPDATE SET host = excluded.host, pid = excluded.pid,
     started_at = excluded.started_at, beat_at = excluded.beat_at;
 
 -- name: beat_worker
-UPDATE rota_workers SET beat_at = coalesce(%(now)s::timestamptz, now()) WHERE name = %(name)s;
+UPDATE rota_workers SET beat_at = coalesce(%(now)s::timestamptz, now()) WHERE name = %(name)s
+RETURNING name;
 
 -- name: deregister_worker
 DELETE FROM rota_workers WHERE name = %(name)s;

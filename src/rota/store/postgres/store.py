@@ -667,8 +667,8 @@ class PostgresStore:
             },
         )
 
-    async def beat_worker(self, name: str, *, now: datetime | None = None) -> None:
-        await self._fetch("beat_worker", {"now": self._now(now), "name": name})
+    async def beat_worker(self, name: str, *, now: datetime | None = None) -> bool:
+        return bool(await self._fetch("beat_worker", {"now": self._now(now), "name": name}))
 
     async def deregister_worker(self, name: str) -> None:
         await self._fetch("deregister_worker", {"name": name})
@@ -696,11 +696,14 @@ class PostgresStore:
 
     # ------------------------------------------------------------------ wake-ups
 
-    async def watch(self, on_due: Callable[[], None], *, check_every_s: float = 10.0) -> None:
-        """LISTEN for new due jobs on a dedicated connection until cancelled.
+    async def watch(
+        self, on_due: Callable[[datetime | None], None], *, check_every_s: float = 10.0
+    ) -> None:
+        """LISTEN for new jobs on a dedicated connection until cancelled.
 
-        Calls ``on_due`` for each notification, and once after every (re)connect, since jobs
-        may have arrived while nobody listened. A connection that stops answering a periodic
+        Calls ``on_due(run_at)`` for each notification (the earliest run_at of the jobs it
+        announces), and ``on_due(None)`` after every (re)connect, since jobs may have arrived
+        while nobody listened. A connection that stops answering a periodic
         probe is treated as dead (half-open TCP); reconnects back off up to 5 s with jitter.
         """
         delay = 0.1
@@ -718,15 +721,21 @@ class PostgresStore:
                 async with conn:
                     await conn.execute(f"LISTEN {_LISTEN_CHANNEL}")
                     delay = 0.1
-                    on_due()
+                    on_due(None)
                     while True:
-                        async for _ in conn.notifies(timeout=check_every_s):
-                            on_due()
+                        async for notice in conn.notifies(timeout=check_every_s):
+                            on_due(_due_at(notice.payload))
                         await asyncio.wait_for(conn.execute("SELECT 1"), timeout=check_every_s)
             except (psycopg.Error, OSError, TimeoutError) as error:
                 log.warning("listener connection lost, reconnecting: %s", error)
                 await asyncio.sleep(delay * (0.5 + random.random()))
                 delay = min(delay * 2, 5.0)
+
+
+def _due_at(payload: str) -> datetime | None:
+    """The run_at announced by a notification ("<queue> <epoch us>"); None if unreadable."""
+    _, _, micros = payload.rpartition(" ")
+    return _micros(int(micros)) if micros.isdigit() else None
 
 
 def _where(

@@ -72,13 +72,15 @@ CREATE TABLE rota_workers (
     beat_at      timestamptz NOT NULL
 );
 
--- Wake sleeping workers when jobs become due now: one notification per queue per statement,
--- sent on commit (a rolled-back enqueue wakes no one). Workers treat it as a hint and poll too.
+-- Wake sleeping workers when jobs are inserted: one notification per queue per statement,
+-- "<queue> <earliest run_at in epoch microseconds>", sent on commit (a rolled-back enqueue
+-- wakes no one), so a worker can also arm a timer for a job due later. A hint only: workers
+-- poll as well.
 CREATE FUNCTION rota_notify_due() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM pg_notify('rota_jobs', d.queue)
-    FROM (SELECT DISTINCT queue FROM rota_new_jobs
-          WHERE state = 'pending' AND run_at <= now()) AS d;
+    PERFORM pg_notify('rota_jobs', d.queue || ' ' || d.due_us)
+    FROM (SELECT queue, (extract(epoch FROM min(run_at)) * 1000000)::bigint AS due_us
+          FROM rota_new_jobs WHERE state = 'pending' GROUP BY queue) AS d;
     RETURN NULL;
 END
 $$;

@@ -1,0 +1,384 @@
+"""App: the one object application code holds: kinds, enqueueing, and running workers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future
+from datetime import datetime, timedelta
+from types import TracebackType
+from typing import Any, Protocol, TypeVar, cast
+from urllib.parse import urlsplit
+
+from rota.client import Client, KindDefaults, job_spec
+from rota.domain.clock import Clock
+from rota.domain.errors import InvalidInput, MigrationsPending
+from rota.domain.job import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, EnqueueResult, Job, JobSpec
+from rota.domain.retry import RetryPolicy
+from rota.observability.metrics import Metrics
+from rota.runtime.registry import Handler, Registry
+from rota.runtime.services import Service
+from rota.runtime.worker import Worker, WorkerSettings
+from rota.store import JobFilter, Page, Store, open_store, redact_url
+
+H = TypeVar("H", bound=Handler)
+
+#: How long a worker sleeps between claims when nothing wakes it, by backend: PostgreSQL
+#: wakes workers with NOTIFY; SQLite can only be polled by other processes.
+POLL_BY_SCHEME = {"memory": 1.0, "sqlite": 0.25, "postgresql": 2.0, "postgres": 2.0}
+
+
+class App:
+    """Define kinds with ``@app.job``, enqueue with ``await app.enqueue``, run workers with
+    ``await app.run_worker()``. Usable as ``async with App(url) as app: ...``.
+
+    The store opens on first use. Schema migrations are applied automatically for memory and
+    SQLite; on PostgreSQL run ``rota migrate`` (or pass ``auto_migrate=True``), and the App
+    refuses to start on an outdated schema with MigrationsPending.
+    """
+
+    def __init__(
+        self,
+        database_url: str | None = None,
+        *,
+        store: Store | None = None,
+        clock: Clock | None = None,
+        auto_migrate: bool | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:
+        if database_url is None and store is None:
+            raise InvalidInput("give App a database URL (e.g. sqlite:///rota.db) or a store")
+        self.database_url = database_url or "memory://"
+        self.registry = Registry()
+        self.metrics = metrics or Metrics()
+        self._clock = clock
+        self._store = store
+        self._auto_migrate = auto_migrate
+        self._open_lock: asyncio.Lock | None = None
+        self._client: Client | None = None
+        self._bridge: _SyncBridge | None = None
+        self._services: list[Callable[[Store, Worker], Service]] = []
+
+    # ------------------------------------------------------------------ definition
+
+    def job(
+        self,
+        kind: str,
+        *,
+        queue: str = DEFAULT_QUEUE,
+        priority: int = 0,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        timeout: timedelta | float | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> Callable[[H], H]:
+        """Register the decorated ``async def`` or plain ``def`` handler ``(ctx, payload)``."""
+
+        def register(handler: H) -> H:
+            self.registry.register(
+                kind,
+                handler,
+                queue=queue,
+                priority=priority,
+                max_attempts=max_attempts,
+                timeout=timeout,
+                retry=retry,
+            )
+            return handler
+
+        return register
+
+    def add_service(self, factory: Callable[[Store, Worker], Service]) -> None:
+        """Run an extra background service in every worker this App starts."""
+        self._services.append(factory)
+
+    def with_database(self, database_url: str) -> App:
+        """Point this App at another database (before it opens); returns self."""
+        if self._store is not None:
+            raise InvalidInput("the App's store is already open")
+        self.database_url = database_url
+        return self
+
+    # ------------------------------------------------------------------ store lifecycle
+
+    @property
+    def scheme(self) -> str:
+        return urlsplit(self.database_url).scheme.lower()
+
+    async def open(self) -> Store:
+        """The App's store, opened (and migrated where automatic) on first call."""
+        if self._store is not None and self._open_lock is not None:
+            return self._store
+        if self._open_lock is None:
+            self._open_lock = asyncio.Lock()
+        async with self._open_lock:
+            if self._store is None:
+                self._store = open_store(self.database_url, clock=self._clock)
+            auto = self._auto_migrate
+            if auto is None:
+                auto = self.scheme in ("memory", "sqlite")
+            if auto:
+                await self._store.migrate()
+            else:
+                pending = await self._store.pending_migrations()
+                if pending:
+                    raise MigrationsPending(
+                        f"the database at {redact_url(self.database_url)} needs migrations "
+                        f"{', '.join(pending)}: run `rota migrate`"
+                    )
+        return self._store
+
+    async def close(self) -> None:
+        if self._bridge is not None:
+            self._bridge.close()
+            self._bridge = None
+        if self._store is not None:
+            await self._store.close()
+
+    async def __aenter__(self) -> App:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            raise InvalidInput(
+                "the App is not open yet: use `async with app` or `await app.open()`"
+            )
+        return self._store
+
+    @property
+    def client(self) -> Client:
+        """The enqueue/query use cases bound to this App's store and kinds."""
+        if self._client is None or self._client.store is not self.store:
+            self._client = Client(self.store, defaults=self._defaults)
+        return self._client
+
+    def _defaults(self, kind: str) -> KindDefaults | None:
+        config = self.registry.get(kind)
+        if config is None:
+            return None
+        return KindDefaults(
+            queue=config.queue,
+            priority=config.priority,
+            max_attempts=config.max_attempts,
+            timeout=config.timeout,
+        )
+
+    # ------------------------------------------------------------------ enqueue and query
+
+    def spec(self, kind: str, payload: Any = None, **options: Any) -> JobSpec:
+        """A validated JobSpec with this App's defaults for ``kind``, for ``enqueue_many``."""
+        return job_spec(kind, payload, defaults=self._defaults(kind), **options)
+
+    async def enqueue(
+        self,
+        kind: str,
+        payload: Any = None,
+        *,
+        delay: timedelta | float | None = None,
+        run_at: datetime | None = None,
+        priority: int | None = None,
+        queue: str | None = None,
+        tenant: str | None = None,
+        unique_key: str | None = None,
+        max_attempts: int | None = None,
+        timeout: timedelta | float | None = None,  # noqa: ASYNC109 (the job's timeout, not ours)
+        connection: Any = None,
+    ) -> EnqueueResult:
+        """Enqueue one job; returns it and whether an active job already held ``unique_key``.
+
+        With ``connection`` (a psycopg AsyncConnection on the same PostgreSQL database) the job
+        is written inside that connection's transaction: it exists only if that commits.
+        Raises InvalidJob naming the field for bad input; nothing is written then.
+        """
+        spec = self.spec(
+            kind,
+            payload,
+            delay=delay,
+            run_at=run_at,
+            priority=priority,
+            queue=queue,
+            tenant=tenant,
+            unique_key=unique_key,
+            max_attempts=max_attempts,
+            timeout=timeout,
+        )
+        store = await self.open()
+        if connection is not None:
+            [result] = await _transactional(store).enqueue_on(connection, [spec])
+            return result
+        [result] = await store.enqueue([spec])
+        return result
+
+    async def enqueue_many(
+        self, specs: Iterable[JobSpec], *, connection: Any = None
+    ) -> list[EnqueueResult]:
+        """Enqueue many jobs atomically (one round trip where the backend allows)."""
+        batch = list(specs)
+        store = await self.open()
+        if connection is not None:
+            return await _transactional(store).enqueue_on(connection, batch)
+        return await store.enqueue(batch)
+
+    def enqueue_sync(
+        self, kind: str, payload: Any = None, *, connection: Any = None, **options: Any
+    ) -> EnqueueResult:
+        """``enqueue`` for synchronous code (Django, Flask). With ``connection`` (a sync psycopg
+        Connection) the job joins that connection's transaction."""
+        if connection is not None:
+            spec = self.spec(kind, payload, **options)
+            store = self._store or open_store(self.database_url, clock=self._clock)
+            self._store = store
+            [joined] = _transactional(store).enqueue_on_sync(connection, [spec])
+            return joined
+        if self._bridge is None:
+            self._bridge = _SyncBridge(self)
+        result: EnqueueResult = self._bridge.call(self._enqueue_on_bridge(kind, payload, options))
+        return result
+
+    async def _enqueue_on_bridge(
+        self, kind: str, payload: Any, options: dict[str, Any]
+    ) -> EnqueueResult:
+        assert self._bridge is not None
+        store = await self._bridge.store()
+        [result] = await store.enqueue([self.spec(kind, payload, **options)])
+        return result
+
+    async def get(self, job_id: int) -> Job:
+        await self.open()
+        return await self.client.get(job_id)
+
+    async def list_jobs(
+        self, filter: JobFilter | None = None, *, cursor: str | None = None, limit: int = 50
+    ) -> Page:
+        await self.open()
+        return await self.client.list_jobs(filter, cursor=cursor, limit=limit)
+
+    async def retry(self, job_id: int, *, max_attempts: int | None = None) -> Job:
+        await self.open()
+        return await self.client.retry(job_id, max_attempts=max_attempts)
+
+    async def cancel(self, job_id: int) -> Job:
+        await self.open()
+        return await self.client.cancel(job_id)
+
+    # ------------------------------------------------------------------ workers
+
+    def worker(self, settings: WorkerSettings | None = None, **options: Any) -> Worker:
+        """A Worker for this App's kinds (the App must be open). ``options`` are
+        WorkerSettings fields, with durations accepted as seconds."""
+        settings = settings or _settings(options, default_poll=POLL_BY_SCHEME.get(self.scheme))
+        worker = Worker(
+            self.store, self.registry, settings, clock=self._clock, metrics=self.metrics
+        )
+        for factory in self._services:
+            worker.add_service(factory(self.store, worker))
+        return worker
+
+    async def run_worker(
+        self,
+        settings: WorkerSettings | None = None,
+        *,
+        handle_signals: bool = False,
+        ready: Callable[[Worker], None] | None = None,
+        **options: Any,
+    ) -> None:
+        """Run a worker until it is stopped (SIGTERM/SIGINT when ``handle_signals``: the first
+        stops gracefully, the second at once)."""
+        await self.open()
+        worker = self.worker(settings, **options)
+        loop = asyncio.get_running_loop()
+        installed: list[signal.Signals] = []
+        if handle_signals:
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                with contextlib.suppress(NotImplementedError, RuntimeError):
+                    loop.add_signal_handler(signum, worker.request_stop)
+                    installed.append(signum)
+        if ready is not None:
+            ready(worker)
+        try:
+            await worker.run()
+        finally:
+            for signum in installed:
+                loop.remove_signal_handler(signum)
+
+
+def _settings(options: dict[str, Any], *, default_poll: float | None) -> WorkerSettings:
+    durations = ("lease", "heartbeat", "poll", "rescue", "shutdown_timeout")
+    values: dict[str, Any] = {}
+    for key, value in options.items():
+        if value is None:
+            continue
+        if key in durations and not isinstance(value, timedelta):
+            value = timedelta(seconds=float(value))
+        values[key] = value
+    if "poll" not in values and default_poll is not None:
+        values["poll"] = timedelta(seconds=default_poll)
+    try:
+        return WorkerSettings(**values)
+    except TypeError as error:
+        raise InvalidInput(f"unknown worker setting: {error}") from None
+
+
+class _TransactionalStore(Protocol):
+    async def enqueue_on(
+        self, connection: Any, specs: Sequence[JobSpec]
+    ) -> list[EnqueueResult]: ...
+
+    def enqueue_on_sync(self, connection: Any, specs: Sequence[JobSpec]) -> list[EnqueueResult]: ...
+
+
+def _transactional(store: Store) -> _TransactionalStore:
+    if not hasattr(store, "enqueue_on"):
+        raise InvalidInput("enqueueing on your own connection needs a PostgreSQL database")
+    return cast(_TransactionalStore, store)
+
+
+class _SyncBridge:
+    """An event loop on a daemon thread, for ``enqueue_sync`` from code with no loop running.
+
+    PostgreSQL pools belong to the loop that opened them, so the bridge opens a store of its
+    own; memory and SQLite stores are shared, being safe across threads.
+    """
+
+    def __init__(self, app: App) -> None:
+        self._app = app
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="rota-sync-bridge", daemon=True
+        )
+        self._thread.start()
+        self._store: Store | None = None
+
+    async def store(self) -> Store:
+        if self._store is None:
+            app = self._app
+            if app.scheme in ("postgresql", "postgres"):
+                self._store = open_store(app.database_url, clock=app._clock)
+            else:
+                self._store = app._store or await app.open()
+        return self._store
+
+    def call(self, coro: Any) -> Any:
+        future: Future[Any] = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        return future.result()
+
+    def close(self) -> None:
+        if self._store is not None and self._store is not self._app._store:
+            with contextlib.suppress(Exception):
+                self.call(self._store.close())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
+        if not self._thread.is_alive():
+            self._loop.close()

@@ -1,0 +1,1 @@
+"""The worker process: claim, execute, heartbeat, rescue, fire schedules, stop gracefully."""

@@ -1,0 +1,58 @@
+"""Completer: successful completions batched into one fenced statement per round trip."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from rota.domain.lease import Lease
+from rota.store.base import Store
+
+
+class Completer:
+    """Collects leases of succeeded jobs and completes them with ``complete_many``.
+
+    The first completion is sent at once; those that arrive while a batch is in flight ride
+    the next one, so batches grow exactly when the store is the bottleneck. Every row is still
+    fenced on its own token; each caller learns whether its lease was accepted.
+    """
+
+    def __init__(self, store: Store, *, max_batch: int = 500) -> None:
+        self._store = store
+        self._max_batch = max_batch
+        self._waiting: list[tuple[Lease, asyncio.Future[bool]]] = []
+        self._flusher: asyncio.Task[None] | None = None
+
+    async def complete(self, lease: Lease) -> bool:
+        """True if the job is now succeeded, False if the lease was lost (fenced out)."""
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._waiting.append((lease, future))
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush(), name="rota-completer")
+        return await future
+
+    async def _flush(self) -> None:
+        # Let every job finishing in this turn of the loop join the first batch.
+        await asyncio.sleep(0)
+        while self._waiting:
+            batch = self._waiting[: self._max_batch]
+            del self._waiting[: self._max_batch]
+            try:
+                lost = await self._store.complete_many([lease for lease, _ in batch])
+            except asyncio.CancelledError:
+                for _, future in batch:
+                    future.cancel()
+                raise
+            except Exception as error:  # every waiter gets the error and decides what to do
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(error)
+                continue
+            _settle(batch, lost)
+
+
+def _settle(batch: Sequence[tuple[Lease, asyncio.Future[bool]]], lost: Sequence[Lease]) -> None:
+    rejected = {(lease.job_id, lease.token) for lease in lost}
+    for lease, future in batch:
+        if not future.done():
+            future.set_result((lease.job_id, lease.token) not in rejected)

@@ -1,0 +1,274 @@
+"""Executor: runs one claimed job and reports its outcome, fenced on its lease.
+
+Outcomes: success -> complete (batched); ``Snooze`` -> pending later, attempt given back;
+``Permanent`` or an unknown kind -> dead; a timeout or any other exception -> retry with the
+kind's backoff (dead when attempts are used up). A job whose lease is lost, or that was
+cancelled, reports nothing: its result is discarded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import logging
+import traceback as tb
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import timedelta
+from enum import Enum
+from typing import Any
+
+from rota.domain.clock import Clock
+from rota.domain.errors import LeaseLost, Permanent, Snooze, StoreUnavailable
+from rota.domain.job import Job, Outcome
+from rota.domain.lease import Lease
+from rota.domain.retry import RetryPolicy
+from rota.observability.logging import job_context
+from rota.observability.metrics import Metrics
+from rota.runtime.completions import Completer
+from rota.runtime.context import JobContext
+from rota.runtime.registry import Registry
+from rota.store.base import Store
+
+log = logging.getLogger("rota.worker")
+
+DEFAULT_RETRY = RetryPolicy()
+
+
+class Stop(Enum):
+    """Why a running job's task was cancelled from outside."""
+
+    LEASE_LOST = "lease lost"  #: heartbeat fenced out, cancelled, or local lease deadline passed
+    RELEASE = "release"  #: graceful shutdown past its grace period: hand the job back
+    ABANDON = "abandon"  #: immediate stop: report nothing, the lease will expire
+
+
+@dataclass(slots=True)
+class Execution:
+    """A job this worker holds: its task, context and local lease deadline."""
+
+    job: Job
+    ctx: JobContext
+    #: Monotonic instant after which another worker may already have claimed the job.
+    deadline: float
+    task: asyncio.Task[None] | None = None
+    stop: Stop | None = None
+    started: float = 0.0
+    finished: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def lease(self) -> Lease:
+        return self.job.lease
+
+    def interrupt(self, why: Stop) -> None:
+        """Cancel the handler for ``why`` (the first reason wins)."""
+        if self.stop is None:
+            self.stop = why
+        self.ctx.cancelled.set()
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+
+
+class Executor:
+    """Runs claimed jobs for one worker."""
+
+    def __init__(
+        self,
+        store: Store,
+        registry: Registry,
+        *,
+        worker: str,
+        clock: Clock,
+        metrics: Metrics,
+        threads: ThreadPoolExecutor,
+        completer: Completer,
+    ) -> None:
+        self._store = store
+        self._registry = registry
+        self._worker = worker
+        self._clock = clock
+        self._metrics = metrics
+        self._threads = threads
+        self._completer = completer
+
+    async def run(self, execution: Execution) -> None:
+        """Execute and report; never raises (except cancellation of the worker itself)."""
+        job = execution.job
+        with job_context(job.id, job.kind, job.attempt, self._worker):
+            try:
+                await self._run(execution)
+            except asyncio.CancelledError:
+                await self._on_interrupted(execution)
+            except Exception:  # a bug of ours must not kill the worker: log it loudly
+                log.exception("internal error while running job %s", job.id)
+            finally:
+                execution.finished.set()
+
+    async def _run(self, execution: Execution) -> None:
+        job = execution.job
+        config = self._registry.get(job.kind)
+        if config is None:
+            log.error("no handler for kind %r: the job is dead", job.kind)
+            await self._report_failure(
+                execution,
+                f"no handler registered for kind {job.kind!r} on worker {self._worker}",
+                None,
+                permanent=True,
+                retry=DEFAULT_RETRY,
+            )
+            return
+        self._metrics.schedule_lag.labels(job.kind).observe(
+            max(0.0, ((job.started_at or job.run_at) - job.run_at).total_seconds())
+        )
+        timeout = job.timeout or config.timeout
+        running = self._metrics.running.labels(job.kind)
+        running.inc()
+        execution.started = self._clock.monotonic()
+        outcome = Outcome.SUCCEEDED
+        try:
+            call = _call_async if config.is_async else self._call_sync
+            await _with_timeout(call(config.handler, execution.ctx, job.payload), timeout)
+        except Snooze as snooze:
+            outcome = Outcome.SNOOZED
+            delay = snooze.delay
+            await self._report(execution, lambda: self._store.snooze(execution.lease, delay))
+        except Permanent as error:
+            outcome = Outcome.FAILED
+            await self._report_failure(
+                execution, _describe(error), _trace(error), permanent=True, retry=config.retry
+            )
+        except _HandlerTimeout:
+            outcome = Outcome.FAILED
+            execution.ctx.cancelled.set()
+            seconds = timeout.total_seconds() if timeout else 0
+            await self._report_failure(
+                execution,
+                f"timed out after {seconds:g}s",
+                None,
+                permanent=False,
+                retry=config.retry,
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            outcome = Outcome.FAILED
+            await self._report_failure(
+                execution, _describe(error), _trace(error), permanent=False, retry=config.retry
+            )
+        else:
+            await self._complete(execution)
+        finally:
+            running.dec()
+            self._metrics.job_duration.labels(job.kind, outcome.value).observe(
+                max(0.0, self._clock.monotonic() - execution.started)
+            )
+
+    async def _call_sync(self, handler: Callable[..., Any], ctx: JobContext, payload: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        # Carry the job's logging context into the thread.
+        context = contextvars.copy_context()
+        return await loop.run_in_executor(
+            self._threads, functools.partial(context.run, handler, ctx, payload)
+        )
+
+    async def _complete(self, execution: Execution) -> None:
+        job = execution.job
+        try:
+            accepted = await self._retrying(execution, lambda: self._completer.complete(job.lease))
+        except LeaseLost:
+            accepted = False
+        if accepted:
+            self._metrics.jobs_finished.labels(job.kind, Outcome.SUCCEEDED.value).inc()
+        elif accepted is False:
+            self._lost(execution, "completion")
+
+    async def _report_failure(
+        self,
+        execution: Execution,
+        error: str,
+        trace: str | None,
+        *,
+        permanent: bool,
+        retry: RetryPolicy,
+    ) -> None:
+        job = execution.job
+        delay = retry.delay(job.attempt)
+        await self._report(
+            execution,
+            lambda: self._store.fail(
+                job.lease, error=error, traceback=trace, retry_in=delay, permanent=permanent
+            ),
+        )
+        self._metrics.jobs_finished.labels(job.kind, Outcome.FAILED.value).inc()
+        if permanent or job.attempt >= job.max_attempts:
+            log.warning("job failed for good (dead): %s", error)
+        else:
+            log.info("job failed, retrying in %.1fs: %s", delay.total_seconds(), error)
+
+    async def _report(self, execution: Execution, write: Callable[[], Awaitable[Any]]) -> None:
+        try:
+            await self._retrying(execution, write)
+        except LeaseLost:
+            self._lost(execution, "report")
+
+    async def _retrying(self, execution: Execution, write: Callable[[], Awaitable[Any]]) -> Any:
+        """Run a fenced write, retrying while the store is unreachable and the lease may still
+        be ours; past the local lease deadline the job will be re-run elsewhere anyway."""
+        delay = 0.05
+        while True:
+            try:
+                return await write()
+            except StoreUnavailable as error:
+                if self._clock.monotonic() + delay >= execution.deadline:
+                    log.warning("could not report the outcome before the lease ran out: %s", error)
+                    return None
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    def _lost(self, execution: Execution, during: str) -> None:
+        self._metrics.leases_lost.labels(execution.job.kind).inc()
+        log.warning("lease lost before %s: result discarded (job re-claimed or cancelled)", during)
+
+    async def _on_interrupted(self, execution: Execution) -> None:
+        """The task was cancelled: report according to why, never as a handler failure."""
+        why = execution.stop
+        if why is Stop.LEASE_LOST:
+            self._lost(execution, "the handler finished")
+        elif why is Stop.RELEASE:
+            try:
+                await self._retrying(execution, lambda: self._store.release(execution.lease))
+                log.info("released at shutdown; the attempt is given back")
+            except LeaseLost:
+                self._lost(execution, "release")
+        # ABANDON, or the whole worker being torn down: report nothing; the lease expires.
+
+
+class _HandlerTimeout(Exception):
+    """The handler ran past its timeout (kept apart from TimeoutErrors the handler raises)."""
+
+
+async def _with_timeout(awaitable: Awaitable[Any], limit: timedelta | None) -> Any:
+    if limit is None:
+        return await awaitable
+    try:
+        async with asyncio.timeout(limit.total_seconds()) as scope:
+            return await awaitable
+    except TimeoutError:
+        if scope.expired():
+            raise _HandlerTimeout from None
+        raise  # the handler's own TimeoutError: an ordinary failure
+
+
+async def _call_async(handler: Callable[..., Any], ctx: JobContext, payload: Any) -> Any:
+    return await handler(ctx, payload)
+
+
+def _describe(error: BaseException) -> str:
+    text = str(error)
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def _trace(error: BaseException) -> str:
+    return "".join(tb.format_exception(error))

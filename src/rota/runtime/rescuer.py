@@ -1,0 +1,36 @@
+"""Rescuer: expired leases become pending again, or dead on their last attempt."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from rota.store.base import RescueResult, Store
+
+log = logging.getLogger("rota.worker")
+
+
+class Rescuer:
+    """Any number of workers may run one: the store fences each rewrite on the token it saw."""
+
+    name = "rescuer"
+
+    def __init__(self, store: Store, *, interval: timedelta, batch: int = 1000) -> None:
+        self._store = store
+        self._interval_s = interval.total_seconds()
+        self._batch = batch
+
+    def interval_s(self) -> float:
+        return self._interval_s
+
+    async def tick(self) -> RescueResult:
+        result = await self._store.rescue(limit=self._batch)
+        if result.dead:
+            log.warning(
+                "%d job(s) dead: lease expired on the last attempt (ids %s)",
+                len(result.dead),
+                ", ".join(map(str, result.dead[:20])),
+            )
+        if result.requeued:
+            log.info("%d expired lease(s) returned to pending", len(result.requeued))
+        return result

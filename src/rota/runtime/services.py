@@ -1,0 +1,83 @@
+"""Background services: each loop is an interval and a ``tick()`` that tests call directly."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from typing import Protocol
+
+from rota.domain.clock import Clock
+
+log = logging.getLogger("rota.worker")
+
+
+class Service(Protocol):
+    """A periodic job of the worker process (heartbeats, rescue, schedules, registry)."""
+
+    name: str
+
+    def interval_s(self) -> float:
+        """Seconds to wait after a tick before the next one."""
+        ...
+
+    async def tick(self) -> object:
+        """Do one round of work. Exceptions are logged and the loop goes on."""
+        ...
+
+
+class ErrorLog:
+    """Logs a failing loop's errors at most once per ``every_s`` (an outage is one story,
+    not one line per tick per worker)."""
+
+    def __init__(self, clock: Clock, every_s: float = 10.0) -> None:
+        self._clock = clock
+        self._every_s = every_s
+        self._last = -1e18
+        self._suppressed = 0
+
+    def error(self, message: str, *args: object) -> None:
+        now = self._clock.monotonic()
+        if now - self._last >= self._every_s:
+            extra = f" ({self._suppressed} similar messages suppressed)" if self._suppressed else ""
+            log.warning(message + extra, *args)
+            self._last = now
+            self._suppressed = 0
+        else:
+            self._suppressed += 1
+
+    def recovered(self, what: str) -> None:
+        if self._last > -1e18:
+            log.info("%s recovered", what)
+        self._last = -1e18
+        self._suppressed = 0
+
+
+async def run_service(service: Service, stop: asyncio.Event, clock: Clock) -> None:
+    """Tick ``service`` every interval until ``stop`` is set; errors back off with jitter."""
+    errors = ErrorLog(clock)
+    failures = 0
+    while not stop.is_set():
+        try:
+            await service.tick()
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # a loop must survive anything its tick raises
+            failures += 1
+            errors.error("%s failed: %s", service.name, error)
+            wait = min(10.0, 0.2 * 2 ** min(failures, 6)) * (0.5 + random.random())
+        else:
+            if failures:
+                errors.recovered(service.name)
+            failures = 0
+            wait = service.interval_s()
+        await wait_or_stop(stop, wait)
+
+
+async def wait_or_stop(stop: asyncio.Event, seconds: float) -> None:
+    """Wait ``seconds`` or until ``stop`` is set, whichever comes first."""
+    if seconds <= 0 or stop.is_set():
+        return
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), timeout=seconds)

@@ -1,0 +1,495 @@
+"""Worker: the claim loop, bounded concurrency, heartbeats, and a graceful stop.
+
+One asyncio loop runs: the claim loop (claims sized to free slots, woken by the store or a
+short poll), one task per held job, and the background services (heartbeat, rescuer,
+registry, and any extra such as the schedule firer), each a ``tick()`` tests call directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import socket
+import uuid
+from collections.abc import Awaitable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from rota.domain.clock import Clock, SystemClock
+from rota.domain.errors import InvalidInput
+from rota.domain.job import Job, validate_name
+from rota.observability.logging import current_worker
+from rota.observability.metrics import Metrics
+from rota.runtime.completions import Completer
+from rota.runtime.context import JobContext
+from rota.runtime.executor import Execution, Executor, Stop
+from rota.runtime.registry import Registry
+from rota.runtime.rescuer import Rescuer
+from rota.runtime.services import ErrorLog, Service, run_service, wait_or_stop
+from rota.store.base import Store, WorkerInfo
+
+log = logging.getLogger("rota.worker")
+
+
+def default_worker_name() -> str:
+    """host:pid:random, unique even when a pid is reused."""
+    host = "".join(c if c.isalnum() or c in "-." else "-" for c in socket.gethostname())
+    return f"{host or 'host'}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSettings:
+    """How a worker behaves. Durations are timedeltas; the defaults suit most deployments."""
+
+    name: str | None = None
+    #: Queues to claim from; None means the queues of the registered kinds.
+    queues: Sequence[str] | None = None
+    concurrency: int = 10
+    lease: timedelta = timedelta(seconds=30)
+    heartbeat: timedelta = timedelta(seconds=10)
+    #: Longest sleep between claims when nothing wakes the worker.
+    poll: timedelta = timedelta(seconds=1)
+    rescue: timedelta = timedelta(seconds=5)
+    shutdown_timeout: timedelta = timedelta(seconds=30)
+    #: Most jobs one claim may take (it never takes more than the free slots).
+    claim_batch: int = 100
+
+    def validated(self) -> WorkerSettings:
+        """Self, or InvalidInput naming the setting that cannot work."""
+        if not 1 <= self.concurrency <= 10_000:
+            raise InvalidInput("concurrency must be between 1 and 10000")
+        if self.heartbeat <= timedelta(0) or self.lease <= timedelta(0):
+            raise InvalidInput("lease and heartbeat must be positive")
+        if self.lease < 2 * self.heartbeat:
+            raise InvalidInput(
+                "the lease must be at least twice the heartbeat interval, so one late "
+                "heartbeat does not lose it"
+            )
+        if self.poll <= timedelta(0) or self.rescue <= timedelta(0):
+            raise InvalidInput("poll and rescue intervals must be positive")
+        if self.shutdown_timeout < timedelta(0):
+            raise InvalidInput("shutdown timeout must not be negative")
+        if not 1 <= self.claim_batch <= 10_000:
+            raise InvalidInput("claim batch must be between 1 and 10000")
+        for queue in self.queues or ():
+            try:
+                validate_name("queue", queue)
+            except InvalidInput as error:
+                raise InvalidInput(f"bad queue name {queue!r}: {error}") from None
+        return self
+
+
+class Worker:
+    """Claims and executes jobs until stopped. See the module docstring."""
+
+    def __init__(
+        self,
+        store: Store,
+        registry: Registry,
+        settings: WorkerSettings | None = None,
+        *,
+        clock: Clock | None = None,
+        metrics: Metrics | None = None,
+        services: Sequence[Service] = (),
+    ) -> None:
+        self.settings = (settings or WorkerSettings()).validated()
+        self.name = self.settings.name or default_worker_name()
+        self.queues = list(self.settings.queues or registry.queues())
+        self._store = store
+        self._registry = registry
+        self._clock = clock or SystemClock()
+        self.metrics = metrics or Metrics()
+        self._held: dict[int, Execution] = {}
+        self._threads = ThreadPoolExecutor(
+            max_workers=self.settings.concurrency, thread_name_prefix="rota-job"
+        )
+        self._completer = Completer(store)
+        self._executor = Executor(
+            store,
+            registry,
+            worker=self.name,
+            clock=self._clock,
+            metrics=self.metrics,
+            threads=self._threads,
+            completer=self._completer,
+        )
+        self.heartbeater = Heartbeater(self)
+        self.rescuer = Rescuer(store, interval=self.settings.rescue)
+        self.registration = Registration(self)
+        self._services: list[Service] = [
+            self.heartbeater,
+            self.rescuer,
+            self.registration,
+            *services,
+        ]
+        # asyncio events bind to a loop only when first awaited, so they can be made here.
+        self._wake = asyncio.Event()
+        self._slot_freed = asyncio.Event()
+        self._stop_claiming = asyncio.Event()
+        self._stopped_services = asyncio.Event()
+        self._aborted = asyncio.Event()
+        self.idle = asyncio.Event()
+        self._wake_timer: asyncio.TimerHandle | None = None
+        self._wake_at: float | None = None
+
+    # ------------------------------------------------------------------ public surface
+
+    @property
+    def held(self) -> list[Job]:
+        """The jobs this worker is executing now."""
+        return [execution.job for execution in self._held.values()]
+
+    def add_service(self, service: Service) -> None:
+        """Run ``service`` alongside the worker's own (call before ``run``)."""
+        self._services.append(service)
+
+    def free_slots(self) -> int:
+        return self.settings.concurrency - len(self._held)
+
+    def request_stop(self) -> None:
+        """Stop claiming; running jobs get the shutdown timeout to finish, then are released.
+        A second call stops at once: jobs are abandoned and their leases simply expire."""
+        if self._stop_claiming.is_set():
+            self._aborted.set()
+            log.warning("stopping now: running jobs are abandoned; their leases will expire")
+            for execution in list(self._held.values()):
+                execution.interrupt(Stop.ABANDON)
+        else:
+            log.info("stopping: no new claims; waiting for %d running job(s)", len(self._held))
+            self._stop_claiming.set()
+        self.wake()
+
+    def wake(self, due_at: datetime | None = None) -> None:
+        """Claim soon: now, or when ``due_at`` (store time) comes. Safe from any thread."""
+        loop = self._loop
+        if loop is None:
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            self._wake_soon(due_at)
+        else:
+            loop.call_soon_threadsafe(self._wake_soon, due_at)
+
+    async def run(self) -> None:
+        """Run until ``request_stop()``; returns after a graceful (or immediate) stop."""
+        self._bind_loop()
+        current_worker.set(self.name)
+        await self.registration.register()
+        log.info(
+            "worker %s started: queues %s, concurrency %d, kinds %s",
+            self.name,
+            ",".join(self.queues),
+            self.settings.concurrency,
+            ",".join(self._registry.kinds()) or "(none)",
+        )
+        watch_task = asyncio.create_task(self._watch(), name="rota-watch")
+        await asyncio.sleep(0)  # let the watcher subscribe before the first claim
+        service_tasks = [
+            asyncio.create_task(
+                run_service(service, self._stopped_services, self._clock),
+                name=f"rota-{service.name}",
+            )
+            for service in self._services
+        ]
+        try:
+            await self._claim_loop()
+            await self._drain()
+        finally:
+            self._stopped_services.set()
+            watch_task.cancel()
+            for task in service_tasks:
+                task.cancel()
+            await asyncio.gather(watch_task, *service_tasks, return_exceptions=True)
+            await self._finish()
+
+    # ------------------------------------------------------------------ ticks
+
+    async def claim_tick(self) -> list[Job]:
+        """Claim up to the free slots (at most claim_batch) and start each job."""
+        self._bind_loop()
+        free = min(self.free_slots(), self.settings.claim_batch)
+        if free <= 0:
+            return []
+        sent = self._clock.monotonic()
+        try:
+            jobs = await self._store.claim(
+                self.name, queues=self.queues, limit=free, lease=self.settings.lease
+            )
+        except Exception:
+            self.metrics.claims.labels("error").inc()
+            raise
+        self.metrics.claims.labels("claimed" if jobs else "empty").inc()
+        deadline = sent + self._lease_margin()
+        for job in jobs:
+            self.metrics.jobs_claimed.labels(job.queue).inc()
+            self._start(job, deadline)
+        return jobs
+
+    async def run_until_idle(self, *, max_jobs: int | None = None) -> int:
+        """Claim and run due jobs until none is due; return how many were started.
+
+        For tests: with a FakeClock, jobs scheduled in the future stay put until advanced.
+        """
+        started = 0
+        while max_jobs is None or started < max_jobs:
+            jobs = await self.claim_tick()
+            started += len(jobs)
+            if not self._held:
+                if not jobs:
+                    break
+                continue
+            await asyncio.wait(
+                [execution.task for execution in self._held.values() if execution.task],
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+        await self.wait_for_running()
+        return started
+
+    async def wait_for_running(self) -> None:
+        """Wait until every held job has finished and reported."""
+        while self._held:
+            await asyncio.gather(
+                *(execution.finished.wait() for execution in list(self._held.values()))
+            )
+
+    # ------------------------------------------------------------------ internals
+
+    @property
+    def _loop(self) -> asyncio.AbstractEventLoop | None:
+        return getattr(self, "_bound_loop", None)
+
+    def _bind_loop(self) -> None:
+        if self._loop is None:
+            self._bound_loop = asyncio.get_running_loop()
+
+    def _lease_margin(self) -> float:
+        """Seconds after sending a claim or heartbeat during which the lease is surely ours:
+        the lease less a safety margin for clock rate differences and the request's own trip."""
+        lease = self.settings.lease.total_seconds()
+        return lease - min(self.settings.heartbeat.total_seconds(), lease * 0.2)
+
+    def _start(self, job: Job, deadline: float) -> None:
+        execution = Execution(job=job, ctx=JobContext(job=job, worker=self.name), deadline=deadline)
+        self._held[job.id] = execution
+        execution.task = asyncio.create_task(self._execute(execution), name=f"rota-job-{job.id}")
+
+    async def _execute(self, execution: Execution) -> None:
+        try:
+            await self._executor.run(execution)
+        finally:
+            self._held.pop(execution.job.id, None)
+            self._slot_freed.set()
+
+    def _wake_soon(self, due_at: datetime | None) -> None:
+        if due_at is None:
+            self._wake.set()
+            return
+        # A future job: arm one timer for the earliest such instant we have heard of.
+        delay = (due_at - self._clock.now()).total_seconds()
+        if delay <= 0:
+            self._wake.set()
+            return
+        at = self._clock.monotonic() + delay
+        if self._wake_at is not None and self._wake_at <= at and self._wake_timer is not None:
+            return
+        if self._wake_timer is not None:
+            self._wake_timer.cancel()
+        loop = self._loop
+        assert loop is not None
+        self._wake_at = at
+        self._wake_timer = loop.call_later(delay, self._timer_fired)
+
+    def _timer_fired(self) -> None:
+        self._wake_at = None
+        self._wake_timer = None
+        self._wake.set()
+
+    async def _watch(self) -> None:
+        watch = getattr(self._store, "watch", None)
+        if watch is None:
+            return
+        await watch(self.wake)
+
+    async def _claim_loop(self) -> None:
+        errors = ErrorLog(self._clock)
+        failures = 0
+        poll = self.settings.poll.total_seconds()
+        while not self._stop_claiming.is_set():
+            if self.free_slots() <= 0:
+                self._slot_freed.clear()
+                waiters = [self._slot_freed.wait(), self._stop_claiming.wait()]
+                await _first(waiters)
+                continue
+            # Clear before claiming: a wake-up that arrives during the claim must not be lost.
+            self._wake.clear()
+            asked = min(self.free_slots(), self.settings.claim_batch)
+            try:
+                jobs = await self.claim_tick()
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:
+                failures += 1
+                errors.error("claim failed: %s", error)
+                backoff = min(10.0, 0.1 * 2 ** min(failures, 7)) * (0.5 + random.random())
+                await wait_or_stop(self._stop_claiming, backoff)
+                continue
+            if failures:
+                errors.recovered("claiming")
+                failures = 0
+            if len(jobs) < asked:
+                # Nothing more is due: sleep until woken or the poll interval passes.
+                self.idle.set()
+                await _first([self._wake.wait(), self._stop_claiming.wait()], within_s=poll)
+                self.idle.clear()
+
+    async def _drain(self) -> None:
+        """Let running jobs finish within the shutdown timeout, then release the rest."""
+        tasks = [execution.task for execution in self._held.values() if execution.task]
+        if tasks and not self._aborted.is_set():
+            abort: asyncio.Task[object] = asyncio.create_task(self._aborted.wait())
+            pending: set[asyncio.Task[object]] = set(tasks)
+            # The grace period is a local wait on the event loop's clock, like any timeout.
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self.settings.shutdown_timeout.total_seconds()
+            while pending and not abort.done():
+                left = deadline - loop.time()
+                if left <= 0:
+                    break
+                _, pending = await asyncio.wait(
+                    [*pending, abort], timeout=left, return_when=asyncio.FIRST_COMPLETED
+                )
+                pending.discard(abort)
+            abort.cancel()
+        remaining = list(self._held.values())
+        aborted = self._aborted.is_set()
+        if remaining and not aborted:
+            log.info("shutdown timeout: releasing %d job(s) for other workers", len(remaining))
+        for execution in remaining:
+            execution.interrupt(Stop.ABANDON if aborted else Stop.RELEASE)
+        await asyncio.gather(
+            *(execution.task for execution in remaining if execution.task),
+            return_exceptions=True,
+        )
+
+    async def _finish(self) -> None:
+        self._threads.shutdown(wait=False, cancel_futures=True)
+        if self._wake_timer is not None:
+            self._wake_timer.cancel()
+        try:
+            await self._store.deregister_worker(self.name)
+        except Exception as error:  # the row will be pruned as stale; nothing to lose
+            log.warning("could not deregister worker: %s", error)
+        log.info("worker %s stopped", self.name)
+
+
+async def _first(waiters: Sequence[Awaitable[object]], within_s: float | None = None) -> None:
+    """Wait for the first of ``waiters`` or ``within_s`` seconds; cancel the rest."""
+    tasks = [asyncio.ensure_future(waiter) for waiter in waiters]
+    try:
+        await asyncio.wait(tasks, timeout=within_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+class Heartbeater:
+    """Renews every held lease in one statement per interval; stops handlers that lost theirs.
+
+    A lease counts as lost when the store says so, and also when heartbeats have failed for
+    so long that the lease may have expired: then another worker may already be running the
+    job, so ours stops (any late write would be fenced anyway).
+    """
+
+    name = "heartbeat"
+
+    def __init__(self, worker: Worker) -> None:
+        self._worker = worker
+
+    def interval_s(self) -> float:
+        return self._worker.settings.heartbeat.total_seconds()
+
+    async def tick(self) -> list[Job]:
+        """Renew all leases; return the jobs whose lease was lost."""
+        worker = self._worker
+        held = list(worker._held.values())
+        if not held:
+            return []
+        sent = worker._clock.monotonic()
+        lost_jobs: list[Job] = []
+        try:
+            lost = await asyncio.wait_for(
+                worker._store.heartbeat(
+                    [execution.lease for execution in held], lease=worker.settings.lease
+                ),
+                timeout=self.interval_s(),
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            self._expire_overdue(held)
+            raise
+        lost_ids = {lease.job_id for lease in lost}
+        for execution in held:
+            if execution.job.id in lost_ids:
+                lost_jobs.append(execution.job)
+                execution.interrupt(Stop.LEASE_LOST)
+            else:
+                execution.deadline = sent + worker._lease_margin()
+        if lost_jobs:
+            log.warning(
+                "lease lost for %d job(s) (%s): stopping their handlers",
+                len(lost_jobs),
+                ", ".join(str(job.id) for job in lost_jobs),
+            )
+        return lost_jobs
+
+    def _expire_overdue(self, held: list[Execution]) -> None:
+        now = self._worker._clock.monotonic()
+        for execution in held:
+            if execution.deadline <= now and execution.stop is None:
+                log.warning(
+                    "job %s: no successful heartbeat within its lease; stopping the handler",
+                    execution.job.id,
+                )
+                execution.interrupt(Stop.LEASE_LOST)
+
+
+class Registration:
+    """Keeps this worker's row in the registry fresh (and prunes long-silent workers)."""
+
+    name = "registry"
+    #: Workers silent this long are forgotten.
+    forget_after = timedelta(hours=1)
+
+    def __init__(self, worker: Worker) -> None:
+        self._worker = worker
+
+    def interval_s(self) -> float:
+        return self._worker.settings.heartbeat.total_seconds()
+
+    def info(self) -> WorkerInfo:
+        worker = self._worker
+        return WorkerInfo(
+            name=worker.name,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            queues=tuple(worker.queues),
+            concurrency=worker.settings.concurrency,
+        )
+
+    async def register(self) -> None:
+        await self._worker._store.register_worker(self.info())
+
+    async def tick(self) -> None:
+        store = self._worker._store
+        if not await store.beat_worker(self._worker.name):
+            await self.register()  # our row was pruned while we were silent: come back
+        if random.random() < 0.05:  # pruning is cheap but need not run on every beat
+            now = await store.now()
+            await store.prune_workers(older_than=now - self.forget_after)

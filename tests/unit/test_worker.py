@@ -1,0 +1,441 @@
+"""The worker on the in-memory store, driven by ticks and a fake clock."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from rota import App, JobContext, JobState, Permanent, RetryPolicy, Snooze, WorkerSettings
+from rota.domain.errors import StoreUnavailable
+from rota.domain.job import Outcome
+from rota.store.memory import MemoryStore
+from rota.testing import FakeClock, drain
+
+NO_JITTER = RetryPolicy(base=timedelta(seconds=10), jitter=0)
+
+
+@pytest.fixture
+async def app(clock: FakeClock) -> Any:
+    app = App("memory://", clock=clock)
+    async with app:
+        yield app
+
+
+def settings(**overrides: Any) -> WorkerSettings:
+    values: dict[str, Any] = {
+        "name": "w1",
+        "concurrency": 4,
+        "lease": timedelta(seconds=30),
+        "heartbeat": timedelta(seconds=10),
+        "shutdown_timeout": timedelta(seconds=5),
+    }
+    values.update(overrides)
+    return WorkerSettings(**values)
+
+
+async def test_async_and_sync_handlers_both_succeed(app: App) -> None:
+    seen: list[tuple[str, Any, int]] = []
+
+    @app.job("async-kind")
+    async def handle_async(ctx: JobContext, payload: Any) -> None:
+        seen.append(("async", payload, ctx.attempt))
+
+    @app.job("sync-kind")
+    def handle_sync(ctx: JobContext, payload: Any) -> None:
+        assert threading.current_thread() is not threading.main_thread()
+        seen.append(("sync", payload, ctx.attempt))
+
+    a = await app.enqueue("async-kind", {"n": 1})
+    s = await app.enqueue("sync-kind", {"n": 2})
+    assert await drain(app) == 2
+    assert sorted(seen) == [("async", {"n": 1}, 1), ("sync", {"n": 2}, 1)]
+    assert (await app.get(a.job.id)).state is JobState.SUCCEEDED
+    assert (await app.get(s.job.id)).state is JobState.SUCCEEDED
+
+
+async def test_handler_sees_its_fencing_token_and_worker(app: App) -> None:
+    tokens: list[tuple[int, str, int]] = []
+
+    @app.job("t")
+    async def handle(ctx: JobContext, payload: Any) -> None:
+        tokens.append((ctx.fencing_token, ctx.worker, ctx.job_id))
+
+    job = (await app.enqueue("t")).job
+    await drain(app)
+    [(token, worker, job_id)] = tokens
+    assert (worker, job_id) == ("rota-testing", job.id)
+    [attempt] = await app.store.attempts(job.id)
+    assert attempt.token == token
+
+
+async def test_error_retries_with_the_kinds_backoff_then_dead(app: App, clock: FakeClock) -> None:
+    @app.job("flaky", max_attempts=2, retry=NO_JITTER)
+    async def handle(ctx: JobContext, payload: Any) -> None:
+        raise RuntimeError("upstream returned 503")
+
+    job = (await app.enqueue("flaky")).job
+    await drain(app)
+    failed = await app.get(job.id)
+    assert (failed.state, failed.attempt) == (JobState.PENDING, 1)
+    assert failed.run_at == clock.now() + timedelta(seconds=10)
+    assert failed.last_error == "RuntimeError: upstream returned 503"
+    clock.advance(timedelta(seconds=10))
+    await drain(app)
+    dead = await app.get(job.id)
+    assert (dead.state, dead.attempt) == (JobState.DEAD, 2)
+    history = await app.store.attempts(job.id)
+    assert [a.outcome for a in history] == [Outcome.FAILED, Outcome.FAILED]
+    assert history[0].traceback is not None
+    assert "RuntimeError: upstream returned 503" in history[0].traceback
+
+
+async def test_permanent_error_is_dead_at_once(app: App) -> None:
+    @app.job("p", max_attempts=5)
+    def handle(ctx: JobContext, payload: Any) -> None:
+        raise Permanent("invalid email address")
+
+    job = (await app.enqueue("p")).job
+    await drain(app)
+    dead = await app.get(job.id)
+    assert (dead.state, dead.attempt, dead.last_error) == (
+        JobState.DEAD,
+        1,
+        "Permanent: invalid email address",
+    )
+
+
+async def test_snooze_runs_later_and_gives_the_attempt_back(app: App, clock: FakeClock) -> None:
+    calls: list[int] = []
+
+    @app.job("s", max_attempts=1)
+    async def handle(ctx: JobContext, payload: Any) -> None:
+        calls.append(ctx.attempt)
+        if len(calls) == 1:
+            raise Snooze(timedelta(minutes=5))
+
+    job = (await app.enqueue("s")).job
+    await drain(app)
+    snoozed = await app.get(job.id)
+    assert (snoozed.state, snoozed.attempt) == (JobState.PENDING, 0)
+    assert snoozed.run_at == clock.now() + timedelta(minutes=5)
+    clock.advance(timedelta(minutes=5))
+    await drain(app)
+    assert (await app.get(job.id)).state is JobState.SUCCEEDED
+    assert calls == [1, 1]
+
+
+async def test_unknown_kind_is_dead_with_a_clear_error(app: App) -> None:
+    job = (await app.enqueue("nobody-handles-this", max_attempts=5)).job
+    await drain(app)
+    dead = await app.get(job.id)
+    assert dead.state is JobState.DEAD
+    assert dead.attempt == 1
+    assert dead.last_error is not None
+    assert "no handler registered for kind 'nobody-handles-this'" in dead.last_error
+
+
+async def test_timeout_fails_the_attempt_and_cancels_the_handler(app: App) -> None:
+    cancelled = asyncio.Event()
+
+    @app.job("hangs", timeout=0.01, max_attempts=1)
+    async def handle(ctx: JobContext, payload: Any) -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            cancelled.set()
+
+    job = (await app.enqueue("hangs")).job
+    await drain(app)
+    assert cancelled.is_set()
+    dead = await app.get(job.id)
+    assert (dead.state, dead.last_error) == (JobState.DEAD, "timed out after 0.01s")
+
+
+async def test_a_handlers_own_timeout_error_is_an_ordinary_failure(app: App) -> None:
+    @app.job("raises-timeout", timeout=30, max_attempts=1)
+    async def handle(ctx: JobContext, payload: Any) -> None:
+        raise TimeoutError("the API did not answer")
+
+    job = (await app.enqueue("raises-timeout")).job
+    await drain(app)
+    assert (await app.get(job.id)).last_error == "TimeoutError: the API did not answer"
+
+
+async def test_claims_never_exceed_free_slots(app: App) -> None:
+    release = asyncio.Event()
+
+    @app.job("block")
+    async def handle(ctx: JobContext, payload: Any) -> None:
+        await release.wait()
+
+    await app.enqueue_many([app.spec("block") for _ in range(5)])
+    worker = app.worker(settings(concurrency=2))
+    assert len(await worker.claim_tick()) == 2
+    assert await worker.claim_tick() == []
+    assert worker.free_slots() == 0
+    release.set()
+    await worker.wait_for_running()
+    assert len(await worker.claim_tick()) == 2
+    await worker.wait_for_running()
+
+
+async def test_cancel_reaches_a_running_handler_within_one_heartbeat(app: App) -> None:
+    started = asyncio.Event()
+    stopped = asyncio.Event()
+
+    @app.job("long")
+    async def handle(ctx: JobContext, payload: Any) -> None:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            stopped.set()
+
+    job = (await app.enqueue("long")).job
+    worker = app.worker(settings())
+    await worker.claim_tick()
+    await started.wait()
+    await app.cancel(job.id)
+    lost = await worker.heartbeater.tick()
+    assert [j.id for j in lost] == [job.id]
+    await worker.wait_for_running()
+    assert stopped.is_set()
+    assert (await app.get(job.id)).state is JobState.CANCELLED
+
+
+async def test_lost_lease_cancels_the_handler_and_discards_its_result(
+    app: App, clock: FakeClock
+) -> None:
+    started = asyncio.Event()
+    finish = asyncio.Event()
+    ctxs: list[JobContext] = []
+
+    @app.job("slow")
+    async def handle(ctx: JobContext, payload: Any) -> None:
+        ctxs.append(ctx)
+        started.set()
+        await finish.wait()
+
+    job = (await app.enqueue("slow")).job
+    paused = app.worker(settings(name="paused"))
+    await paused.claim_tick()
+    await started.wait()
+    clock.advance(timedelta(seconds=31))  # the paused worker missed its heartbeats
+    [taken] = await app.store.claim("other", queues=["default"], limit=1, lease=timedelta(60))
+    assert taken.attempt == 2
+    assert await paused.heartbeater.tick() != []
+    await paused.wait_for_running()
+    assert ctxs[0].is_cancelled
+    await app.store.complete(taken.lease)
+    final = await app.get(job.id)
+    assert (final.state, final.worker, final.attempt) == (JobState.SUCCEEDED, "other", 2)
+
+
+async def test_heartbeat_outage_past_the_lease_stops_the_handler(
+    app: App, clock: FakeClock
+) -> None:
+    started = asyncio.Event()
+
+    @app.job("slow")
+    async def handle(ctx: JobContext, payload: Any) -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    await app.enqueue("slow")
+    worker = app.worker(settings(lease=timedelta(seconds=30), heartbeat=timedelta(seconds=10)))
+    await worker.claim_tick()
+    await started.wait()
+    original = app.store.heartbeat
+
+    async def unreachable(*args: Any, **kwargs: Any) -> Any:
+        raise StoreUnavailable("connection refused")
+
+    app.store.heartbeat = unreachable  # type: ignore[method-assign]
+    try:
+        clock.advance(timedelta(seconds=15))
+        with pytest.raises(StoreUnavailable):
+            await worker.heartbeater.tick()
+        assert len(worker.held) == 1, "still within the lease: keep working"
+        clock.advance(timedelta(seconds=10))  # 25 s since the claim: past lease - margin
+        with pytest.raises(StoreUnavailable):
+            await worker.heartbeater.tick()
+        await worker.wait_for_running()
+        assert worker.held == []
+    finally:
+        app.store.heartbeat = original  # type: ignore[method-assign]
+
+
+async def test_successful_completions_are_batched(app: App) -> None:
+    calls: list[int] = []
+    original = app.store.complete_many
+
+    async def counting(leases: Any, **kwargs: Any) -> Any:
+        calls.append(len(leases))
+        return await original(leases, **kwargs)
+
+    app.store.complete_many = counting  # type: ignore[method-assign]
+
+    @app.job("noop")
+    async def handle(ctx: JobContext, payload: Any) -> None:
+        return None
+
+    await app.enqueue_many([app.spec("noop") for _ in range(50)])
+    worker = app.worker(settings(concurrency=50))
+    await worker.run_until_idle()
+    assert sum(calls) == 50
+    assert len(calls) <= 3, calls
+
+
+async def test_graceful_stop_finishes_fast_jobs_and_releases_slow_ones(
+    app: App, clock: FakeClock
+) -> None:
+    fast_started = asyncio.Event()
+    slow_started = asyncio.Event()
+    let_fast_finish = asyncio.Event()
+
+    @app.job("fast")
+    async def fast(ctx: JobContext, payload: Any) -> None:
+        fast_started.set()
+        await let_fast_finish.wait()
+
+    @app.job("slow")
+    async def slow(ctx: JobContext, payload: Any) -> None:
+        slow_started.set()
+        await asyncio.Event().wait()
+
+    f = (await app.enqueue("fast")).job
+    s = (await app.enqueue("slow")).job
+    worker = app.worker(settings(shutdown_timeout=timedelta(seconds=0.05)))
+    running = asyncio.create_task(worker.run())
+    await fast_started.wait()
+    await slow_started.wait()
+    worker.request_stop()
+    let_fast_finish.set()
+    await running
+    assert (await app.get(f.id)).state is JobState.SUCCEEDED
+    released = await app.get(s.id)
+    assert (released.state, released.attempt, released.run_at) == (
+        JobState.PENDING,
+        0,
+        clock.now(),
+    )
+    assert await app.store.list_workers() == []
+
+
+async def test_second_stop_abandons_jobs_to_lease_expiry(app: App) -> None:
+    started = asyncio.Event()
+
+    @app.job("stuck")
+    async def handle(ctx: JobContext, payload: Any) -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    job = (await app.enqueue("stuck")).job
+    worker = app.worker(settings(shutdown_timeout=timedelta(hours=1)))
+    running = asyncio.create_task(worker.run())
+    await started.wait()
+    worker.request_stop()
+    worker.request_stop()
+    await running
+    abandoned = await app.get(job.id)
+    assert (abandoned.state, abandoned.attempt) == (JobState.RUNNING, 1)
+
+
+async def test_worker_wakes_when_a_job_is_enqueued(app: App) -> None:
+    done = asyncio.Event()
+
+    @app.job("ping")
+    async def handle(ctx: JobContext, payload: Any) -> None:
+        done.set()
+
+    worker = app.worker(settings(poll=timedelta(hours=1)))
+    running = asyncio.create_task(worker.run())
+    try:
+        await app.enqueue("ping", delay=60)  # not due: the worker goes idle
+        await worker.idle.wait()
+        await app.enqueue("ping")
+        await asyncio.wait_for(done.wait(), timeout=10)
+    finally:
+        worker.request_stop()
+        await running
+
+
+async def test_records_logged_by_a_handler_carry_the_job_context(
+    app: App, caplog: pytest.LogCaptureFixture
+) -> None:
+    from rota.observability.logging import JobContextFilter
+
+    @app.job("logs")
+    def handle(ctx: JobContext, payload: Any) -> None:
+        logging.getLogger("user.code").warning("sending the email")
+
+    job = (await app.enqueue("logs")).job
+    caplog.handler.addFilter(JobContextFilter())
+    with caplog.at_level(logging.INFO):
+        await drain(app)
+    [record] = [r for r in caplog.records if r.name == "user.code"]
+    assert (record.job_id, record.kind, record.attempt, record.worker) == (  # type: ignore[attr-defined]
+        job.id,
+        "logs",
+        1,
+        "rota-testing",
+    )
+
+
+def test_enqueue_sync_works_without_a_running_loop(tmp_path: Any) -> None:
+    app = App(f"sqlite:///{tmp_path / 'sync.db'}")
+    result = app.enqueue_sync("email", {"to": "a@example.com"}, delay=5)
+    assert result.job.state is JobState.PENDING
+    assert result.job.payload == {"to": "a@example.com"}
+    asyncio.run(app.close())
+
+
+async def test_registering_a_kind_twice_or_with_bad_options_is_refused(app: App) -> None:
+    from rota.domain.errors import InvalidInput
+
+    @app.job("once")
+    async def first(ctx: JobContext, payload: Any) -> None:
+        return None
+
+    with pytest.raises(InvalidInput, match="already has a handler"):
+        app.job("once")(first)
+    with pytest.raises(InvalidInput, match="queue"):
+        app.job("other", queue="bad queue!")(first)
+
+
+def test_worker_settings_refuse_a_lease_shorter_than_two_heartbeats() -> None:
+    from rota.domain.errors import InvalidInput
+
+    with pytest.raises(InvalidInput, match="twice the heartbeat"):
+        WorkerSettings(lease=timedelta(seconds=10), heartbeat=timedelta(seconds=6)).validated()
+
+
+def test_memory_store_is_shared_by_sixteen_threads_without_sharing_a_job() -> None:
+    from rota.domain.job import JobSpec
+
+    store = MemoryStore()
+    asyncio.run(store.enqueue([JobSpec(kind="a") for _ in range(800)]))
+    taken: list[list[int]] = [[] for _ in range(16)]
+
+    def claimer(index: int) -> None:
+        async def run() -> None:
+            while jobs := await store.claim(
+                f"t{index}", queues=["default"], limit=3, lease=timedelta(seconds=30)
+            ):
+                taken[index].extend(job.id for job in jobs)
+
+        asyncio.run(run())
+
+    threads = [threading.Thread(target=claimer, args=(i,)) for i in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    claimed = [job_id for ids in taken for job_id in ids]
+    assert len(claimed) == 800
+    assert len(set(claimed)) == 800
