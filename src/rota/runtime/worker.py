@@ -142,6 +142,11 @@ class Worker:
         """The jobs this worker is executing now."""
         return [execution.job for execution in self._held.values()]
 
+    @property
+    def aborted(self) -> bool:
+        """True once a second stop request abandoned the running jobs."""
+        return self._aborted.is_set()
+
     def add_service(self, service: Service) -> None:
         """Run ``service`` alongside the worker's own (call before ``run``)."""
         self._services.append(service)

@@ -1,0 +1,111 @@
+"""The CLI in-process: commands, JSON output, and one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from rota.cli import cli
+
+
+def run(*args: str, db: Path) -> tuple[int, str, str]:
+    result = subprocess.run(
+        [sys.executable, "-m", "rota", *args],
+        capture_output=True,
+        text=True,
+        env={"ROTA_DATABASE_URL": f"sqlite:///{db}", "PATH": "/usr/bin:/bin"},
+        timeout=60,
+    )
+    return result.returncode, result.stdout, result.stderr
+
+
+def test_help_lists_every_command() -> None:
+    result = CliRunner().invoke(cli, ["--help"])
+    assert result.exit_code == 0
+    for command in ("worker", "enqueue", "jobs", "migrate", "workers", "check"):
+        assert command in result.output
+
+
+def test_enqueue_list_show_cancel_retry_round_trip(tmp_path: Path) -> None:
+    db = tmp_path / "cli.db"
+    code, out, _ = run(
+        "enqueue",
+        "email",
+        "--payload",
+        '{"to": "ada@example.com"}',
+        "--delay",
+        "1h",
+        "--unique-key",
+        "welcome:1",
+        "--json",
+        db=db,
+    )
+    assert code == 0
+    job = json.loads(out)
+    assert (job["kind"], job["state"], job["payload"], job["duplicate"]) == (
+        "email",
+        "pending",
+        {"to": "ada@example.com"},
+        False,
+    )
+    code, out, _ = run("enqueue", "email", "--unique-key", "welcome:1", "--json", db=db)
+    assert json.loads(out)["duplicate"] is True
+    code, out, _ = run("jobs", "list", "--json", db=db)
+    assert [j["id"] for j in json.loads(out)["jobs"]] == [job["id"]]
+    code, out, _ = run("jobs", "cancel", str(job["id"]), db=db)
+    assert code == 0
+    code, out, _ = run("jobs", "retry", str(job["id"]), db=db)
+    assert code == 0
+    code, out, _ = run("jobs", "show", str(job["id"]), "--json", db=db)
+    assert json.loads(out)["state"] == "pending"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["enqueue", ""], "kind"),
+        (["enqueue", "bad kind"], "kind"),
+        (["enqueue", "k", "--payload", "{not json"], "--payload"),
+        (["enqueue", "k", "--payload", "NaN"], "NaN"),
+        (["enqueue", "k", "--payload", '"\\u0000"'], "NUL"),
+        (["enqueue", "k", "--delay", "-5s"], "--delay"),
+        (["enqueue", "k", "--delay", "soon"], "--delay"),
+        (["enqueue", "k", "--at", "2026-02-30T00:00:00Z"], "--at"),
+        (["enqueue", "k", "--at", "2026-01-01T00:00:00"], "offset"),
+        (["enqueue", "k", "--delay", "5s", "--at", "2026-01-01T00:00:00Z"], "not both"),
+        (["enqueue", "k", "--max-attempts", "0"], "max_attempts"),
+        (["enqueue", "k", "--priority", "1000"], "priority"),
+        (["enqueue", "k", "--unique-key", "x" * 300], "unique_key"),
+        (["jobs", "show", "123456"], "not found"),
+        (["jobs", "show", "abc"], "abc"),
+        (["jobs", "retry", "999"], "not found"),
+        (["worker", "--app", "no.such.module:app"], "cannot import"),
+        (["worker", "--app", "not a reference"], "--app"),
+        (["migrate", "--database-url", "mysql://x"], "unsupported database URL"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
+    db = tmp_path / "bad.db"
+    code, out, err = run(*args, db=db)
+    assert code == 2, (out, err)
+    assert message in err
+    assert "Traceback" not in err
+    assert out == ""
+    code, out, _ = run("jobs", "list", "--json", db=db)
+    assert json.loads(out)["jobs"] == [], "bad input wrote nothing"
+
+
+def test_migrate_check_reports_pending_then_up_to_date(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    code, _, err = run("migrate", "--check", db=db)
+    assert code == 1
+    assert "pending" in err
+    assert run("migrate", db=db)[0] == 0
+    code, _, err = run("migrate", "--check", db=db)
+    assert code == 0
+    assert "up to date" in err
