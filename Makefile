@@ -15,9 +15,13 @@ $(PY):
 	python3 -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
-.PHONY: setup
-setup: $(PY) ## Create .venv and install rota with its development dependencies
+# Reinstall only when the dependencies change.
+$(VENV)/.installed: pyproject.toml | $(PY)
 	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+.PHONY: setup
+setup: $(VENV)/.installed ## Create .venv and install rota with its development dependencies
 
 .PHONY: setup-bench
 setup-bench: setup ## Also install the peers measured by the benchmarks
@@ -39,18 +43,22 @@ typecheck: ## mypy --strict on src
 	$(BIN)/mypy
 
 .PHONY: check
-check: lint typecheck test-fast ## Everything to run before a commit: lint, types, fast tests
+check: setup lint typecheck test-fast ## Everything to run before a commit: lint, types, fast tests
 
 .PHONY: test-fast
-test-fast: ## Unit and contract tests (seconds)
-	$(BIN)/pytest -q -x tests/unit tests/contract $(PYTEST_ARGS)
+test-fast: setup ## Unit and contract tests (seconds)
+	$(BIN)/pytest -q -x tests/unit tests/contract -m "not slow and not browser" $(PYTEST_ARGS)
 
 .PHONY: test
-test: ## The whole test suite, as CI runs it
+test: setup ## The whole test suite (PostgreSQL tests skip with a hint when no server is found)
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
+.PHONY: ci
+ci: ## What CI runs on a clean clone (.ci/run): packages, PostgreSQL, lint, types, every test
+	./.ci/run
+
 .PHONY: serve
-serve: ## Run the service with the demo jobs on http://127.0.0.1:8080
+serve: setup ## Run the service with the demo jobs on http://127.0.0.1:8080
 	$(BIN)/rota serve
 
 .PHONY: bench
