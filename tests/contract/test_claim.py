@@ -162,3 +162,16 @@ async def test_zombie_job_is_reclaimed_after_its_lease(store: Store, clock: Fake
     clock.advance(timedelta(seconds=31))
     taken = await claim_one(store, "healthy")
     assert taken is not None and (taken.id, taken.worker, taken.attempt) == (job.id, "healthy", 2)
+
+
+async def test_expired_leases_are_reclaimed_in_claim_order_not_expiry_order(
+    store: Store, clock: FakeClock
+) -> None:
+    first = (await store.enqueue([JobSpec(kind="a"), JobSpec(kind="a")]))[0]
+    held = await store.claim("A", queues=["default"], limit=2, lease=timedelta(seconds=30))
+    clock.advance(timedelta(seconds=1))
+    await store.heartbeat([held[0].lease], lease=timedelta(seconds=30))  # first expires later
+    clock.advance(timedelta(seconds=31))
+    taken = await claim_one(store, "B")
+    assert taken is not None
+    assert taken.id == first.job.id, "same run_at and priority: the lower id comes first"

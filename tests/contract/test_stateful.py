@@ -113,10 +113,11 @@ class StoreMachine(RuleBasedStateMachine):
         )[:limit]
         claimed = self.run(self.store.claim("w", queues=["default"], limit=limit, lease=LEASE))
         assert [job.id for job in claimed] == [job.id for job in claimable]
+        tokens = [job.lease_token or 0 for job in claimed]
+        assert all(token > self.max_token for token in tokens), "tokens strictly increase"
+        assert len(set(tokens)) == len(tokens)
+        self.max_token = max([self.max_token, *tokens])
         for job in claimed:
-            assert job.lease_token is not None
-            assert job.lease_token > self.max_token, "tokens strictly increase"
-            self.max_token = job.lease_token
             model = self.jobs[job.id]
             model.state, model.attempt = JobState.RUNNING, model.attempt + 1
             model.token, model.lease_until = job.lease_token, self.now + LEASE

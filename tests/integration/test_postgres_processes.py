@@ -31,7 +31,9 @@ def claimer(url: str, name: str, out: str, seed: int) -> None:
             while empty < 3:
                 try:
                     jobs = await store.claim(
-                        name, queues=["default"], limit=rng.randint(1, 20),
+                        name,
+                        queues=["default"],
+                        limit=rng.randint(1, 20),
                         lease=timedelta(minutes=5),
                     )
                     if not jobs:
@@ -46,9 +48,11 @@ def claimer(url: str, name: str, out: str, seed: int) -> None:
                     errors.append(repr(error))
         finally:
             await store.close()
-        Path(out).write_text(json.dumps({"taken": taken, "errors": errors}))
+        result["taken"], result["errors"] = taken, errors
 
+    result: dict[str, list[object]] = {}
     asyncio.run(run())
+    Path(out).write_text(json.dumps(result))
 
 
 @pytest.mark.postgres

@@ -287,7 +287,9 @@ class Store(Protocol):
         ...
 
     async def prune(self, *, older_than: datetime, limit: int = 10_000) -> int:
-        """Delete up to ``limit`` terminal jobs finished before ``older_than``; return how many."""
+        """Delete up to ``limit`` terminal jobs finished before ``older_than``, oldest first
+        (by finish time, or by id where an index on finish times would cost every completion);
+        return how many."""
         ...
 
     async def bulk_retry(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:

@@ -466,7 +466,7 @@ class MemoryStore:
                     and job.lease_until < at
                 ),
                 key=lambda job: job.id,
-            )[:limit]
+            )[: max(0, limit)]
             for job in expired:
                 if job.attempt >= job.max_attempts:
                     message = "lease expired on the last attempt"
@@ -487,13 +487,14 @@ class MemoryStore:
     async def prune(self, *, older_than: datetime, limit: int = 10_000) -> int:
         cutoff = utc(older_than)
         with self._lock:
-            doomed = [
-                job.id
+            finished = sorted(
+                (job.finished_at, job.id)
                 for job in self._jobs.values()
                 if job.state.is_terminal
                 and job.finished_at is not None
                 and job.finished_at < cutoff
-            ][:limit]
+            )
+            doomed = [job_id for _, job_id in finished[: max(0, limit)]]
             for job_id in doomed:
                 job = self._jobs.pop(job_id)
                 self._history.pop(job_id, None)

@@ -61,7 +61,8 @@ WITH due AS MATERIALIZED (
     SELECT j.id, j.priority, j.run_at FROM rota_jobs j
     WHERE j.state = 'running' AND j.lease_until < coalesce(%(now)s::timestamptz, now())
       AND j.attempt < j.max_attempts AND j.queue = ANY(%(queues)s::text[])
-    ORDER BY j.lease_until
+    -- Expired leases are few; sorting them in claim order keeps one order for all jobs.
+    ORDER BY j.priority DESC, j.run_at, j.id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), chosen AS MATERIALIZED (
@@ -215,6 +216,7 @@ WITH gone_stats AS (
 DELETE FROM rota_jobs WHERE id IN (
     SELECT id FROM rota_jobs
     WHERE state IN ('succeeded', 'dead', 'cancelled') AND finished_at < %(older_than)s
+    ORDER BY state, id
     LIMIT %(limit)s
 );
 

@@ -1,0 +1,17 @@
+"""The SQLite store: rota's embedded default, one database file shared by local processes.
+
+::
+
+    store.py        SqliteStore: the Store verbs, each one transaction
+    connection.py   the connection and its thread: pragmas, BEGIN IMMEDIATE, busy retries
+    claims.py       claim and every fenced write after it; rescue
+    jobs.py         enqueue, operator verbs, reads, prune
+    workers.py      the workers registry
+    rows.py         rows <-> domain objects; instants as integer microseconds
+    url.py          what a sqlite:///path.db URL means
+    migrations/     the schema as versioned NNN_name.sql files
+"""
+
+from rota.store.sqlite.store import SqliteStore
+
+__all__ = ["SqliteStore"]

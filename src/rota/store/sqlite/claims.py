@@ -1,0 +1,316 @@
+"""Claims on SQLite and every write after them: leases, fencing tokens, attempts, rescue.
+
+Each function is the body of one write transaction (``Database.write`` runs it inside
+``BEGIN IMMEDIATE``), so it sees and changes the database as the only writer. Fenced writes
+still carry ``state = 'running' AND lease_token = ?`` in their UPDATE: the condition is the
+contract, not an optimisation, and it keeps each statement correct on its own.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
+
+from rota.domain.errors import LeaseLost
+from rota.domain.job import (
+    MAX_ERROR_LENGTH,
+    MAX_TRACEBACK_LENGTH,
+    Job,
+    JobState,
+    Outcome,
+    truncate,
+)
+from rota.domain.lease import Lease
+from rota.store.base import RescueResult
+from rota.store.sqlite.rows import (
+    JOB_COLUMNS,
+    chunks,
+    clamp,
+    fits,
+    job_from_row,
+    marks,
+    pair_values,
+    to_us,
+)
+
+LEASE_EXPIRED = "lease expired"
+LAST_ATTEMPT_EXPIRED = "lease expired on the last attempt"
+
+#: Up to this many queues, claim reads each queue's due jobs from the index already in claim
+#: order and stops at the limit; beyond it, one IN list (which sorts every due job) is simpler.
+_PER_QUEUE_BRANCHES = 32
+
+_CANDIDATE_COLUMNS = "id, state, lease_token, priority, run_at"
+
+_DUE_IN_QUEUE = f"""
+SELECT * FROM (
+    SELECT {_CANDIDATE_COLUMNS} FROM rota_jobs
+    WHERE state = 'pending' AND queue = ? AND run_at <= ?
+    ORDER BY priority DESC, run_at, id LIMIT ?
+)"""
+
+_DUE_IN_QUEUES = f"""
+SELECT * FROM (
+    SELECT {_CANDIDATE_COLUMNS} FROM rota_jobs
+    WHERE state = 'pending' AND queue IN ({{queues}}) AND run_at <= ?
+    ORDER BY priority DESC, run_at, id LIMIT ?
+)"""
+
+# A lease is held through its lease_until instant and expired strictly after it.
+# INDEXED BY (here and below): without statistics SQLite prefers the (state, id) index and
+# would walk every running job instead of the expired range of the partial index.
+_EXPIRED_IN_QUEUES = f"""
+SELECT * FROM (
+    SELECT {_CANDIDATE_COLUMNS} FROM rota_jobs INDEXED BY rota_jobs_leases
+    WHERE state = 'running' AND lease_until < ? AND attempt < max_attempts
+      AND queue IN ({{queues}})
+    ORDER BY priority DESC, run_at, id LIMIT ?
+)"""
+
+_ADVANCE_TOKEN = (
+    "UPDATE rota_meta SET value = value + ? WHERE name = 'fencing_token' RETURNING value"
+)
+
+_TAKE = f"""
+WITH taken (taken_id, taken_token) AS (VALUES {{pairs}})
+UPDATE rota_jobs
+SET state = 'running', attempt = attempt + 1, lease_token = taken_token, lease_until = ?,
+    worker = ?, started_at = ?, finished_at = NULL
+FROM taken WHERE id = taken_id
+RETURNING {JOB_COLUMNS}
+"""
+
+_BEGIN_ATTEMPT = """
+INSERT INTO rota_attempts (token, job_id, attempt, worker, started_at, outcome)
+VALUES (?, ?, ?, ?, ?, 'running')
+"""
+
+
+def claim(
+    conn: sqlite3.Connection,
+    worker: str,
+    queues: Sequence[str],
+    limit: int,
+    lease: timedelta,
+    at: datetime,
+) -> list[Job]:
+    """Lease up to ``limit`` due or expired jobs in claim order; see ``Store.claim``."""
+    wanted = list(dict.fromkeys(queues))
+    if limit <= 0 or not wanted:
+        return []
+    at_us = to_us(at)
+    sql, params = _candidates(wanted, clamp(limit), at_us)
+    picked: list[tuple[int, str, int | None, int, int]] = conn.execute(sql, params).fetchall()
+    if not picked:
+        return []
+    # One counter row, advanced by the batch size inside this write transaction: the tokens
+    # first..last are ours alone, and larger than any token issued before by any process.
+    (last,) = conn.execute(_ADVANCE_TOKEN, (len(picked),)).fetchone()
+    first = last - len(picked) + 1
+    expired = [
+        token for _, state, token, _, _ in picked if state == JobState.RUNNING and token is not None
+    ]
+    end_attempts(conn, expired, at_us, Outcome.LEASE_EXPIRED, LEASE_EXPIRED)
+    taken = [(job_id, first + index) for index, (job_id, *_) in enumerate(picked)]
+    lease_until_us = to_us(at + lease)
+    jobs: list[Job] = []
+    for part in chunks(taken):
+        sql = _TAKE.format(pairs=pair_values(len(part)))
+        rows = conn.execute(sql, [*_flat(part), lease_until_us, worker, at_us]).fetchall()
+        jobs += [job_from_row(row) for row in rows]
+    # RETURNING yields rows in no promised order; the tokens were handed out in claim order.
+    jobs.sort(key=lambda job: job.lease_token or 0)
+    conn.executemany(
+        _BEGIN_ATTEMPT, [(job.lease_token, job.id, job.attempt, worker, at_us) for job in jobs]
+    )
+    return jobs
+
+
+def _candidates(queues: list[str], limit: int, at_us: int) -> tuple[str, list[object]]:
+    """The claim-order SELECT of due pending jobs and expired leases with attempts left."""
+    branches: list[str] = []
+    params: list[object] = []
+    if len(queues) <= _PER_QUEUE_BRANCHES:
+        for queue in queues:
+            branches.append(_DUE_IN_QUEUE)
+            params += [queue, at_us, limit]
+    else:
+        branches.append(_DUE_IN_QUEUES.format(queues=marks(len(queues))))
+        params += [*queues, at_us, limit]
+    branches.append(_EXPIRED_IN_QUEUES.format(queues=marks(len(queues))))
+    params += [at_us, *queues, limit]
+    sql = "\nUNION ALL\n".join(branches) + "\nORDER BY priority DESC, run_at, id LIMIT ?"
+    params.append(limit)
+    return sql, params
+
+
+def heartbeat(
+    conn: sqlite3.Connection, leases: Sequence[Lease], lease: timedelta, at: datetime
+) -> list[Lease]:
+    """Extend every held lease to at + lease; return the lost ones, in the order given."""
+    held = _fenced(conn, "lease_until = ?", [to_us(at + lease)], _pairs(leases))
+    return [item for item in leases if (item.job_id, item.token) not in held]
+
+
+def complete(conn: sqlite3.Connection, leases: Sequence[Lease], at: datetime) -> list[Lease]:
+    """Mark each held job succeeded; return the lost leases, in the order given."""
+    at_us = to_us(at)
+    held = _fenced(
+        conn, "state = 'succeeded', lease_until = NULL, finished_at = ?", [at_us], _pairs(leases)
+    )
+    end_attempts(conn, [token for _, token in held], at_us, Outcome.SUCCEEDED)
+    return [item for item in leases if (item.job_id, item.token) not in held]
+
+
+_FAIL = """
+UPDATE rota_jobs SET
+    state = CASE WHEN :permanent OR attempt >= max_attempts THEN 'dead' ELSE 'pending' END,
+    run_at = CASE WHEN :permanent OR attempt >= max_attempts THEN run_at ELSE :retry_at END,
+    finished_at = CASE WHEN :permanent OR attempt >= max_attempts THEN :now ELSE finished_at END,
+    lease_until = NULL,
+    last_error = :error
+WHERE id = :id AND state = 'running' AND lease_token = :token
+RETURNING state
+"""
+
+
+def fail(
+    conn: sqlite3.Connection,
+    lease: Lease,
+    error: str,
+    retry_in: timedelta,
+    traceback: str | None,
+    permanent: bool,
+    at: datetime,
+) -> JobState:
+    """Record a failed attempt: pending again after ``retry_in``, or dead. Fenced."""
+    if not _pairs([lease]):
+        raise LeaseLost(lease.job_id, lease.token)
+    at_us = to_us(at)
+    error_text = truncate(error, MAX_ERROR_LENGTH)
+    trace = truncate(traceback, MAX_TRACEBACK_LENGTH)
+    row = conn.execute(
+        _FAIL,
+        {
+            "permanent": bool(permanent),
+            "retry_at": to_us(at + retry_in),
+            "now": at_us,
+            "error": error_text,
+            "id": lease.job_id,
+            "token": lease.token,
+        },
+    ).fetchone()
+    if row is None:
+        raise LeaseLost(lease.job_id, lease.token)
+    end_attempts(conn, [lease.token], at_us, Outcome.FAILED, error_text, trace)
+    return JobState(row[0])
+
+
+_GIVE_BACK = """
+UPDATE rota_jobs SET state = 'pending', run_at = ?, attempt = attempt - 1, lease_until = NULL
+WHERE id = ? AND state = 'running' AND lease_token = ?
+RETURNING id
+"""
+
+
+def give_back(
+    conn: sqlite3.Connection, lease: Lease, run_at: datetime, outcome: Outcome, at: datetime
+) -> None:
+    """Pending again at ``run_at`` with the attempt given back (snooze, release). Fenced."""
+    if not _pairs([lease]):
+        raise LeaseLost(lease.job_id, lease.token)
+    row = conn.execute(_GIVE_BACK, (to_us(run_at), lease.job_id, lease.token)).fetchone()
+    if row is None:
+        raise LeaseLost(lease.job_id, lease.token)
+    end_attempts(conn, [lease.token], to_us(at), outcome)
+
+
+_EXPIRED = """
+SELECT id, lease_token, attempt >= max_attempts FROM rota_jobs INDEXED BY rota_jobs_leases
+WHERE state = 'running' AND lease_until < ?
+ORDER BY id LIMIT ?
+"""
+
+
+def rescue(conn: sqlite3.Connection, limit: int, at: datetime) -> RescueResult:
+    """Expired leases: dead on their last attempt, otherwise pending and due at ``at``."""
+    if limit <= 0:
+        return RescueResult()
+    at_us = to_us(at)
+    expired = conn.execute(_EXPIRED, (at_us, clamp(limit))).fetchall()
+    last = [(job_id, token) for job_id, token, is_last in expired if is_last]
+    more = [(job_id, token) for job_id, token, is_last in expired if not is_last]
+    # Fenced by the token observed above, like every write after a claim: a rescue can never
+    # overwrite a job that completed or was re-claimed in between.
+    dead = _fenced(
+        conn,
+        "state = 'dead', lease_until = NULL, finished_at = ?, last_error = ?",
+        [at_us, LAST_ATTEMPT_EXPIRED],
+        last,
+    )
+    end_attempts(
+        conn, [token for _, token in dead], at_us, Outcome.LEASE_EXPIRED, LAST_ATTEMPT_EXPIRED
+    )
+    requeued = _fenced(
+        conn,
+        "state = 'pending', run_at = ?, lease_until = NULL, last_error = ?",
+        [at_us, LEASE_EXPIRED],
+        more,
+    )
+    end_attempts(
+        conn, [token for _, token in requeued], at_us, Outcome.LEASE_EXPIRED, LEASE_EXPIRED
+    )
+    return RescueResult(
+        dead=sorted(job_id for job_id, _ in dead),
+        requeued=sorted(job_id for job_id, _ in requeued),
+    )
+
+
+def _fenced(
+    conn: sqlite3.Connection,
+    assignments: str,
+    params: Sequence[object],
+    pairs: Sequence[tuple[int, int]],
+) -> set[tuple[int, int]]:
+    """Apply ``assignments`` (a constant SQL fragment) to each job still running under the
+    token paired with its id, one statement per chunk; return the (id, token) pairs that held.
+    """
+    held: set[tuple[int, int]] = set()
+    for part in chunks(pairs):
+        sql = (
+            f"WITH held (held_id, held_token) AS (VALUES {pair_values(len(part))}) "
+            f"UPDATE rota_jobs SET {assignments} FROM held "
+            "WHERE id = held_id AND state = 'running' AND lease_token = held_token "
+            "RETURNING id, lease_token"
+        )
+        held.update(conn.execute(sql, [*_flat(part), *params]))
+    return held
+
+
+def end_attempts(
+    conn: sqlite3.Connection,
+    tokens: Sequence[int],
+    at_us: int,
+    outcome: Outcome,
+    error: str | None = None,
+    traceback: str | None = None,
+) -> None:
+    """Close the history rows of the attempts with these tokens."""
+    for part in chunks(tokens):
+        conn.execute(
+            "UPDATE rota_attempts SET finished_at = ?, outcome = ?, error = ?, traceback = ? "
+            f"WHERE token IN ({marks(len(part))})",
+            [at_us, outcome.value, error, traceback, *part],
+        )
+
+
+def _pairs(leases: Sequence[Lease]) -> list[tuple[int, int]]:
+    """(id, token) of each lease that could name a row; the others are simply not held."""
+    return [
+        (lease.job_id, lease.token) for lease in leases if fits(lease.job_id) and fits(lease.token)
+    ]
+
+
+def _flat(pairs: Iterable[tuple[int, int]]) -> list[int]:
+    return [value for pair in pairs for value in pair]

@@ -1,0 +1,406 @@
+"""Jobs on SQLite outside a lease: enqueue, operator verbs (retry, cancel, bulk), reads, prune.
+
+Each function is the body of one transaction run by ``Database``: writes inside
+``BEGIN IMMEDIATE``, reads inside one read snapshot.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from rota.domain.errors import JobNotFound, StateConflict
+from rota.domain.job import (
+    RETRYABLE_STATES,
+    Attempt,
+    EnqueueResult,
+    Job,
+    JobSpec,
+    JobState,
+    Outcome,
+)
+from rota.store.base import (
+    MAX_BULK,
+    MAX_PAGE_SIZE,
+    Counts,
+    JobFilter,
+    Page,
+    ThroughputBucket,
+    bucketize,
+    encode_cursor,
+)
+from rota.store.sqlite.claims import end_attempts
+from rota.store.sqlite.rows import (
+    ATTEMPT_COLUMNS,
+    JOB_COLUMNS,
+    attempt_from_row,
+    chunks,
+    clamp,
+    duration_us,
+    fits,
+    from_us,
+    job_from_row,
+    marks,
+    to_us,
+)
+
+_ACTIVE = frozenset({JobState.PENDING, JobState.RUNNING})
+
+# ON CONFLICT DO NOTHING: the partial unique indexes on the active unique key and on
+# (schedule, slot_at) are what make a job a duplicate; no row returned means it is one.
+_INSERT = f"""
+INSERT INTO rota_jobs (kind, queue, payload, state, priority, run_at, attempt, max_attempts,
+                       tenant, unique_key, timeout_us, created_at, schedule, slot_at)
+VALUES (?, ?, ?, 'pending', ?, ?, 0, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT DO NOTHING
+RETURNING {JOB_COLUMNS}
+"""
+_BY_SLOT = f"SELECT {JOB_COLUMNS} FROM rota_jobs WHERE schedule = ? AND slot_at = ?"
+_BY_ACTIVE_KEY = (
+    f"SELECT {JOB_COLUMNS} FROM rota_jobs WHERE unique_key = ? AND state IN ('pending', 'running')"
+)
+
+
+def enqueue(
+    conn: sqlite3.Connection, specs: Sequence[JobSpec], at: datetime
+) -> tuple[list[EnqueueResult], datetime | None]:
+    """Insert ``specs`` in order; the results, and the earliest run_at of the jobs inserted."""
+    at_us = to_us(at)
+    results: list[EnqueueResult] = []
+    earliest: datetime | None = None
+    for spec in specs:
+        slot_us = None if spec.slot_at is None else to_us(spec.slot_at)
+        keyed = spec.unique_key is not None or (spec.schedule is not None and slot_us is not None)
+        # Looking first (we are the only writer inside BEGIN IMMEDIATE) answers a duplicate
+        # without burning an AUTOINCREMENT id on a conflicting insert.
+        existing = _holder(conn, spec, slot_us) if keyed else None
+        row = None
+        if existing is None:
+            row = conn.execute(
+                _INSERT,
+                (
+                    spec.kind,
+                    spec.queue,
+                    spec.payload_json,
+                    spec.priority,
+                    to_us(spec.due_at(at)),
+                    spec.max_attempts,
+                    spec.tenant,
+                    spec.unique_key,
+                    None if spec.timeout is None else duration_us(spec.timeout),
+                    at_us,
+                    spec.schedule,
+                    slot_us,
+                ),
+            ).fetchone()
+        if row is not None:
+            job = job_from_row(row)
+            earliest = job.run_at if earliest is None else min(earliest, job.run_at)
+            results.append(EnqueueResult(job))
+            continue
+        existing = existing or _holder(conn, spec, slot_us)
+        if existing is None:
+            raise RuntimeError("insert conflicted, yet no job holds the slot or unique key")
+        results.append(EnqueueResult(job_from_row(existing), duplicate=True))
+    return results, earliest
+
+
+def _holder(conn: sqlite3.Connection, spec: JobSpec, slot_us: int | None) -> Any:
+    """The row of the job holding ``spec``'s slot or else its unique key, or None.
+
+    The slot's job wins over the unique key's holder, as in the reference store.
+    """
+    if spec.schedule is not None and slot_us is not None:
+        row = conn.execute(_BY_SLOT, (spec.schedule, slot_us)).fetchone()
+        if row is not None:
+            return row
+    if spec.unique_key is not None:
+        return conn.execute(_BY_ACTIVE_KEY, (spec.unique_key,)).fetchone()
+    return None
+
+
+# ------------------------------------------------------------------ operator verbs
+
+
+def retry(conn: sqlite3.Connection, job_id: int, max_attempts: int | None, at: datetime) -> Job:
+    """A dead or cancelled job pending again now, attempts reset; see ``Store.retry``."""
+    state, unique_key = _state_of(conn, job_id, "state, unique_key")
+    if state not in RETRYABLE_STATES:
+        raise StateConflict(f"job {job_id} is {state}; only dead or cancelled jobs retry")
+    if unique_key is not None and conn.execute(_BY_ACTIVE_KEY, (unique_key,)).fetchone():
+        raise StateConflict(f"job {job_id}: another active job holds unique key {unique_key!r}")
+    row = conn.execute(
+        "UPDATE rota_jobs SET state = 'pending', run_at = ?, attempt = 0, "
+        "max_attempts = max(max_attempts, ?), lease_until = NULL, finished_at = NULL "
+        f"WHERE id = ? RETURNING {JOB_COLUMNS}",
+        (to_us(at), max_attempts or 0, job_id),
+    ).fetchone()
+    return job_from_row(row)
+
+
+def cancel(conn: sqlite3.Connection, job_id: int, at: datetime) -> Job:
+    """A pending or running job cancelled; a running one's attempt ends as cancelled."""
+    state, token = _state_of(conn, job_id, "state, lease_token")
+    if state.is_terminal:
+        raise StateConflict(f"job {job_id} is already {state}")
+    at_us = to_us(at)
+    row = conn.execute(
+        "UPDATE rota_jobs SET state = 'cancelled', lease_until = NULL, finished_at = ? "
+        f"WHERE id = ? RETURNING {JOB_COLUMNS}",
+        (at_us, job_id),
+    ).fetchone()
+    if state is JobState.RUNNING and token is not None:
+        end_attempts(conn, [token], at_us, Outcome.CANCELLED)
+    return job_from_row(row)
+
+
+# Run once per job, in id order, so a job whose unique key an earlier one of the same batch
+# (or any other active job) took back is skipped rather than failing the whole batch.
+_RETRY_IF_KEY_FREE = """
+UPDATE rota_jobs SET state = 'pending', run_at = ?, attempt = 0, lease_until = NULL,
+                     finished_at = NULL
+WHERE id = ? AND state IN ('dead', 'cancelled')
+  AND (unique_key IS NULL OR NOT EXISTS (
+      SELECT 1 FROM rota_jobs AS holder
+      WHERE holder.unique_key = rota_jobs.unique_key AND holder.state IN ('pending', 'running')
+  ))
+"""
+
+
+def bulk_retry(conn: sqlite3.Connection, filter: JobFilter, limit: int, at: datetime) -> int:
+    """Retry up to ``limit`` matching dead or cancelled jobs, oldest id first."""
+    chosen = _matching(conn, filter, RETRYABLE_STATES, limit, "id")
+    at_us = to_us(at)
+    cursor = conn.executemany(_RETRY_IF_KEY_FREE, [(at_us, job_id) for (job_id,) in chosen])
+    return max(0, cursor.rowcount)
+
+
+def bulk_cancel(conn: sqlite3.Connection, filter: JobFilter, limit: int, at: datetime) -> int:
+    """Cancel up to ``limit`` matching pending or running jobs, oldest id first."""
+    chosen = _matching(conn, filter, _ACTIVE, limit, "id, state, lease_token")
+    at_us = to_us(at)
+    for part in chunks([job_id for job_id, _, _ in chosen]):
+        conn.execute(
+            "UPDATE rota_jobs SET state = 'cancelled', lease_until = NULL, finished_at = ? "
+            f"WHERE id IN ({marks(len(part))})",
+            [at_us, *part],
+        )
+    tokens = [token for _, state, token in chosen if state == JobState.RUNNING]
+    end_attempts(conn, tokens, at_us, Outcome.CANCELLED)
+    return len(chosen)
+
+
+def _matching(
+    conn: sqlite3.Connection,
+    filter: JobFilter,
+    allowed: frozenset[JobState],
+    limit: int,
+    columns: str,
+) -> list[Any]:
+    states = allowed if filter.states is None else allowed & filter.states
+    where, params = _where(filter, states)
+    return conn.execute(
+        f"SELECT {columns} FROM rota_jobs WHERE {where} ORDER BY id LIMIT ?",
+        [*params, max(0, min(limit, MAX_BULK))],
+    ).fetchall()
+
+
+def _state_of(conn: sqlite3.Connection, job_id: int, columns: str) -> tuple[JobState, Any]:
+    row = _row(conn, columns, job_id)
+    return JobState(row[0]), row[1]
+
+
+def _row(conn: sqlite3.Connection, columns: str, job_id: int) -> Any:
+    """The job's ``columns``; JobNotFound for an id no row has (or no integer could have)."""
+    row = None
+    if fits(job_id):
+        row = conn.execute(f"SELECT {columns} FROM rota_jobs WHERE id = ?", (job_id,)).fetchone()
+    if row is None:
+        raise JobNotFound(job_id)
+    return row
+
+
+def _where(filter: JobFilter, states: frozenset[JobState] | None) -> tuple[str, list[object]]:
+    """The WHERE clause for ``filter`` (column names are constants; values are parameters)."""
+    clauses: list[str] = []
+    params: list[object] = []
+    if states is not None:
+        if not states:
+            return "0", []
+        clauses.append(f"state IN ({marks(len(states))})")
+        params += sorted(state.value for state in states)
+    for column, value in (
+        ("kind", filter.kind),
+        ("queue", filter.queue),
+        ("tenant", filter.tenant),
+        ("schedule", filter.schedule),
+    ):
+        if value is not None:
+            clauses.append(f"{column} = ?")
+            params.append(value)
+    if filter.search is not None:
+        if filter.search_id is not None:
+            clauses.append("(id = ? OR unique_key = ?)")
+            params += [filter.search_id, filter.search]
+        else:
+            clauses.append("unique_key = ?")
+            params.append(filter.search)
+    return " AND ".join(clauses) or "1", params
+
+
+# ------------------------------------------------------------------ reads
+
+
+def get(conn: sqlite3.Connection, job_id: int) -> Job:
+    return job_from_row(_row(conn, JOB_COLUMNS, job_id))
+
+
+def list_jobs(conn: sqlite3.Connection, filter: JobFilter, after: int | None, limit: int) -> Page:
+    """A keyset page, newest first: ids below ``after``; one extra row says if more exist."""
+    limit = max(1, min(limit, MAX_PAGE_SIZE))
+    where, params = _where(filter, filter.states)
+    if after is not None:
+        where += " AND id < ?"
+        params.append(after)
+    rows = conn.execute(
+        f"SELECT {JOB_COLUMNS} FROM rota_jobs WHERE {where} ORDER BY id DESC LIMIT ?",
+        [*params, limit + 1],
+    ).fetchall()
+    jobs = [job_from_row(row) for row in rows[:limit]]
+    more = len(rows) > limit
+    return Page(jobs, encode_cursor(jobs[-1].id) if more else None)
+
+
+def counts(conn: sqlite3.Connection, at: datetime) -> Counts:
+    """Counts from the trigger-kept counters; the oldest pending run_at from its index."""
+    by_state = dict.fromkeys(JobState, 0)
+    by_queue: dict[str, dict[JobState, int]] = {}
+    for queue, state, n in conn.execute(
+        "SELECT queue, state, n FROM rota_counts WHERE n > 0 ORDER BY queue, state"
+    ):
+        by_state[JobState(state)] += n
+        per_queue = by_queue.setdefault(queue, dict.fromkeys(JobState, 0))
+        per_queue[JobState(state)] += n
+    (oldest,) = conn.execute(
+        "SELECT min(run_at) FROM rota_jobs INDEXED BY rota_jobs_pending_run_at "
+        "WHERE state = 'pending'"
+    ).fetchone()
+    # The oldest pending job is the oldest due one, if it is due at all.
+    oldest_due_at = None if oldest is None or oldest > to_us(at) else from_us(oldest)
+    return Counts(by_state=by_state, by_queue=by_queue, oldest_due_at=oldest_due_at)
+
+
+#: What a watcher has seen: the connection's data_version and the highest job id.
+Seen = tuple[int, int]
+
+
+def arrivals(conn: sqlite3.Connection, seen: Seen | None) -> tuple[Seen, datetime | None]:
+    """What changed since ``seen``: the new mark, and the earliest run_at of pending jobs
+    inserted since (None if none, or on the first look).
+
+    ``PRAGMA data_version`` changes only when another connection commits, so a quiet
+    database costs one pragma per look.
+    """
+    (version,) = conn.execute("PRAGMA data_version").fetchone()
+    if seen is not None and version == seen[0]:
+        return seen, None
+    (top,) = conn.execute("SELECT max(id) FROM rota_jobs").fetchone()
+    if seen is None:
+        return (version, top or 0), None
+    # Ids only grow (AUTOINCREMENT), but pruning the newest jobs can lower max(id).
+    top = max(top or 0, seen[1])
+    if top == seen[1]:
+        return (version, top), None
+    (earliest,) = conn.execute(
+        "SELECT min(run_at) FROM rota_jobs WHERE id > ? AND state = 'pending'", (seen[1],)
+    ).fetchone()
+    return (version, top), None if earliest is None else from_us(earliest)
+
+
+def count_jobs(conn: sqlite3.Connection, filter: JobFilter, limit: int) -> int:
+    """How many jobs match ``filter``; the scan stops after ``limit`` rows."""
+    where, params = _where(filter, filter.states)
+    (count,) = conn.execute(
+        f"SELECT count(*) FROM (SELECT 1 FROM rota_jobs WHERE {where} LIMIT ?)",
+        [*params, clamp(max(0, limit))],
+    ).fetchone()
+    return int(count)
+
+
+_SECOND_US = 1_000_000
+_TALLIED_PER_BUCKET = """
+SELECT (second - :since) / :bucket AS slot, state, sum(n) FROM rota_finished_per_second
+WHERE second >= :start AND second < :until AND n > 0
+GROUP BY slot, state
+"""
+# The state list is spelled as in the partial index on finished_at, so SQLite can use it
+# (INDEXED BY: without statistics it would pick the (state, id) index and read every
+# finished job).
+_FINISHED_PER_BUCKET = """
+SELECT (finished_at - :since) / :bucket AS slot, state, count(*)
+FROM rota_jobs INDEXED BY rota_jobs_finished
+WHERE state IN ('succeeded', 'dead', 'cancelled') AND finished_at >= :start
+  AND finished_at < :until
+GROUP BY slot, state
+"""
+
+
+def throughput(
+    conn: sqlite3.Connection, since: datetime, bucket: timedelta, at: datetime
+) -> list[ThroughputBucket]:
+    """Finished jobs per bucket, counted exactly as the reference store counts them.
+
+    Whole seconds come from the per-second tallies; the second still in progress (and any
+    window whose edges are not whole seconds) is counted from the jobs themselves.
+    """
+    bucketize((), since, bucket, at)  # InvalidInput for a bad bucket, before any query
+    since_us, bucket_us, now_us = to_us(since), duration_us(bucket), to_us(at)
+    params = {"since": since_us, "bucket": bucket_us, "start": since_us, "until": now_us}
+    rows: list[tuple[int, str, int]] = []
+    if since_us % _SECOND_US == 0 and bucket_us % _SECOND_US == 0:
+        whole = max(since_us, now_us - now_us % _SECOND_US)
+        rows += conn.execute(_TALLIED_PER_BUCKET, {**params, "until": whole}).fetchall()
+        params["start"] = whole
+    rows += conn.execute(_FINISHED_PER_BUCKET, params).fetchall()
+    # Each row is one bucket's count: hand it to bucketize at that bucket's start.
+    finished = [(since + slot * bucket, JobState(state), int(n)) for slot, state, n in rows]
+    return bucketize(finished, since, bucket, at)
+
+
+def attempts(conn: sqlite3.Connection, job_id: int) -> list[Attempt]:
+    _row(conn, "id", job_id)
+    rows = conn.execute(
+        f"SELECT {ATTEMPT_COLUMNS} FROM rota_attempts WHERE job_id = ? ORDER BY token",
+        (job_id,),
+    )
+    return [attempt_from_row(row) for row in rows]
+
+
+# ------------------------------------------------------------------ maintenance
+
+
+def prune(conn: sqlite3.Connection, older_than: datetime, limit: int) -> int:
+    """Delete up to ``limit`` terminal jobs finished before ``older_than``, with their history."""
+    if limit <= 0:
+        return 0
+    doomed = [
+        job_id
+        for (job_id,) in conn.execute(
+            # Oldest finished first, in the order of the partial index on finished_at, so the
+            # statement stops after ``limit`` rows however many jobs are due for pruning.
+            "SELECT id FROM rota_jobs INDEXED BY rota_jobs_finished "
+            "WHERE state IN ('succeeded', 'dead', 'cancelled') AND finished_at < ? "
+            "ORDER BY finished_at, id LIMIT ?",
+            (to_us(older_than), clamp(limit)),
+        )
+    ]
+    for part in chunks(doomed):
+        conn.execute(f"DELETE FROM rota_attempts WHERE job_id IN ({marks(len(part))})", part)
+        conn.execute(f"DELETE FROM rota_jobs WHERE id IN ({marks(len(part))})", part)
+    # Seconds whose every job is gone no longer count for anything.
+    conn.execute(
+        "DELETE FROM rota_finished_per_second WHERE second < ? AND n <= 0", (to_us(older_than),)
+    )
+    return len(doomed)

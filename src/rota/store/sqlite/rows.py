@@ -1,0 +1,142 @@
+"""Rows of the SQLite schema to domain objects and back; instants as integer microseconds.
+
+Every ``*_at`` column and the lease expiry hold microseconds since the Unix epoch in UTC, so SQL
+compares integers and a round trip is exact (a datetime has microsecond resolution too).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+from rota.domain.clock import utc
+from rota.domain.job import Attempt, Job, JobState, Outcome
+from rota.store.base import WorkerInfo
+
+T = TypeVar("T")
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+#: Every column of rota_jobs, in the order ``job_from_row`` reads them.
+JOB_COLUMNS = (
+    "id, kind, queue, payload, state, priority, run_at, attempt, max_attempts, created_at, "
+    "tenant, unique_key, timeout_us, lease_token, lease_until, worker, started_at, finished_at, "
+    "last_error, schedule, slot_at"
+)
+ATTEMPT_COLUMNS = "attempt, token, worker, started_at, finished_at, outcome, error, traceback"
+WORKER_COLUMNS = "name, host, pid, queues, concurrency, started_at, beat_at"
+
+#: Enough placeholders per statement for any SQLite build (older builds allow 999).
+CHUNK = 400
+
+
+def to_us(instant: datetime) -> int:
+    """``instant`` as microseconds since the epoch; naive datetimes are refused."""
+    return (utc(instant) - EPOCH) // _MICROSECOND
+
+
+def from_us(value: int) -> datetime:
+    return EPOCH + timedelta(microseconds=value)
+
+
+def duration_us(duration: timedelta) -> int:
+    return duration // _MICROSECOND
+
+
+def _maybe_instant(value: int | None) -> datetime | None:
+    return None if value is None else EPOCH + timedelta(microseconds=value)
+
+
+def job_from_row(row: Sequence[Any]) -> Job:
+    """A Job from a row selected (or returned) as JOB_COLUMNS."""
+    (
+        job_id, kind, queue, payload, state, priority, run_at, attempt, max_attempts, created_at,
+        tenant, unique_key, timeout_us, lease_token, lease_until, worker, started_at, finished_at,
+        last_error, schedule, slot_at,
+    ) = row  # fmt: skip
+    return Job(
+        id=job_id,
+        kind=kind,
+        queue=queue,
+        payload=json.loads(payload),
+        state=JobState(state),
+        priority=priority,
+        run_at=from_us(run_at),
+        attempt=attempt,
+        max_attempts=max_attempts,
+        created_at=from_us(created_at),
+        tenant=tenant,
+        unique_key=unique_key,
+        timeout=None if timeout_us is None else timedelta(microseconds=timeout_us),
+        lease_token=lease_token,
+        lease_until=_maybe_instant(lease_until),
+        worker=worker,
+        started_at=_maybe_instant(started_at),
+        finished_at=_maybe_instant(finished_at),
+        last_error=last_error,
+        schedule=schedule,
+        slot_at=_maybe_instant(slot_at),
+    )
+
+
+def attempt_from_row(row: Sequence[Any]) -> Attempt:
+    """An Attempt from a row selected as ATTEMPT_COLUMNS."""
+    attempt, token, worker, started_at, finished_at, outcome, error, traceback = row
+    return Attempt(
+        attempt=attempt,
+        token=token,
+        worker=worker,
+        started_at=from_us(started_at),
+        finished_at=_maybe_instant(finished_at),
+        outcome=Outcome(outcome),
+        error=error,
+        traceback=traceback,
+    )
+
+
+def worker_from_row(row: Sequence[Any], running: int) -> WorkerInfo:
+    """A WorkerInfo from a row selected as WORKER_COLUMNS."""
+    name, host, pid, queues, concurrency, started_at, beat_at = row
+    return WorkerInfo(
+        name=name,
+        host=host,
+        pid=pid,
+        queues=tuple(json.loads(queues)),
+        concurrency=concurrency,
+        started_at=from_us(started_at),
+        beat_at=from_us(beat_at),
+        running=running,
+    )
+
+
+#: SQLite stores 64-bit integers; binding a larger Python int raises OverflowError.
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def fits(value: object) -> bool:
+    """Whether ``value`` can name a row: anything else (too large, not an int) matches none."""
+    return isinstance(value, int) and _INT64_MIN <= value <= _INT64_MAX
+
+
+def clamp(value: int) -> int:
+    """``value`` within SQLite's integers, for limits (a limit beyond them means no limit)."""
+    return max(_INT64_MIN, min(value, _INT64_MAX))
+
+
+def marks(count: int) -> str:
+    """``count`` positional placeholders for an IN list: ``?, ?, ?``."""
+    return ", ".join(["?"] * count)
+
+
+def pair_values(count: int) -> str:
+    """``count`` two-column VALUES rows: ``(?, ?), (?, ?)``."""
+    return ", ".join(["(?, ?)"] * count)
+
+
+def chunks(items: Sequence[T], size: int = CHUNK) -> Iterator[Sequence[T]]:
+    """``items`` in slices of at most ``size``, so no statement exceeds the placeholder limit."""
+    for start in range(0, len(items), size):
+        yield items[start : start + size]

@@ -1,0 +1,309 @@
+"""SqliteStore: the Store contract on one SQLite file, shared safely by several processes.
+
+Each verb hands one transaction body (from ``claims``, ``jobs`` or ``workers``) to the store's
+``Database``, which runs it on the store's own thread. ``now=None`` is read from the store's
+clock inside the transaction, once the write lock is held, so instants written by successive
+transactions (in any process) follow the order of the writes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import threading
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+from functools import partial
+
+from rota.domain.clock import Clock, SystemClock, utc
+from rota.domain.errors import LeaseLost, RotaError
+from rota.domain.job import Attempt, EnqueueResult, Job, JobSpec, JobState, Outcome
+from rota.domain.lease import Lease
+from rota.store.base import (
+    MAX_BULK,
+    Counts,
+    JobFilter,
+    Page,
+    RescueResult,
+    ThroughputBucket,
+    WorkerInfo,
+    decode_cursor,
+)
+from rota.store.sqlite import claims, jobs, migrations, workers
+from rota.store.sqlite.connection import Database
+from rota.store.sqlite.rows import to_us
+from rota.store.sqlite.url import DEFAULT_BUSY_TIMEOUT_MS, SqliteOptions, parse_url
+
+logger = logging.getLogger(__name__)
+
+
+class SqliteStore:
+    """The embedded store: one SQLite file in WAL mode, for one machine and several processes.
+
+    Every call runs on a thread owned by this store (one connection, calls in order), so the
+    event loop never waits on the disk or on another process's lock. Write transactions begin
+    with ``BEGIN IMMEDIATE``; a database that stays busy beyond ``busy_timeout`` is retried a
+    bounded number of times and then reported as ``StoreUnavailable``, never as "database is
+    locked". Raises ``MigrationsPending`` until ``migrate()`` has created the schema.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        clock: Clock | None = None,
+        busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+        synchronous: str = "normal",
+    ) -> None:
+        options = SqliteOptions(
+            path=os.fspath(path), busy_timeout_ms=busy_timeout_ms, synchronous=synchronous
+        )
+        self._clock = clock or SystemClock()
+        self._db = Database(options)
+        self._wakeups: list[Callable[[datetime | None], None]] = []
+        self._wakeups_lock = threading.Lock()
+
+    @classmethod
+    def from_url(cls, url: str, *, clock: Clock | None = None) -> SqliteStore:
+        """The store for ``sqlite:///relative.db`` or ``sqlite:////absolute.db``.
+
+        Options in the query string: ``busy_timeout_ms`` and ``synchronous`` (``normal`` or
+        ``full``). InvalidInput for anything else, and for ``sqlite:///:memory:`` (use
+        ``memory://``). Nothing is opened until the first call.
+        """
+        options = parse_url(url)
+        return cls(
+            options.path,
+            clock=clock,
+            busy_timeout_ms=options.busy_timeout_ms,
+            synchronous=options.synchronous,
+        )
+
+    @property
+    def path(self) -> str:
+        """The absolute path of the database file."""
+        return self._db.options.path
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def migrate(self) -> list[str]:
+        return await self._db.write(
+            lambda conn: migrations.apply_pending(conn, to_us(self._clock.now()))
+        )
+
+    async def pending_migrations(self) -> list[str]:
+        return await self._db.read(migrations.pending)
+
+    async def close(self) -> None:
+        await self._db.close()
+
+    async def now(self) -> datetime:
+        return self._clock.now()
+
+    async def watch(
+        self, on_due: Callable[[datetime | None], None], *, check_every_s: float = 0.1
+    ) -> None:
+        """Until cancelled, call ``on_due(run_at)`` when jobs may have arrived.
+
+        An enqueue through this store calls it at once after its commit (from the enqueuing
+        task's thread) with the earliest run_at it inserted. Jobs inserted by other processes
+        (or other stores on the file) are noticed by a cheap look every ``check_every_s`` of
+        the store's clock. A hint only: workers poll as well.
+        """
+        with self._wakeups_lock:
+            self._wakeups.append(on_due)
+        try:
+            seen: jobs.Seen | None = None
+            while True:
+                try:
+                    seen, earliest = await self._db.read(partial(jobs.arrivals, seen=seen))
+                except RotaError as error:
+                    if self._db.closed:
+                        return
+                    logger.warning("watching %s for new jobs failed: %s", self.path, error)
+                else:
+                    if earliest is not None:
+                        on_due(earliest)
+                await self._clock.sleep(check_every_s)
+        finally:
+            with self._wakeups_lock:
+                self._wakeups.remove(on_due)
+
+    async def connection_settings(self) -> dict[str, str | int]:
+        """The pragmas in force on this store's connection (journal mode, busy timeout, ...)."""
+
+        def read(conn: sqlite3.Connection) -> dict[str, str | int]:
+            found: dict[str, str | int] = {}
+            for name in ("journal_mode", "busy_timeout", "synchronous", "foreign_keys"):
+                (value,) = conn.execute(f"PRAGMA {name}").fetchone()
+                found[name] = value
+            return found
+
+        return await self._db.read(read)
+
+    def _at(self, now: datetime | None) -> datetime:
+        return utc(now) if now is not None else self._clock.now()
+
+    # ------------------------------------------------------------------ enqueue and claim
+
+    async def enqueue(
+        self, specs: Sequence[JobSpec], *, now: datetime | None = None
+    ) -> list[EnqueueResult]:
+        specs = list(specs)
+        if not specs:
+            return []
+        results, earliest = await self._db.write(
+            lambda conn: jobs.enqueue(conn, specs, self._at(now))
+        )
+        if earliest is not None:
+            # After the commit, so a woken worker's claim can already see the jobs.
+            with self._wakeups_lock:
+                callbacks = list(self._wakeups)
+            for callback in callbacks:
+                callback(earliest)
+        return results
+
+    async def claim(
+        self,
+        worker: str,
+        *,
+        queues: Sequence[str],
+        limit: int,
+        lease: timedelta,
+        now: datetime | None = None,
+    ) -> list[Job]:
+        if limit <= 0 or not queues:
+            return []
+        wanted = list(queues)
+        return await self._db.write(
+            lambda conn: claims.claim(conn, worker, wanted, limit, lease, self._at(now))
+        )
+
+    # ------------------------------------------------------------------ fenced writes
+
+    async def heartbeat(
+        self, leases: Sequence[Lease], *, lease: timedelta, now: datetime | None = None
+    ) -> list[Lease]:
+        held = list(leases)
+        if not held:
+            return []
+        return await self._db.write(lambda conn: claims.heartbeat(conn, held, lease, self._at(now)))
+
+    async def complete(self, lease: Lease, *, now: datetime | None = None) -> None:
+        lost = await self._db.write(lambda conn: claims.complete(conn, [lease], self._at(now)))
+        if lost:
+            raise LeaseLost(lease.job_id, lease.token)
+
+    async def complete_many(
+        self, leases: Sequence[Lease], *, now: datetime | None = None
+    ) -> list[Lease]:
+        held = list(leases)
+        if not held:
+            return []
+        return await self._db.write(lambda conn: claims.complete(conn, held, self._at(now)))
+
+    async def fail(
+        self,
+        lease: Lease,
+        *,
+        error: str,
+        retry_in: timedelta,
+        traceback: str | None = None,
+        permanent: bool = False,
+        now: datetime | None = None,
+    ) -> JobState:
+        return await self._db.write(
+            lambda conn: claims.fail(
+                conn, lease, error, retry_in, traceback, permanent, self._at(now)
+            )
+        )
+
+    async def snooze(self, lease: Lease, delay: timedelta, *, now: datetime | None = None) -> None:
+        def body(conn: sqlite3.Connection) -> None:
+            at = self._at(now)
+            claims.give_back(conn, lease, at + delay, Outcome.SNOOZED, at)
+
+        await self._db.write(body)
+
+    async def release(self, lease: Lease, *, now: datetime | None = None) -> None:
+        def body(conn: sqlite3.Connection) -> None:
+            at = self._at(now)
+            claims.give_back(conn, lease, at, Outcome.RELEASED, at)
+
+        await self._db.write(body)
+
+    # ------------------------------------------------------------------ operator verbs
+
+    async def retry(
+        self, job_id: int, *, max_attempts: int | None = None, now: datetime | None = None
+    ) -> Job:
+        return await self._db.write(
+            lambda conn: jobs.retry(conn, job_id, max_attempts, self._at(now))
+        )
+
+    async def cancel(self, job_id: int, *, now: datetime | None = None) -> Job:
+        return await self._db.write(lambda conn: jobs.cancel(conn, job_id, self._at(now)))
+
+    async def bulk_retry(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
+        return await self._db.write(
+            lambda conn: jobs.bulk_retry(conn, filter, limit, self._at(None))
+        )
+
+    async def bulk_cancel(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
+        return await self._db.write(
+            lambda conn: jobs.bulk_cancel(conn, filter, limit, self._at(None))
+        )
+
+    # ------------------------------------------------------------------ queries
+
+    async def get(self, job_id: int) -> Job:
+        return await self._db.read(lambda conn: jobs.get(conn, job_id))
+
+    async def list_jobs(
+        self, filter: JobFilter, *, cursor: str | None = None, limit: int = 50
+    ) -> Page:
+        after = decode_cursor(cursor) if cursor is not None else None
+        return await self._db.read(lambda conn: jobs.list_jobs(conn, filter, after, limit))
+
+    async def counts(self, *, now: datetime | None = None) -> Counts:
+        return await self._db.read(lambda conn: jobs.counts(conn, self._at(now)))
+
+    async def count_jobs(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
+        return await self._db.read(lambda conn: jobs.count_jobs(conn, filter, limit))
+
+    async def throughput(
+        self, *, since: datetime, bucket: timedelta, now: datetime | None = None
+    ) -> list[ThroughputBucket]:
+        start = utc(since)
+        return await self._db.read(lambda conn: jobs.throughput(conn, start, bucket, self._at(now)))
+
+    async def attempts(self, job_id: int) -> list[Attempt]:
+        return await self._db.read(lambda conn: jobs.attempts(conn, job_id))
+
+    # ------------------------------------------------------------------ maintenance
+
+    async def rescue(self, *, now: datetime | None = None, limit: int = 1000) -> RescueResult:
+        return await self._db.write(lambda conn: claims.rescue(conn, limit, self._at(now)))
+
+    async def prune(self, *, older_than: datetime, limit: int = 10_000) -> int:
+        cutoff = utc(older_than)
+        return await self._db.write(lambda conn: jobs.prune(conn, cutoff, limit))
+
+    # ------------------------------------------------------------------ workers registry
+
+    async def register_worker(self, info: WorkerInfo, *, now: datetime | None = None) -> None:
+        await self._db.write(lambda conn: workers.register(conn, info, self._at(now)))
+
+    async def beat_worker(self, name: str, *, now: datetime | None = None) -> bool:
+        return await self._db.write(lambda conn: workers.beat(conn, name, self._at(now)))
+
+    async def deregister_worker(self, name: str) -> None:
+        await self._db.write(lambda conn: workers.deregister(conn, name))
+
+    async def list_workers(self) -> list[WorkerInfo]:
+        return await self._db.read(workers.list_all)
+
+    async def prune_workers(self, *, older_than: datetime) -> int:
+        cutoff = utc(older_than)
+        return await self._db.write(lambda conn: workers.prune(conn, cutoff))
