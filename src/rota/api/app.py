@@ -1,0 +1,98 @@
+"""create_app: one FastAPI application serving the JSON API, /metrics and the dashboard."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from importlib import metadata
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+from rota.api.context import ApiContext
+from rota.api.errors import install_error_handlers
+from rota.api.routes_jobs import jobs_router
+from rota.api.routes_misc import misc_router
+from rota.api.routes_pages import login_page, pages_router
+from rota.api.schemas import JobCreate, JobFilterBody
+from rota.api.security import Authenticator, SecurityMiddleware
+from rota.api.settings import ApiSettings
+from rota.client import Client
+from rota.domain.job import validate_name
+from rota.observability.metrics import Metrics
+
+#: Request bodies the routes parse themselves; their schemas are added to the document.
+_REQUEST_MODELS = (JobCreate, JobFilterBody)
+
+
+def create_app(
+    client: Client,
+    *,
+    settings: ApiSettings,
+    metrics: Metrics | None = None,
+    kinds: Collection[str] | None = None,
+    demo: bool = False,
+) -> FastAPI:
+    """The API and dashboard for ``client``'s store.
+
+    ``kinds`` limits POST /api/jobs to those kinds (None: any valid kind name); ``demo`` shows
+    the dashboard's preset buttons. Binding is the caller's business: call ``check_bind``.
+    """
+    if kinds is not None:
+        for kind in kinds:
+            validate_name("kind", kind)
+    authenticator = Authenticator(settings)
+    ctx = ApiContext(
+        client=client,
+        settings=settings,
+        metrics=metrics or Metrics(),
+        kinds=frozenset(kinds) if kinds is not None else None,
+        demo=demo,
+        authenticator=authenticator,
+    )
+    # Swagger UI and ReDoc load scripts from a CDN and inline, which our CSP forbids.
+    app = FastAPI(title="rota", version=_version(), docs_url=None, redoc_url=None)
+    install_error_handlers(app)
+    app.include_router(jobs_router(ctx))
+    # Schedules: the lead adds `app.include_router(schedules_router(ctx))` here (issue 4).
+    app.include_router(misc_router(ctx))
+    app.include_router(pages_router(ctx))
+    app.add_middleware(
+        SecurityMiddleware,
+        settings=settings,
+        authenticator=authenticator,
+        now=client.store.now,
+        login_page=login_page,
+    )
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = _document(app)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented override hook
+    return app
+
+
+def _document(app: FastAPI) -> dict[str, Any]:
+    """The OpenAPI document, with the hand-parsed request bodies described and FastAPI's 422
+    replaced by our 400 (validation failures are answered with 400 and ErrorBody)."""
+    document = get_openapi(title=app.title, version=app.version, routes=app.routes)
+    schemas = document.setdefault("components", {}).setdefault("schemas", {})
+    for model in _REQUEST_MODELS:
+        schemas[model.__name__] = model.model_json_schema(
+            ref_template="#/components/schemas/{model}"
+        )
+    for path_item in document.get("paths", {}).values():
+        for operation in path_item.values():
+            operation.get("responses", {}).pop("422", None)
+    for name in ("HTTPValidationError", "ValidationError"):
+        schemas.pop(name, None)
+    return document
+
+
+def _version() -> str:
+    try:
+        return metadata.version("rota")
+    except metadata.PackageNotFoundError:
+        return "0.0.0"

@@ -1,0 +1,96 @@
+"""Job filters from the outside world: query strings and bulk bodies become a JobFilter."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import replace
+
+from rota.api.errors import ApiError, quote_input
+from rota.api.schemas import MAX_SEARCH_LENGTH, JobFilterBody
+from rota.domain.job import JobState, validate_name
+from rota.store.base import JobFilter
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def parse_states(values: Iterable[str] | None) -> frozenset[JobState] | None:
+    """States from repeated and/or comma-separated values; None when none were given."""
+    if values is None:
+        return None
+    states: set[JobState] = set()
+    for value in values:
+        for name in value.split(","):
+            if not name:
+                raise ApiError(400, "state: must not be empty")
+            try:
+                states.add(JobState(name))
+            except ValueError:
+                allowed = ", ".join(state.value for state in JobState)
+                raise ApiError(
+                    400, f"state: unknown state {quote_input(name)!r} (use {allowed})"
+                ) from None
+    return frozenset(states)
+
+
+def parse_search(q: str | None) -> str | None:
+    """A search term (job id or unique key); refuses text no id or key could contain."""
+    if not q:
+        return None
+    if len(q) > MAX_SEARCH_LENGTH:
+        raise ApiError(400, f"q: must be at most {MAX_SEARCH_LENGTH} characters")
+    if _CONTROL.search(q) or not _encodable(q):
+        raise ApiError(400, "q: must not contain control characters or invalid Unicode")
+    return q
+
+
+def build_filter(
+    *,
+    states: Iterable[str] | None,
+    kind: str | None,
+    queue: str | None,
+    tenant: str | None,
+    q: str | None,
+) -> JobFilter:
+    """A JobFilter; ApiError / InvalidJob (400) naming the field for a malformed value."""
+    return JobFilter(
+        states=parse_states(states),
+        kind=validate_name("kind", kind, required=False),
+        queue=validate_name("queue", queue, required=False),
+        tenant=validate_name("tenant", tenant, required=False),
+        search=parse_search(q),
+    )
+
+
+def filter_from_query(
+    *,
+    states: Iterable[str] | None,
+    kind: str | None,
+    queue: str | None,
+    tenant: str | None,
+    q: str | None,
+) -> JobFilter:
+    """Like build_filter, but an empty parameter (``?kind=``, as forms send) does not filter."""
+    return build_filter(
+        states=states, kind=kind or None, queue=queue or None, tenant=tenant or None, q=q
+    )
+
+
+def filter_from_body(body: JobFilterBody) -> JobFilter:
+    return build_filter(
+        states=body.state, kind=body.kind, queue=body.queue, tenant=body.tenant, q=body.q
+    )
+
+
+def restrict(job_filter: JobFilter, allowed: frozenset[JobState]) -> JobFilter:
+    """``job_filter`` narrowed to the states a bulk verb acts on."""
+    states = allowed if job_filter.states is None else job_filter.states & allowed
+    return replace(job_filter, states=states)
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

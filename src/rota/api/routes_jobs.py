@@ -1,0 +1,225 @@
+"""The /api/jobs routes: list, count, enqueue, read, retry, cancel, and the bulk verbs."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Path, Query, Request, Response
+
+from rota.api.body import read_json_object
+from rota.api.context import ApiContext
+from rota.api.errors import ApiError, quote_input
+from rota.api.filters import filter_from_body, filter_from_query, restrict
+from rota.api.schemas import (
+    MAX_CURSOR_LENGTH,
+    MAX_INSTANT_LENGTH,
+    MAX_SEARCH_LENGTH,
+    BulkResult,
+    JobCount,
+    JobCreate,
+    JobCreated,
+    JobDetail,
+    JobFilterBody,
+    JobList,
+    JobOut,
+    attempt_out,
+    errors,
+    job_out,
+)
+from rota.domain.job import MAX_NAME_LENGTH, RETRYABLE_STATES, JobState
+from rota.store.base import MAX_BULK, MAX_PAGE_SIZE, JobFilter
+
+#: Job ids are PostgreSQL bigints; anything larger cannot name a job.
+MAX_JOB_ID = 2**63 - 1
+ACTIVE_STATES = frozenset({JobState.PENDING, JobState.RUNNING})
+
+
+def json_body(model: type[Any]) -> dict[str, Any]:
+    """The OpenAPI requestBody for routes that parse their JSON body themselves."""
+    ref = {"$ref": f"#/components/schemas/{model.__name__}"}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": ref}}}}
+
+
+States = Annotated[
+    list[str] | None,
+    Query(description="Job states; repeat the parameter or separate with commas."),
+]
+Name = Annotated[str | None, Query(max_length=MAX_NAME_LENGTH)]
+Search = Annotated[
+    str | None, Query(max_length=MAX_SEARCH_LENGTH, description="A job id or exact unique key.")
+]
+JobId = Annotated[int, Path(ge=1, le=MAX_JOB_ID)]
+
+
+def parse_instant(field: str, text: str | None) -> datetime | None:
+    """An aware instant from ISO 8601 text; 400 for naive, impossible or out-of-range values."""
+    if text is None:
+        return None
+    if len(text) > MAX_INSTANT_LENGTH:
+        raise ApiError(400, f"{field}: is too long for an ISO 8601 instant")
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise ApiError(
+            400, f"{field}: {quote_input(text)!r} is not a valid ISO 8601 date and time"
+        ) from None
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ApiError(400, f"{field}: needs a UTC offset such as Z or +02:00")
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise ApiError(400, f"{field}: is out of range") from None
+
+
+async def enqueue_every(ctx: ApiContext, body: JobCreate) -> JobCreated:
+    """``every_seconds``: a schedule rather than a job.
+
+    TODO(#4): create the schedule once the schedule store verbs exist; until then refuse.
+    """
+    raise ApiError(400, "every_seconds is not supported yet")
+
+
+def jobs_router(ctx: ApiContext) -> APIRouter:
+    router = APIRouter(tags=["jobs"])
+    settings = ctx.settings
+    client = ctx.client
+
+    @router.get("/api/jobs", response_model=JobList, responses=errors(400, 401, 503))
+    async def list_jobs(
+        state: States = None,
+        kind: Name = None,
+        queue: Name = None,
+        tenant: Name = None,
+        q: Search = None,
+        cursor: Annotated[str | None, Query(max_length=MAX_CURSOR_LENGTH)] = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)] = 50,
+    ) -> JobList:
+        """Jobs matching the filters, newest first, one keyset page at a time."""
+        job_filter = filter_from_query(states=state, kind=kind, queue=queue, tenant=tenant, q=q)
+        page = await client.list_jobs(job_filter, cursor=cursor or None, limit=limit)
+        return JobList(
+            now=await ctx.now(),
+            jobs=[JobOut(**job_out(job)) for job in page.jobs],
+            next_cursor=page.next_cursor,
+        )
+
+    @router.post(
+        "/api/jobs",
+        status_code=201,
+        response_model=JobCreated,
+        responses={
+            200: {"model": JobCreated, "description": "An active job held the unique key."},
+            **errors(400, 401, 403, 413, 415, 503),
+        },
+        openapi_extra=json_body(JobCreate),
+    )
+    async def create_job(request: Request, response: Response) -> JobCreated:
+        """Enqueue a job (201), or return the active job holding its unique key (200)."""
+        raw = await read_json_object(
+            request, max_bytes=settings.max_body_bytes, max_depth=settings.max_json_depth
+        )
+        body = JobCreate.model_validate(raw)
+        if ctx.kinds is not None and body.kind not in ctx.kinds:
+            raise ApiError(400, f"unknown kind: {quote_input(body.kind)!r}")
+        if body.every_seconds is not None:
+            return await enqueue_every(ctx, body)
+        result = await client.enqueue(
+            body.kind,
+            body.payload,
+            delay=body.delay_seconds,
+            run_at=parse_instant("run_at", body.run_at),
+            priority=body.priority,
+            queue=body.queue,
+            tenant=body.tenant,
+            unique_key=body.unique_key,
+            max_attempts=body.max_attempts,
+            timeout=body.timeout_seconds,
+        )
+        if result.duplicate:
+            response.status_code = 200
+        return JobCreated(**job_out(result.job), duplicate=result.duplicate)
+
+    @router.get("/api/jobs/count", response_model=JobCount, responses=errors(400, 401, 503))
+    async def count_jobs(
+        state: States = None,
+        kind: Name = None,
+        queue: Name = None,
+        tenant: Name = None,
+        q: Search = None,
+        action: Annotated[
+            Literal["retry", "cancel"] | None,
+            Query(description="Count only the jobs this bulk verb would act on."),
+        ] = None,
+    ) -> JobCount:
+        """How many jobs match, up to the bulk cap: what a bulk action would cover."""
+        job_filter = filter_from_query(states=state, kind=kind, queue=queue, tenant=tenant, q=q)
+        if action is not None:
+            job_filter = restrict(job_filter, _acted_on(action))
+        count = await client.store.count_jobs(job_filter, limit=MAX_BULK + 1)
+        return JobCount(count=min(count, MAX_BULK), capped=count > MAX_BULK)
+
+    @router.post(
+        "/api/jobs/bulk/retry",
+        response_model=BulkResult,
+        responses=errors(400, 401, 403, 413, 415, 503),
+        openapi_extra=json_body(JobFilterBody),
+    )
+    async def bulk_retry(request: Request) -> BulkResult:
+        """Retry up to the bulk cap of dead or cancelled jobs matching the filter."""
+        job_filter = await _filter_body(request)
+        return BulkResult(count=await client.bulk_retry(job_filter, limit=MAX_BULK))
+
+    @router.post(
+        "/api/jobs/bulk/cancel",
+        response_model=BulkResult,
+        responses=errors(400, 401, 403, 413, 415, 503),
+        openapi_extra=json_body(JobFilterBody),
+    )
+    async def bulk_cancel(request: Request) -> BulkResult:
+        """Cancel up to the bulk cap of pending or running jobs matching the filter."""
+        job_filter = await _filter_body(request)
+        return BulkResult(count=await client.bulk_cancel(job_filter, limit=MAX_BULK))
+
+    @router.get(
+        "/api/jobs/{job_id}", response_model=JobDetail, responses=errors(400, 401, 404, 503)
+    )
+    async def get_job(job_id: JobId) -> JobDetail:
+        """One job with every attempt (worker, token, outcome, error, traceback)."""
+        job = await client.get(job_id)
+        attempts = await client.attempts(job_id)
+        return JobDetail(
+            **job_out(job), now=await ctx.now(), attempts=[attempt_out(a) for a in attempts]
+        )
+
+    @router.post(
+        "/api/jobs/{job_id}/retry",
+        status_code=204,
+        response_class=Response,
+        responses=errors(400, 401, 403, 404, 409, 415, 503),
+    )
+    async def retry_job(job_id: JobId) -> Response:
+        """A dead or cancelled job becomes pending now with its attempts reset (409 otherwise)."""
+        await client.retry(job_id)
+        return Response(status_code=204)
+
+    @router.post(
+        "/api/jobs/{job_id}/cancel",
+        response_model=JobOut,
+        responses=errors(400, 401, 403, 404, 409, 415, 503),
+    )
+    async def cancel_job(job_id: JobId) -> JobOut:
+        """A pending or running job becomes cancelled (409 when it already finished)."""
+        return JobOut(**job_out(await client.cancel(job_id)))
+
+    async def _filter_body(request: Request) -> JobFilter:
+        raw = await read_json_object(
+            request, max_bytes=settings.max_body_bytes, max_depth=settings.max_json_depth
+        )
+        return filter_from_body(JobFilterBody.model_validate(raw))
+
+    return router
+
+
+def _acted_on(action: Literal["retry", "cancel"]) -> frozenset[JobState]:
+    return RETRYABLE_STATES if action == "retry" else ACTIVE_STATES

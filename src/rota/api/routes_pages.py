@@ -1,0 +1,175 @@
+"""The dashboard's pages: index, its static files, and the token login form.
+
+Static files are read once from the package into an allow-list, so a path can only name a
+file we ship. The login page is rendered on the server (no inline script) and escapes the one
+message it shows.
+"""
+
+from __future__ import annotations
+
+import html
+from collections import deque
+from datetime import datetime, timedelta
+from importlib import resources
+from urllib.parse import parse_qs
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import HTMLResponse, RedirectResponse
+
+from rota.api.body import media_type, read_body
+from rota.api.context import ApiContext
+from rota.api.errors import ApiError
+from rota.api.security import SESSION_COOKIE
+
+CONTENT_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".svg": "image/svg+xml",
+}
+MAX_LOGIN_BODY = 4096
+#: Failed logins allowed per window before the form refuses (429) until the window passes.
+MAX_LOGIN_FAILURES = 10
+LOGIN_WINDOW = timedelta(minutes=1)
+
+_LOGIN_PAGE = """<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>rota: log in</title>
+<link rel="stylesheet" href="/login.css">
+<link rel="icon" href="data:,">
+</head>
+<body class="login">
+<main class="login-box">
+<h1>rota</h1>
+<form method="post" action="/login">
+<label for="token">Access token</label>
+<input id="token" name="token" type="password" autocomplete="current-password" required autofocus>
+<button type="submit">Log in</button>
+</form>
+{message}
+</main>
+</body>
+</html>
+"""
+
+
+def load_static() -> dict[str, bytes]:
+    """Every file shipped in rota/api/static, by name."""
+    folder = resources.files("rota.api").joinpath("static")
+    return {
+        entry.name: entry.read_bytes()
+        for entry in folder.iterdir()
+        if entry.is_file() and _suffix(entry.name) in CONTENT_TYPES
+    }
+
+
+def login_page(message: str | None, status: int) -> HTMLResponse:
+    shown = f'<p class="error">{html.escape(message)}</p>' if message else ""
+    return HTMLResponse(_LOGIN_PAGE.format(message=shown), status_code=status)
+
+
+class LoginThrottle:
+    """Counts failed logins in a sliding window of the store's clock."""
+
+    def __init__(self) -> None:
+        self._failures: deque[datetime] = deque()
+
+    def blocked(self, now: datetime) -> bool:
+        while self._failures and (
+            now - self._failures[0] > LOGIN_WINDOW or self._failures[0] > now
+        ):
+            self._failures.popleft()
+        return len(self._failures) >= MAX_LOGIN_FAILURES
+
+    def failed(self, now: datetime) -> None:
+        self._failures.append(now)
+
+
+def pages_router(ctx: ApiContext) -> APIRouter:
+    router = APIRouter(include_in_schema=False)
+    files = load_static()
+    auth = ctx.authenticator
+    throttle = LoginThrottle()
+
+    @router.get("/")
+    async def index() -> Response:
+        return _file(files, "index.html")
+
+    @router.get("/static/{name}")
+    async def static(name: str) -> Response:
+        return _file(files, name)
+
+    @router.get("/login.css")
+    async def login_css() -> Response:
+        return _file(files, "style.css")
+
+    @router.get("/login")
+    async def login_form() -> Response:
+        if not auth.login_enabled:
+            return RedirectResponse("/", status_code=303)
+        return login_page(None, 200)
+
+    @router.post("/login")
+    async def login(request: Request) -> Response:
+        if not auth.login_enabled:
+            raise ApiError(404, "not found")
+        if (
+            media_type(request.headers.get("content-type"))[0]
+            != "application/x-www-form-urlencoded"
+        ):
+            raise ApiError(415, "Content-Type must be application/x-www-form-urlencoded")
+        raw = await read_body(request, MAX_LOGIN_BODY)
+        try:
+            form = parse_qs(raw.decode("ascii"), max_num_fields=4, errors="strict")
+        except (UnicodeError, ValueError):
+            return login_page("The form could not be read.", 400)
+        now = await ctx.now()
+        if throttle.blocked(now):
+            return login_page("Too many failed attempts; wait a minute.", 429)
+        if not auth.token_matches(next(iter(form.get("token", [])), "")):
+            throttle.failed(now)
+            return login_page("Wrong token.", 401)
+        response = RedirectResponse("/", status_code=303)
+        response.set_cookie(
+            SESSION_COOKIE,
+            auth.session_value(now),
+            max_age=ctx.settings.session_seconds,
+            path="/",
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+        )
+        return response
+
+    @router.post("/logout")
+    async def logout(request: Request) -> Response:
+        response = RedirectResponse("/login" if auth.login_enabled else "/", status_code=303)
+        response.delete_cookie(
+            SESSION_COOKIE,
+            path="/",
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+        )
+        return response
+
+    return router
+
+
+def _suffix(name: str) -> str:
+    dot = name.rfind(".")
+    return name[dot:] if dot >= 0 else ""
+
+
+def _file(files: dict[str, bytes], name: str) -> Response:
+    content = files.get(name)
+    if content is None:
+        raise ApiError(404, "not found")
+    return Response(
+        content,
+        media_type=CONTENT_TYPES[_suffix(name)],
+        headers={"Cache-Control": "no-cache"},
+    )

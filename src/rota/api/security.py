@@ -1,0 +1,303 @@
+"""The API's front door: host check, authentication, same-origin and read-only rules, limits
+and security headers, applied to every HTTP request before any route runs.
+
+Order matters: a request from a host we do not serve is refused before anything else (DNS
+rebinding), an unauthenticated one before it can learn which routes exist, and a mutation is
+checked for its origin, the read-only switch and its content type before its body is read.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Any
+
+from starlette.datastructures import Headers
+from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from rota.api.body import JSON_MEDIA_TYPE, BodyTooLarge, media_type
+from rota.api.settings import ApiSettings
+from rota.domain.errors import InvalidInput
+
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; "
+    "form-action 'self'"
+)
+SECURITY_HEADERS: tuple[tuple[bytes, bytes], ...] = tuple(
+    (name.encode(), value.encode())
+    for name, value in (
+        ("content-security-policy", CONTENT_SECURITY_POLICY),
+        ("x-content-type-options", "nosniff"),
+        ("referrer-policy", "no-referrer"),
+        ("x-frame-options", "DENY"),
+        ("cross-origin-opener-policy", "same-origin"),
+        ("cross-origin-resource-policy", "same-origin"),
+    )
+)
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+#: Reachable without credentials: the liveness probe and what the login page needs.
+PUBLIC_PATHS = frozenset({"/healthz", "/login", "/login.css"})
+SESSION_COOKIE = "rota_session"
+_SESSION_CONTEXT = b"rota dashboard session v1"
+
+LoginPage = Callable[[str | None, int], HTMLResponse]
+
+
+class Authenticator:
+    """Checks credentials in constant time; issues and verifies dashboard session cookies.
+
+    A session cookie holds an expiry and an HMAC over it, keyed by a key derived from the token:
+    the token itself never leaves the server, and changing the token ends every session.
+    """
+
+    def __init__(self, settings: ApiSettings) -> None:
+        self.settings = settings
+        token = settings.auth_token
+        self._token = token.encode() if token is not None else None
+        self._session_key = (
+            hmac.new(self._token, _SESSION_CONTEXT, hashlib.sha256).digest()
+            if self._token is not None
+            else None
+        )
+        basic = settings.basic_auth
+        self._basic = (basic[0].encode(), basic[1].encode()) if basic is not None else None
+
+    @property
+    def enabled(self) -> bool:
+        return self.settings.has_auth
+
+    @property
+    def login_enabled(self) -> bool:
+        """Whether the dashboard logs in with a token form (basic auth uses the browser's)."""
+        return self._session_key is not None
+
+    def token_matches(self, candidate: str) -> bool:
+        if self._token is None:
+            return False
+        return hmac.compare_digest(candidate.encode("utf-8", "surrogateescape"), self._token)
+
+    def header_matches(self, authorization: str | None) -> bool:
+        """Whether an Authorization header carries the configured token or basic credentials."""
+        if not authorization:
+            return False
+        scheme, _, value = authorization.partition(" ")
+        scheme = scheme.lower()
+        value = value.strip()
+        if scheme == "bearer":
+            return self.token_matches(value)
+        if scheme == "basic" and self._basic is not None:
+            try:
+                decoded = base64.b64decode(value.encode("ascii"), validate=True)
+            except (UnicodeError, binascii.Error, ValueError):
+                return False
+            user, sep, password = decoded.partition(b":")
+            user_ok = hmac.compare_digest(user, self._basic[0])
+            password_ok = hmac.compare_digest(password, self._basic[1])
+            return bool(sep) and user_ok and password_ok
+        return False
+
+    def session_value(self, now: datetime) -> str:
+        """A fresh session cookie value valid for ``session_seconds`` from ``now``."""
+        if self._session_key is None:
+            raise InvalidInput("sessions need a token")
+        expires = int(now.timestamp()) + self.settings.session_seconds
+        return f"{expires}.{self._mac(expires)}"
+
+    def session_valid(self, value: str | None, now: datetime) -> bool:
+        if self._session_key is None or not value:
+            return False
+        expires_text, _, mac = value.partition(".")
+        if not expires_text.isdigit() or len(expires_text) > 12:
+            return False
+        expires = int(expires_text)
+        mac_ok = hmac.compare_digest(
+            mac.encode("utf-8", "surrogateescape"), self._mac(expires).encode()
+        )
+        return mac_ok and now.timestamp() < expires
+
+    def _mac(self, expires: int) -> str:
+        assert self._session_key is not None
+        return hmac.new(self._session_key, str(expires).encode(), hashlib.sha256).hexdigest()
+
+    def challenge(self) -> dict[str, str]:
+        scheme = "Basic" if self._basic is not None else "Bearer"
+        return {"WWW-Authenticate": f'{scheme} realm="rota", charset="UTF-8"'}
+
+
+def split_host(host_header: str) -> tuple[str, str | None]:
+    """``(name, port)`` of a Host header value; IPv6 names keep their brackets."""
+    host = host_header.strip().lower()
+    if host.startswith("["):
+        name, _, rest = host.partition("]")
+        port = rest[1:] if rest.startswith(":") else None
+        return name + "]", port or None
+    name, _, port = host.partition(":")
+    return name, port or None
+
+
+def normalized_origin(scheme: str, host_header: str) -> str:
+    """``scheme://host[:port]`` with the scheme's default port left out."""
+    name, port = split_host(host_header)
+    default = {"http": "80", "https": "443"}.get(scheme)
+    return f"{scheme}://{name}" if port in (None, default) else f"{scheme}://{name}:{port}"
+
+
+def is_same_origin(scheme: str, host_header: str, headers: Headers) -> bool:
+    """The CSRF rule for mutations: a present Origin must be ours; without one, a present
+    Sec-Fetch-Site must say same-origin or none; requests with neither (scripts) pass.
+
+    ``Origin: null`` is what a browser sends for a same-origin form POST from a page with
+    ``Referrer-Policy: no-referrer`` (ours), but also from sandboxed frames and data: URLs, so
+    it is trusted only together with ``Sec-Fetch-Site: same-origin``, which pages cannot forge.
+    """
+    origin = headers.get("origin")
+    fetch_site = headers.get("sec-fetch-site")
+    if origin is not None and origin.strip().lower() == "null":
+        return fetch_site is not None and fetch_site.strip().lower() == "same-origin"
+    if origin is not None:
+        origin_scheme, sep, origin_host = origin.strip().lower().partition("://")
+        if not sep or "/" in origin_host:
+            return False
+        return normalized_origin(origin_scheme, origin_host) == normalized_origin(
+            scheme, host_header
+        )
+    return fetch_site is None or fetch_site.strip().lower() in ("same-origin", "none")
+
+
+class SecurityMiddleware:
+    """Pure ASGI middleware: refusals are JSON (or the login page), headers go on everything."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        settings: ApiSettings,
+        authenticator: Authenticator,
+        now: Callable[[], Awaitable[datetime]],
+        login_page: LoginPage,
+    ) -> None:
+        self.app = app
+        self.settings = settings
+        self.auth = authenticator
+        self.now = now
+        self.login_page = login_page
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        send = _with_security_headers(send)
+        refusal = await self._refusal(scope)
+        if refusal is not None:
+            await refusal(scope, receive, send)
+            return
+        await self.app(scope, _limited(receive, self.settings.max_body_bytes), send)
+
+    async def _refusal(self, scope: Scope) -> Response | None:
+        headers = Headers(scope=scope)
+        path: str = scope["path"]
+        method: str = scope["method"]
+        host_header = headers.get("host") or _server_host(scope)
+        name, _ = split_host(host_header)
+        if not self.settings.host_allowed(name.removeprefix("[").removesuffix("]")):
+            return _refuse(400, "host not allowed")
+        if (
+            self.auth.enabled
+            and path not in PUBLIC_PATHS
+            and not await self._authenticated(headers)
+        ):
+            if (
+                self.auth.login_enabled
+                and method == "GET"
+                and "text/html" in headers.get("accept", "")
+            ):
+                return self.login_page(None, 401)
+            return _refuse(401, "authentication required", self.auth.challenge())
+        if method not in SAFE_METHODS:
+            if not is_same_origin(scope.get("scheme", "http"), host_header, headers):
+                return _refuse(403, "cross-origin request refused")
+            if self.settings.read_only and path.startswith("/api/"):
+                return _refuse(403, "read-only mode")
+            content_type = headers.get("content-type")
+            if (
+                path.startswith("/api/")
+                and content_type
+                and media_type(content_type)[0] != JSON_MEDIA_TYPE
+            ):
+                return _refuse(415, "Content-Type must be application/json")
+        declared = headers.get("content-length")
+        if (
+            declared is not None
+            and declared.isdigit()
+            and int(declared) > self.settings.max_body_bytes
+        ):
+            return _refuse(413, f"request body is larger than {self.settings.max_body_bytes} bytes")
+        return None
+
+    async def _authenticated(self, headers: Headers) -> bool:
+        if self.auth.header_matches(headers.get("authorization")):
+            return True
+        if self.auth.login_enabled:
+            cookie = _cookie(headers.get("cookie"), SESSION_COOKIE)
+            if cookie is not None:
+                return self.auth.session_valid(cookie, await self.now())
+        return False
+
+
+def _refuse(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+def _server_host(scope: Scope) -> str:
+    server = scope.get("server")
+    if not server:
+        return ""
+    host, port = server[0], server[1]
+    return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
+
+
+def _cookie(header: str | None, name: str) -> str | None:
+    if not header:
+        return None
+    for part in header.split(";"):
+        key, sep, value = part.strip().partition("=")
+        if sep and key == name:
+            return value
+    return None
+
+
+def _with_security_headers(send: Send) -> Send:
+    async def wrapped(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            raw: list[Any] = list(message.get("headers", []))
+            present = {name.lower() for name, _ in raw}
+            raw.extend(header for header in SECURITY_HEADERS if header[0] not in present)
+            if b"cache-control" not in present:
+                raw.append((b"cache-control", b"no-store"))
+            message = {**message, "headers": raw}
+        await send(message)
+
+    return wrapped
+
+
+def _limited(receive: Receive, limit: int) -> Receive:
+    """``receive`` that raises BodyTooLarge once more than ``limit`` body bytes arrived, so no
+    reader, whichever route it serves, can be made to buffer an unbounded body."""
+    seen = 0
+
+    async def wrapped() -> Message:
+        nonlocal seen
+        message = await receive()
+        if message["type"] == "http.request":
+            seen += len(message.get("body", b""))
+            if seen > limit:
+                raise BodyTooLarge(limit)
+        return message
+
+    return wrapped

@@ -1,0 +1,92 @@
+"""ApiSettings: how the HTTP API is secured and bounded, and the bind check that enforces it."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+
+from rota.domain.errors import InvalidInput
+from rota.domain.job import MAX_PAYLOAD_BYTES, MAX_PAYLOAD_DEPTH
+
+#: Room for the fields around a maximal payload in a POST /api/jobs body.
+BODY_OVERHEAD_BYTES = 64 * 1024
+
+
+class BindRefused(InvalidInput):
+    """Serving on a non-loopback address without authentication was refused."""
+
+
+@dataclass(frozen=True, slots=True)
+class ApiSettings:
+    """Security and limits of one API instance; built once by the CLI, passed to create_app.
+
+    ``allowed_hosts`` guards against DNS rebinding: ``None`` accepts any Host header when auth is
+    configured and only loopback names (localhost, 127.0.0.0/8, ::1) when it is not; a tuple
+    accepts exactly those host names (``"*"`` accepts any). Secrets are kept out of ``repr``.
+    """
+
+    auth_token: str | None = field(default=None, repr=False)
+    basic_auth: tuple[str, str] | None = field(default=None, repr=False)
+    read_only: bool = False
+    max_body_bytes: int = MAX_PAYLOAD_BYTES + BODY_OVERHEAD_BYTES
+    #: The payload sits one level below the body's root; a little margin lets the domain's
+    #: payload check (which names the field) speak first.
+    max_json_depth: int = MAX_PAYLOAD_DEPTH + 2
+    #: The workers' heartbeat interval: a worker is alive while its last beat is younger than
+    #: three of these.
+    heartbeat_interval_seconds: float = 10.0
+    #: How long /metrics reuses store-derived gauges, so frequent scrapes stay cheap.
+    metrics_cache_seconds: float = 2.0
+    #: At most this many queues get their own ``queue`` label on /metrics; the rest are summed
+    #: under ``queue="_other"`` so the series count stays bounded.
+    max_metric_queues: int = 50
+    allowed_hosts: tuple[str, ...] | None = None
+    #: Lifetime of a dashboard login (token auth only).
+    session_seconds: int = 12 * 3600
+
+    def __post_init__(self) -> None:
+        if self.auth_token is not None and len(self.auth_token) < 8:
+            raise InvalidInput("auth token must be at least 8 characters")
+        if self.basic_auth is not None:
+            user, password = self.basic_auth
+            if not user or ":" in user or not password:
+                raise InvalidInput("basic auth needs a user without ':' and a non-empty password")
+        if self.max_body_bytes < 1024:
+            raise InvalidInput("max_body_bytes must be at least 1024")
+        if self.max_json_depth < 2:
+            raise InvalidInput("max_json_depth must be at least 2")
+        if self.heartbeat_interval_seconds <= 0 or self.metrics_cache_seconds < 0:
+            raise InvalidInput("intervals must be positive")
+        if self.max_metric_queues < 1 or self.session_seconds < 60:
+            raise InvalidInput("max_metric_queues must be >= 1 and session_seconds >= 60")
+
+    @property
+    def has_auth(self) -> bool:
+        return self.auth_token is not None or self.basic_auth is not None
+
+    def host_allowed(self, host: str) -> bool:
+        """Whether a request's Host name (port removed) may reach this API."""
+        if self.allowed_hosts is not None:
+            return "*" in self.allowed_hosts or host.lower() in self.allowed_hosts
+        return self.has_auth or is_loopback(host)
+
+
+def is_loopback(host: str) -> bool:
+    """``localhost`` or an address in 127.0.0.0/8 or ::1 (brackets allowed)."""
+    name = host.strip().lower().removeprefix("[").removesuffix("]")
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(host: str, settings: ApiSettings) -> None:
+    """Refuse (BindRefused) to serve on a non-loopback ``host`` unless auth is configured."""
+    if settings.has_auth or is_loopback(host):
+        return
+    raise BindRefused(
+        f"refusing to listen on {host!r} without authentication: set an auth token or basic "
+        "auth, or bind to 127.0.0.1"
+    )

@@ -1,0 +1,55 @@
+// The dashboard: hash routes to views, each with its own live refresh, stopped on navigation.
+
+import { getJSON } from "./api.js";
+import { replaceChildren, h } from "./dom.js";
+import { reportError } from "./ui.js";
+import { renderOverview } from "./overview.js";
+import { renderJobs } from "./jobs.js";
+import { renderJob } from "./job.js";
+import { renderWorkers } from "./workers.js";
+import { renderSchedules } from "./schedules.js";
+
+let current = null;
+let config = { demo: false, read_only: false, kinds: null, login: false };
+
+function route() {
+  const hash = location.hash || "#/";
+  const [path, search] = hash.slice(1).split("?");
+  const params = new URLSearchParams(search || "");
+  const jobMatch = /^\/jobs\/(\d+)$/.exec(path);
+  if (jobMatch) return { view: "jobs", render: (root) => renderJob(root, config, jobMatch[1]) };
+  if (path === "/jobs") return { view: "jobs", render: (root) => renderJobs(root, config, params) };
+  if (path === "/workers") return { view: "workers", render: (root) => renderWorkers(root, config) };
+  if (path === "/schedules") return { view: "schedules", render: (root) => renderSchedules(root, config) };
+  return { view: "overview", render: (root) => renderOverview(root, config) };
+}
+
+function show() {
+  if (current && current.stop) current.stop();
+  const root = document.getElementById("view");
+  replaceChildren(root);
+  const { view, render } = route();
+  for (const link of document.querySelectorAll("#nav a")) {
+    link.classList.toggle("active", link.dataset.view === view);
+  }
+  try {
+    current = render(root);
+  } catch (error) {
+    reportError(error);
+    replaceChildren(root, h("p", { class: "error-text" }, String(error)));
+  }
+}
+
+async function start() {
+  try {
+    config = await getJSON("/api/config");
+  } catch (error) {
+    reportError(error);
+  }
+  document.getElementById("mode").hidden = !config.read_only;
+  document.getElementById("logout").hidden = !config.login;
+  window.addEventListener("hashchange", show);
+  show();
+}
+
+start();

@@ -1,0 +1,51 @@
+// How times, states and numbers read on the dashboard.
+
+import { h } from "./dom.js";
+
+export function parseTime(iso) {
+  return iso ? new Date(iso).getTime() : null;
+}
+
+function amount(seconds) {
+  const abs = Math.abs(seconds);
+  if (abs < 10) return `${abs.toFixed(1)} s`;
+  if (abs < 90) return `${Math.round(abs)} s`;
+  if (abs < 90 * 60) return `${Math.round(abs / 60)} min`;
+  if (abs < 36 * 3600) return `${(abs / 3600).toFixed(1)} h`;
+  return `${Math.round(abs / 86400)} d`;
+}
+
+// "in 3.2 s" or "4 s ago", measured against the server's clock.
+export function relative(iso, nowMs) {
+  const at = parseTime(iso);
+  if (at === null || nowMs === null) return "";
+  const seconds = (at - nowMs) / 1000;
+  if (Math.abs(seconds) < 0.05) return "now";
+  return seconds > 0 ? `in ${amount(seconds)}` : `${amount(seconds)} ago`;
+}
+
+export function duration(seconds) {
+  return seconds === null || seconds === undefined ? "" : amount(seconds);
+}
+
+export function absolute(iso) {
+  if (!iso) return "";
+  return `${iso.replace("T", " ").replace(/\.\d+/, "").replace("Z", "")} UTC`;
+}
+
+// The derived views of pending: "retrying" after a failed attempt, "scheduled" when not yet due.
+export function displayState(job, nowMs) {
+  if (job.state !== "pending") return job.state;
+  if (job.attempt > 0) return "retrying";
+  const runAt = parseTime(job.run_at);
+  if (runAt !== null && nowMs !== null && runAt > nowMs) return "scheduled";
+  return "pending";
+}
+
+export function badge(label) {
+  return h("span", { class: `badge s-${label}`, text: label });
+}
+
+export function count(n, exact = true) {
+  return `${exact ? "" : "≈"}${Number(n).toLocaleString("en-US")}`;
+}

@@ -1,0 +1,105 @@
+// Job detail: fields, payload as text, a timeline, every attempt with its error and traceback.
+
+import { ApiError, getJSON } from "./api.js";
+import { h, replaceChildren } from "./dom.js";
+import { absolute, badge, displayState, duration, parseTime, relative } from "./format.js";
+import { actionButtons } from "./jobs.js";
+import { poller } from "./ui.js";
+
+function field(label, value) {
+  return [h("dt", { text: label }), h("dd", {}, value === null || value === undefined || value === "" ? "—" : value)];
+}
+
+function at(iso, now) {
+  if (!iso) return null;
+  return h("span", { title: absolute(iso) }, `${relative(iso, now)} `, h("span", { class: "muted" }, `(${absolute(iso)})`));
+}
+
+function timeline(job, now) {
+  const events = [[job.created_at, "created"]];
+  for (const attempt of job.attempts) {
+    events.push([attempt.started_at, `attempt ${attempt.attempt} started on ${attempt.worker || "?"} (token ${attempt.token})`]);
+    if (attempt.finished_at) events.push([attempt.finished_at, `attempt ${attempt.attempt}: ${attempt.outcome}`]);
+  }
+  if (job.finished_at) events.push([job.finished_at, job.state]);
+  else if (job.state === "pending") events.push([job.run_at, parseTime(job.run_at) > now ? "due" : "due (waiting for a worker)"]);
+  events.sort((a, b) => parseTime(a[0]) - parseTime(b[0]));
+  return h("ol", { class: "timeline" }, events.map(([when, what]) =>
+    h("li", {}, h("span", { class: "when" }, relative(when, now)), " ", what)));
+}
+
+function attemptsTable(job) {
+  if (!job.attempts.length) return h("p", { class: "muted" }, "No attempts yet.");
+  return h("table", { class: "grid" },
+    h("thead", {}, h("tr", {}, ["#", "token", "worker", "started", "took", "outcome", "error"].map((t) => h("th", { text: t })))),
+    h("tbody", {}, job.attempts.map((a) => {
+      const took = a.finished_at ? (parseTime(a.finished_at) - parseTime(a.started_at)) / 1000 : null;
+      return h("tr", {},
+        h("td", { class: "num" }, String(a.attempt)),
+        h("td", { class: "mono" }, String(a.token)),
+        h("td", { class: "mono" }, a.worker || ""),
+        h("td", {}, absolute(a.started_at)),
+        h("td", {}, took === null ? "running" : duration(took)),
+        h("td", {}, badge(a.outcome)),
+        h("td", { class: "attempt-error" },
+          a.error ? h("pre", { class: "error-text" }, a.error) : "",
+          a.traceback ? h("details", {}, h("summary", {}, "traceback"), h("pre", { class: "trace" }, a.traceback)) : ""));
+    })));
+}
+
+export function renderJob(root, config, id) {
+  const head = h("div", { class: "job-head" });
+  const body = h("div");
+  root.append(h("a", { class: "back", href: "#/jobs" }, "← jobs"), head, body);
+  let loop = null;
+  // Keep open <details> open across refreshes.
+  let openTraces = new Set();
+  loop = poller(async () => {
+    let job;
+    try {
+      job = await getJSON(`/api/jobs/${id}`);
+    } catch (error) {
+      if (error instanceof ApiError && (error.status === 404 || error.status === 400)) {
+        replaceChildren(head, h("h1", { text: `Job ${id}` }));
+        replaceChildren(body, h("p", { class: "error-text" }, error.message));
+        return;
+      }
+      throw error;
+    }
+    const nowMs = parseTime(job.now);
+    openTraces = new Set([...body.querySelectorAll("details")].map((d, i) => (d.open ? i : -1)).filter((i) => i >= 0));
+    replaceChildren(head,
+      h("h1", {}, `Job `, h("span", { class: "mono" }, String(job.id)), " ", badge(displayState(job, nowMs))),
+      h("div", { class: "actions" }, actionButtons(job, config, () => loop.refresh())));
+    replaceChildren(body,
+      h("dl", { class: "fields" },
+        field("kind", job.kind),
+        field("queue", job.queue),
+        field("state", job.state),
+        field("attempt", `${job.attempt} of ${job.max_attempts}`),
+        field("priority", String(job.priority)),
+        field("tenant", job.tenant),
+        field("unique key", job.unique_key),
+        field("run at", at(job.run_at, nowMs)),
+        field("created", at(job.created_at, nowMs)),
+        field("started", at(job.started_at, nowMs)),
+        field("finished", at(job.finished_at, nowMs)),
+        field("worker", job.worker),
+        field("lease until", at(job.lease_until, nowMs)),
+        field("lease token", job.lease_token === null ? null : String(job.lease_token)),
+        field("schedule", job.schedule),
+        field("slot", job.slot_at ? absolute(job.slot_at) : null),
+        field("timeout", job.timeout_seconds === null ? null : duration(job.timeout_seconds))),
+      job.last_error ? [h("h2", { text: "Last error" }), h("pre", { class: "error-text last-error" }, job.last_error)] : null,
+      h("h2", { text: "Payload" }),
+      h("pre", { class: "payload" }, JSON.stringify(job.payload, null, 2)),
+      h("h2", { text: "Timeline" }),
+      timeline(job, nowMs),
+      h("h2", { text: "Attempts" }),
+      attemptsTable(job));
+    body.querySelectorAll("details").forEach((d, i) => {
+      if (openTraces.has(i)) d.open = true;
+    });
+  });
+  return loop;
+}

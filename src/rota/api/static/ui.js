@@ -1,0 +1,141 @@
+// Pieces every view uses: the notice line, live polling, the demo presets, the confirm dialog.
+
+import { ApiError, postJSON } from "./api.js";
+import { h, replaceChildren } from "./dom.js";
+
+let noticeTimer = null;
+
+export function notify(message, kind = "info") {
+  const el = document.getElementById("notice");
+  el.textContent = message;
+  el.className = `notice ${kind}`;
+  el.hidden = false;
+  clearTimeout(noticeTimer);
+  noticeTimer = setTimeout(() => {
+    el.hidden = true;
+  }, kind === "error" ? 8000 : 4000);
+}
+
+export function reportError(error) {
+  if (error instanceof ApiError && error.status === 401) {
+    notify("Not signed in (or the session expired): reload the page to log in.", "error");
+  } else {
+    notify(error instanceof Error ? error.message : String(error), "error");
+  }
+}
+
+export function setStatus(text, ok) {
+  const el = document.getElementById("status");
+  el.textContent = text;
+  el.className = ok ? "status ok" : "status bad";
+}
+
+// Calls `tick` now and then `intervalMs` after each call finished, until stopped. While paused,
+// only `refresh()` calls it; a refresh during a call runs once more right after, so what an
+// action changed is never hidden by a response that was already on its way.
+export function poller(tick, intervalMs = 1500) {
+  let stopped = false;
+  let paused = false;
+  let busy = false;
+  let again = false;
+  let timer = null;
+  async function run() {
+    if (stopped) return;
+    if (busy) {
+      again = true;
+      return;
+    }
+    busy = true;
+    clearTimeout(timer);
+    try {
+      await tick();
+      setStatus(paused ? "paused" : "live", true);
+    } catch (error) {
+      setStatus("disconnected", false);
+      reportError(error);
+    } finally {
+      busy = false;
+      if (again) {
+        again = false;
+        run();
+      } else if (!stopped) {
+        timer = setTimeout(loop, intervalMs);
+      }
+    }
+  }
+  function loop() {
+    if (paused) timer = setTimeout(loop, intervalMs);
+    else run();
+  }
+  run();
+  return {
+    refresh: run,
+    stop() {
+      stopped = true;
+      clearTimeout(timer);
+    },
+    setPaused(value) {
+      paused = value;
+      setStatus(value ? "paused" : "live", true);
+      if (!value) run();
+    },
+  };
+}
+
+// The seed's demo buttons; shown only when the server runs with demo on.
+const PRESETS = [
+  ["email", { kind: "email" }],
+  ["email in 5 s", { kind: "email", delay_seconds: 5 }],
+  ["flaky (60% fail)", { kind: "flaky", max_attempts: 4 }],
+  ["slow (6 s)", { kind: "slow" }],
+  ["crash worker", { kind: "crash" }],
+  ["every 10 s", { kind: "email", every_seconds: 10 }],
+];
+
+export function presets(config, onDone) {
+  if (!config.demo || config.read_only) return null;
+  const buttons = PRESETS.map(([label, body]) =>
+    h("button", {
+      type: "button",
+      class: "preset",
+      on: {
+        click: async () => {
+          try {
+            const job = await postJSON("/api/jobs", body);
+            notify(`Enqueued job ${job.id} (${job.kind}).`);
+            onDone();
+          } catch (error) {
+            reportError(error);
+          }
+        },
+      },
+    }, `+ ${label}`),
+  );
+  return h("div", { class: "presets" }, h("span", { class: "muted" }, "Demo: "), buttons);
+}
+
+// A modal asking to confirm `message`; `action` runs on confirm and returns the result text.
+// Without an action it only informs.
+export function confirmDialog(title, message, confirmLabel, destructive, action) {
+  const body = h("p", { class: "dialog-text" }, message);
+  const confirm = h("button", { type: "button", class: destructive ? "danger" : "primary" }, confirmLabel);
+  const cancel = h("button", { type: "button" }, action ? "Cancel" : "Close");
+  const dialog = h("dialog", { class: "confirm" },
+    h("h2", { text: title }), body, h("div", { class: "dialog-actions" }, cancel, action ? confirm : null));
+  cancel.addEventListener("click", () => dialog.close());
+  dialog.addEventListener("close", () => dialog.remove());
+  confirm.addEventListener("click", async () => {
+    confirm.disabled = true;
+    try {
+      const result = await action();
+      replaceChildren(body, result);
+    } catch (error) {
+      replaceChildren(body, h("span", { class: "error-text" }, error.message));
+    }
+    confirm.remove();
+    cancel.textContent = "Close";
+  });
+  document.body.append(dialog);
+  dialog.showModal();
+  return dialog;
+}

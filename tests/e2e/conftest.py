@@ -1,0 +1,93 @@
+"""Browser-test harness: the API served by uvicorn on a free loopback port in a thread, and a
+headless Debian Chromium driven by Playwright (never a downloaded browser build)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import uvicorn
+
+from rota.api import ApiSettings, create_app
+from rota.client import Client
+from rota.store.memory import MemoryStore
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+INSTALL_HINT = "install Debian's browser with `apt-get install -y chromium`"
+
+
+@dataclass(frozen=True)
+class Served:
+    """A running dashboard: its base URL and the store behind it (shared across threads)."""
+
+    url: str
+    store: MemoryStore
+
+
+@pytest.fixture
+def chromium() -> Path:
+    if not CHROMIUM.exists():
+        if IN_CI:
+            pytest.fail(f"CI=true but {CHROMIUM} is missing: {INSTALL_HINT}")
+        pytest.skip(INSTALL_HINT)
+    return CHROMIUM
+
+
+@pytest.fixture
+def served(request: pytest.FixtureRequest) -> Iterator[Served]:
+    """create_app over a MemoryStore on real time, served on 127.0.0.1:<free port>.
+
+    Parametrize indirectly with an ApiSettings to serve with other settings.
+    """
+    settings = getattr(request, "param", None) or ApiSettings()
+    store = MemoryStore()
+    app = create_app(Client(store), settings=settings)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(
+        app, log_config=None, log_level="warning", lifespan="off", ws="none", access_log=False
+    )
+    server = uvicorn.Server(config)
+    # Listening before uvicorn starts means early connections wait in the backlog: no polling
+    # for "started" is needed.
+    sock.listen(128)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        yield Served(f"http://127.0.0.1:{port}", store)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
+
+
+@pytest.fixture
+async def browser(chromium: Path) -> AsyncIterator[object]:
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as playwright:
+        instance = await playwright.chromium.launch(
+            executable_path=str(chromium), args=CHROMIUM_ARGS, headless=True
+        )
+        try:
+            yield instance
+        finally:
+            await instance.close()

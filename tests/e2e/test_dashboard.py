@@ -1,0 +1,214 @@
+"""The dashboard in headless Chromium: it loads cleanly under its CSP, renders hostile job data
+as text (T38), and retries a dead job from its detail page without a reload."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from playwright.async_api import Browser, ConsoleMessage, Page, expect
+
+from rota.api import ApiSettings
+from rota.domain.job import JobSpec
+from rota.store.memory import MemoryStore
+from tests.e2e.conftest import Served
+
+pytestmark = pytest.mark.browser
+
+XSS = [
+    "<script>window.__x=1</script>",
+    '"onmouseover="window.__x=3',
+    "<img src=x onerror=window.__x=2>",
+    "javascript:window.__x=4",
+    "<svg onload=window.__x=5></svg>",
+    "</script><script>window.__x=6</script>",
+]
+HOSTILE = " | ".join(XSS)
+
+# Runs before any page script; CDP-injected, so the page's CSP does not apply to it.
+WATCH_CSP = """
+window.__cspViolations = [];
+document.addEventListener("securitypolicyviolation", (e) => {
+  window.__cspViolations.push(e.violatedDirective + " " + e.blockedURI);
+});
+"""
+
+
+class Watched:
+    def __init__(self, page: Page) -> None:
+        self.page = page
+        self.problems: list[str] = []
+        page.on("console", self._console)
+        page.on("pageerror", lambda error: self.problems.append(f"page error: {error}"))
+
+    def _console(self, message: ConsoleMessage) -> None:
+        if message.type in ("error", "warning"):
+            self.problems.append(f"console {message.type}: {message.text}")
+
+    async def assert_clean(self) -> None:
+        violations = await self.page.evaluate("window.__cspViolations")
+        assert violations == []
+        assert self.problems == []
+        assert await self.page.evaluate("typeof window.__x") == "undefined"
+
+
+@pytest.fixture
+async def page(browser: Browser) -> AsyncIterator[Watched]:
+    context = await browser.new_context()
+    await context.add_init_script(WATCH_CSP)
+    tab = await context.new_page()
+    try:
+        yield Watched(tab)
+    finally:
+        await context.close()
+
+
+async def dead_job(store: MemoryStore, **spec: Any) -> int:
+    spec.setdefault("priority", 100)
+    [result] = await store.enqueue([JobSpec(**spec)])
+    [claimed] = await store.claim(
+        "worker-1", queues=[result.job.queue], limit=1, lease=timedelta(seconds=30)
+    )
+    await store.fail(
+        claimed.lease,
+        error=f"failed: {HOSTILE}",
+        traceback=f"Traceback\n{HOSTILE}",
+        retry_in=timedelta(0),
+        permanent=True,
+    )
+    return claimed.id
+
+
+async def test_dashboard_loads_every_view_without_errors(page: Watched, served: Served) -> None:
+    job_id = await dead_job(served.store, kind="email")
+    await served.store.enqueue([JobSpec(kind="report", queue="reports", delay=timedelta(hours=1))])
+    response = await page.page.goto(served.url + "/")
+    assert response is not None and response.ok
+    csp = response.headers["content-security-policy"]
+    assert "script-src 'self'" in csp and "unsafe-inline" not in csp
+    await expect(page.page.locator(".cards .card")).to_have_count(7)
+    await expect(page.page.locator("svg.chart")).to_be_visible()
+    await expect(page.page.locator("#status")).to_have_text("live")
+
+    await page.page.goto(served.url + "/#/jobs")
+    await expect(page.page.locator("table.jobs tbody tr")).to_have_count(2)
+    await expect(page.page.locator("table.jobs .badge", has_text="scheduled")).to_have_count(1)
+
+    await page.page.goto(served.url + f"/#/jobs/{job_id}")
+    await expect(page.page.locator("h1 .badge")).to_have_text("dead")
+    await page.page.goto(served.url + "/#/workers")
+    await expect(page.page.get_by_text("No workers registered.")).to_be_visible()
+    await page.page.goto(served.url + "/#/schedules")
+    await expect(page.page.get_by_role("heading", name="Schedules")).to_be_visible()
+    await page.assert_clean()
+
+
+async def test_hostile_job_data_renders_as_text(page: Watched, served: Served) -> None:
+    job_id = await dead_job(
+        served.store,
+        kind="email",
+        payload={"html": HOSTILE, HOSTILE: [HOSTILE]},
+        unique_key=HOSTILE[:200],
+    )
+    await page.page.goto(served.url + "/#/jobs")
+    row = page.page.locator(f'tr[data-job="{job_id}"]')
+    await expect(row.locator(".error-cell")).to_contain_text("<img src=x onerror=window.__x=2>")
+    await page.page.hover(".error-cell")
+    await page.page.fill("input[name=q]", HOSTILE[:200])
+    await page.page.click("form.filters button[type=submit]")
+    await expect(page.page.locator("table.jobs tbody tr")).to_have_count(1)
+
+    await page.page.goto(served.url + f"/#/jobs/{job_id}")
+    payload = page.page.locator("pre.payload")
+    await expect(payload).to_contain_text("<script>window.__x=1</script>")
+    await expect(page.page.locator("pre.last-error")).to_contain_text(
+        "<svg onload=window.__x=5></svg>"
+    )
+    await page.page.click("details summary")
+    await expect(page.page.locator("pre.trace")).to_contain_text(
+        "</script><script>window.__x=6</script>"
+    )
+    await page.page.hover("pre.payload")
+    # Nothing from the data became an element.
+    assert await page.page.locator("main img, main script, main svg:not(.chart)").count() == 0
+    await page.assert_clean()
+
+
+async def test_dead_job_is_retried_from_its_detail_page_without_reload(
+    page: Watched, served: Served
+) -> None:
+    job_id = await dead_job(served.store, kind="email")
+    await page.page.goto(served.url + f"/#/jobs/{job_id}")
+    await expect(page.page.locator("h1 .badge")).to_have_text("dead")
+    await page.page.evaluate("window.__sameDocument = true")
+    await page.page.click("button[data-action=retry]")
+    await expect(page.page.locator("h1 .badge")).to_have_text("pending")
+    await expect(page.page.locator("button[data-action=cancel]")).to_be_visible()
+    assert await page.page.evaluate("window.__sameDocument") is True
+    assert (await served.store.get(job_id)).state.value == "pending"
+    await page.assert_clean()
+
+
+async def test_bulk_retry_confirms_scope_and_count(page: Watched, served: Served) -> None:
+    ids = [await dead_job(served.store, kind="sync") for _ in range(3)]
+    await dead_job(served.store, kind="email")
+    await page.page.goto(served.url + "/#/jobs?state=dead&kind=sync")
+    await expect(page.page.locator("table.jobs tbody tr")).to_have_count(3)
+    await page.page.click("text=Retry matching…")
+    dialog = page.page.locator("dialog.confirm")
+    await expect(dialog).to_contain_text(
+        "Retry 3 dead or cancelled job(s) matching state = dead, kind = sync?"
+    )
+    await dialog.locator("button.primary").click()
+    await expect(dialog).to_contain_text("Retried 3 job(s).")
+    await dialog.get_by_role("button", name="Close").click()
+    await expect(page.page.locator("table.jobs tbody tr")).to_have_count(0)
+    for job_id in ids:
+        assert (await served.store.get(job_id)).state.value == "pending"
+    await page.assert_clean()
+
+
+TOKEN = "e2e-token-0123456789"
+
+
+@pytest.mark.parametrize("served", [ApiSettings(auth_token=TOKEN)], indirect=True)
+async def test_token_login_opens_the_dashboard(page: Watched, served: Served) -> None:
+    response = await page.page.goto(served.url + "/")
+    assert response is not None and response.status == 401
+    page.problems.clear()  # the browser reports the 401 document load itself
+    await page.page.fill("input[name=token]", "wrong-token-000")
+    await page.page.click("button[type=submit]")
+    await expect(page.page.locator(".error")).to_have_text("Wrong token.")
+    page.problems.clear()
+    await page.page.fill("input[name=token]", TOKEN)
+    await page.page.click("button[type=submit]")
+    await expect(page.page.locator("#status")).to_have_text("live")
+    await expect(page.page.locator("#logout")).to_be_visible()
+    cookies = await page.page.context.cookies()
+    [session] = [cookie for cookie in cookies if cookie["name"] == "rota_session"]
+    assert session["httpOnly"] and session["sameSite"] == "Strict"
+    assert TOKEN not in session["value"]
+    await page.assert_clean()
+    # A poll in flight while the cookie is cleared may meet a 401: expected, not checked.
+    await page.page.click("#logout button")
+    await expect(page.page.locator("input[name=token]")).to_be_visible()
+    names = {cookie["name"] for cookie in await page.page.context.cookies()}
+    assert "rota_session" not in names
+
+
+@pytest.mark.parametrize("served", [ApiSettings(read_only=True)], indirect=True)
+async def test_read_only_dashboard_hides_every_mutating_button(
+    page: Watched, served: Served
+) -> None:
+    job_id = await dead_job(served.store, kind="email")
+    await served.store.enqueue([JobSpec(kind="email")])
+    await page.page.goto(served.url + "/#/jobs")
+    await expect(page.page.locator("table.jobs tbody tr")).to_have_count(2)
+    await expect(page.page.locator("#mode")).to_be_visible()
+    assert await page.page.locator("main button[data-action], .bulk, .presets").count() == 0
+    await page.page.goto(served.url + f"/#/jobs/{job_id}")
+    await expect(page.page.locator("h1 .badge")).to_have_text("dead")
+    assert await page.page.locator("button[data-action]").count() == 0
+    await page.assert_clean()
