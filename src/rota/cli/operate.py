@@ -1,0 +1,184 @@
+"""`rota worker`, `rota migrate`, `rota check`."""
+
+from __future__ import annotations
+
+import os
+import sys
+from datetime import datetime
+from typing import Any
+
+import click
+
+from rota.cli import cli, database_option, run, split
+from rota.config import load_app
+from rota.domain.errors import MigrationsPending
+
+# ---------------------------------------------------------------------- worker
+
+
+@cli.command()
+@click.option(
+    "--app",
+    "app_ref",
+    envvar="ROTA_APP",
+    required=True,
+    metavar="MODULE:ATTR",
+    help="Your rota.App, e.g. myproject.jobs:app.",
+)
+@database_option(default=None)
+@click.option(
+    "--concurrency",
+    envvar="ROTA_CONCURRENCY",
+    type=click.IntRange(1, 10_000),
+    default=10,
+    show_default=True,
+    help="Jobs run at once by this worker.",
+)
+@click.option(
+    "--queues",
+    envvar="ROTA_QUEUES",
+    metavar="A,B",
+    help="Queues to claim from (default: the queues of the app's kinds).",
+)
+@click.option("--name", envvar="ROTA_WORKER_NAME", help="Worker name (default host:pid:random).")
+@click.option(
+    "--lease-seconds",
+    envvar="ROTA_LEASE_SECONDS",
+    type=click.FloatRange(0.1),
+    default=30.0,
+    show_default=True,
+    help="How long a claim lasts without a heartbeat.",
+)
+@click.option(
+    "--heartbeat-seconds",
+    envvar="ROTA_HEARTBEAT_SECONDS",
+    type=click.FloatRange(0.05),
+    default=10.0,
+    show_default=True,
+    help="Seconds between heartbeats.",
+)
+@click.option(
+    "--poll-seconds",
+    envvar="ROTA_POLL_SECONDS",
+    type=click.FloatRange(0.01),
+    help="Longest sleep between claims (default by backend).",
+)
+@click.option(
+    "--rescue-seconds",
+    envvar="ROTA_RESCUE_SECONDS",
+    type=click.FloatRange(0.05),
+    default=5.0,
+    show_default=True,
+    help="Seconds between rescues of expired leases.",
+)
+@click.option(
+    "--shutdown-timeout",
+    envvar="ROTA_SHUTDOWN_TIMEOUT",
+    type=click.FloatRange(0),
+    default=30.0,
+    show_default=True,
+    help="Seconds running jobs get to finish after SIGTERM before being released.",
+)
+def worker(
+    app_ref: str,
+    database_url: str | None,
+    concurrency: int,
+    queues: str | None,
+    name: str | None,
+    lease_seconds: float,
+    heartbeat_seconds: float,
+    poll_seconds: float | None,
+    rescue_seconds: float,
+    shutdown_timeout: float,
+) -> None:
+    """Run a worker for your app's kinds until SIGTERM or SIGINT.
+
+    The first signal stops claiming, lets running jobs finish within --shutdown-timeout and
+    hands the rest back (the attempt is not counted); a second signal exits at once.
+    """
+    app = load_app(app_ref)
+    if database_url:
+        app.with_database(database_url)
+    options: dict[str, Any] = {
+        "name": name,
+        "queues": split(queues),
+        "concurrency": concurrency,
+        "lease": lease_seconds,
+        "heartbeat": heartbeat_seconds,
+        "poll": poll_seconds,
+        "rescue": rescue_seconds,
+        "shutdown_timeout": shutdown_timeout,
+    }
+
+    async def go() -> bool:
+        stopped: list[Any] = []
+        try:
+            await app.run_worker(handle_signals=True, ready=stopped.append, **options)
+        finally:
+            await app.close()
+        return bool(stopped and stopped[0].aborted)
+
+    aborted = run(go())
+    # Sync handlers still running in threads cannot be interrupted; do not wait for them.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1 if aborted else 0)
+
+
+# ---------------------------------------------------------------------- migrate / check
+
+
+@cli.command()
+@database_option()
+@click.option("--check", is_flag=True, help="Only report; exit 1 if migrations are pending.")
+def migrate(database_url: str, check: bool) -> None:
+    """Apply the database migrations (safe to run from several places at once)."""
+    from rota.store import open_store, redact_url
+
+    async def go() -> list[str]:
+        store = open_store(database_url)
+        try:
+            return await (store.pending_migrations() if check else store.migrate())
+        finally:
+            await store.close()
+
+    names = run(go())
+    where = redact_url(database_url)
+    if check:
+        if names:
+            click.echo(f"pending migrations on {where}: {', '.join(names)}", err=True)
+            sys.exit(1)
+        click.echo(f"{where} is up to date", err=True)
+    else:
+        click.echo(f"applied {', '.join(names)}" if names else f"{where} is up to date", err=True)
+
+
+@cli.command()
+@database_option()
+@click.option(
+    "--app",
+    "app_ref",
+    envvar="ROTA_APP",
+    metavar="MODULE:ATTR",
+    help="Also check that your app loads.",
+)
+def check(database_url: str, app_ref: str | None) -> None:
+    """Check the database is reachable and migrated (and the app loads)."""
+    from rota.store import open_store, redact_url
+
+    if app_ref:
+        app = load_app(app_ref)
+        click.echo(f"app {app_ref}: kinds {', '.join(app.registry.kinds()) or '(none)'}")
+
+    async def go() -> tuple[datetime, list[str]]:
+        store = open_store(database_url)
+        try:
+            return await store.now(), await store.pending_migrations()
+        finally:
+            await store.close()
+
+    now, pending = run(go())
+    click.echo(f"database {redact_url(database_url)}: reachable, clock {now.isoformat()}")
+    if pending:
+        raise MigrationsPending(f"migrations pending: {', '.join(pending)} (run `rota migrate`)")
+    click.echo("schema: up to date")
