@@ -56,7 +56,7 @@ class App:
         self.metrics = metrics or Metrics()
         self._clock = clock
         self._store = store
-        self._auto_migrate = auto_migrate
+        self.auto_migrate = auto_migrate
         self._open_lock: asyncio.Lock | None = None
         self._client: Client | None = None
         self._bridge: _SyncBridge | None = None
@@ -116,7 +116,7 @@ class App:
         async with self._open_lock:
             if self._store is None:
                 self._store = open_store(self.database_url, clock=self._clock)
-            auto = self._auto_migrate
+            auto = self.auto_migrate
             if auto is None:
                 auto = self.scheme in ("memory", "sqlite")
             if auto:

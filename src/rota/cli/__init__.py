@@ -144,6 +144,7 @@ def main() -> None:
 # Importing the command modules registers their commands on the group.
 from rota.cli import jobs as _jobs  # noqa: E402
 from rota.cli import operate as _operate  # noqa: E402
+from rota.cli import serve as _serve  # noqa: E402
 
 __all__ = ["cli", "main"]
-_ = (_jobs, _operate)
+_ = (_jobs, _operate, _serve)

@@ -17,8 +17,9 @@
 
     Permanent (Exception)     raised by a handler: fail now, no retry
     Snooze (Exception)        raised by a handler: run again after a delay, attempt given back
+    Abandon (Exception)       raised by a handler: act as if its worker died (demos, tests)
 
-``Permanent`` and ``Snooze`` are not ``RotaError``: they travel from user code to the worker and
+``Permanent``, ``Snooze`` and ``Abandon`` are not ``RotaError``: they travel from user code to the worker and
 never out of rota.
 """
 
@@ -113,3 +114,12 @@ class Snooze(Exception):
         if self.delay < timedelta(0):
             raise InvalidInput("Snooze delay must not be negative")
         super().__init__(f"snoozed for {self.delay.total_seconds():g}s")
+
+
+class Abandon(Exception):
+    """Raise from a handler to simulate its worker dying mid-job (for demos and tests).
+
+    The worker stops heartbeating the job, reports nothing and claims nothing for one lease,
+    as if its process had been killed and restarted: the lease expires and another worker
+    takes the job over as the next attempt.
+    """

@@ -21,7 +21,7 @@ from enum import Enum
 from typing import Any
 
 from rota.domain.clock import Clock
-from rota.domain.errors import LeaseLost, Permanent, Snooze, StoreUnavailable
+from rota.domain.errors import Abandon, LeaseLost, Permanent, Snooze, StoreUnavailable
 from rota.domain.job import Job, Outcome
 from rota.domain.lease import Lease
 from rota.domain.retry import RetryPolicy
@@ -84,6 +84,7 @@ class Executor:
         metrics: Metrics,
         threads: ThreadPoolExecutor,
         completer: Completer,
+        on_abandon: Callable[[], None] = lambda: None,
     ) -> None:
         self._store = store
         self._registry = registry
@@ -92,6 +93,7 @@ class Executor:
         self._metrics = metrics
         self._threads = threads
         self._completer = completer
+        self._on_abandon = on_abandon
 
     async def run(self, execution: Execution) -> None:
         """Execute and report; never raises (except cancellation of the worker itself)."""
@@ -134,6 +136,11 @@ class Executor:
             outcome = Outcome.SNOOZED
             delay = snooze.delay
             await self._report(execution, lambda: self._store.snooze(execution.lease, delay))
+        except Abandon:
+            outcome = Outcome.LEASE_EXPIRED
+            execution.stop = Stop.ABANDON
+            log.warning("handler abandoned the job: no more heartbeats; its lease will expire")
+            self._on_abandon()
         except Permanent as error:
             outcome = Outcome.FAILED
             await self._report_failure(

@@ -115,7 +115,9 @@ class Worker:
             metrics=self.metrics,
             threads=self._threads,
             completer=self._completer,
+            on_abandon=self._simulate_restart,
         )
+        self._resume_claims_at = 0.0
         self.heartbeater = Heartbeater(self)
         self.rescuer = Rescuer(store, interval=self.settings.rescue)
         self.registration = Registration(self)
@@ -291,6 +293,12 @@ class Worker:
             self._held.pop(execution.job.id, None)
             self._slot_freed.set()
 
+    def _simulate_restart(self) -> None:
+        """A handler raised Abandon: like a crashed and restarted process, claim nothing for
+        one lease, so the abandoned job is taken over by another worker."""
+        lease = self.settings.lease + self.settings.heartbeat
+        self._resume_claims_at = self._clock.monotonic() + lease.total_seconds()
+
     def _wake_soon(self, due_at: datetime | None) -> None:
         if due_at is None:
             self._wake.set()
@@ -326,6 +334,10 @@ class Worker:
         failures = 0
         poll = self.settings.poll.total_seconds()
         while not self._stop_claiming.is_set():
+            restart_left = self._resume_claims_at - self._clock.monotonic()
+            if restart_left > 0:
+                await wait_or_stop(self._stop_claiming, restart_left)
+                continue
             if self.free_slots() <= 0:
                 self._slot_freed.clear()
                 waiters = [self._slot_freed.wait(), self._stop_claiming.wait()]

@@ -1,0 +1,249 @@
+"""`rota serve`: the API, the dashboard, N workers and the schedule firer in one process."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+from collections.abc import Generator
+from typing import Any
+
+import click
+
+from rota.cli import cli, run
+from rota.config import DEFAULT_DATABASE_URL, load_app
+from rota.domain.errors import InvalidInput
+
+log = logging.getLogger("rota.serve")
+
+
+@cli.command()
+@click.option(
+    "--database-url",
+    envvar="ROTA_DATABASE_URL",
+    default=DEFAULT_DATABASE_URL,
+    show_default=True,
+    help="Where jobs live (prefer the environment for passwords).",
+)
+@click.option(
+    "--app",
+    "app_ref",
+    envvar="ROTA_APP",
+    metavar="MODULE:ATTR",
+    help="Your rota.App; without it the demo kinds are registered.",
+)
+@click.option(
+    "--workers",
+    envvar="ROTA_WORKERS",
+    type=click.IntRange(0, 64),
+    default=3,
+    show_default=True,
+    help="In-process workers.",
+)
+@click.option(
+    "--concurrency",
+    envvar="ROTA_CONCURRENCY",
+    type=click.IntRange(1, 10_000),
+    default=10,
+    show_default=True,
+    help="Jobs each worker runs at once.",
+)
+@click.option(
+    "--host",
+    envvar="ROTA_HOST",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to listen on; anything but loopback needs auth.",
+)
+@click.option(
+    "--port",
+    envvar="ROTA_PORT",
+    type=click.IntRange(0, 65535),
+    default=8080,
+    show_default=True,
+    help="Port to listen on (0 picks a free one).",
+)
+@click.option(
+    "--read-only",
+    envvar="ROTA_READ_ONLY",
+    is_flag=True,
+    help="Refuse every change through the API and dashboard.",
+)
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    envvar="ROTA_ALLOWED_HOSTS",
+    multiple=True,
+    help="Host names the API answers to (behind a proxy); repeatable.",
+)
+@click.option(
+    "--shutdown-timeout",
+    envvar="ROTA_SHUTDOWN_TIMEOUT",
+    type=click.FloatRange(0),
+    default=10.0,
+    show_default=True,
+    help="Seconds running jobs get to finish after SIGTERM before being released.",
+)
+def serve(
+    database_url: str,
+    app_ref: str | None,
+    workers: int,
+    concurrency: int,
+    host: str,
+    port: int,
+    read_only: bool,
+    allowed_hosts: tuple[str, ...],
+    shutdown_timeout: float,
+) -> None:
+    """Run the API, the dashboard and workers in one process (migrations applied on start).
+
+    Protect it with ROTA_AUTH_TOKEN (bearer token, and a login page for the dashboard) or
+    ROTA_BASIC_AUTH=user:password; both are read from the environment only, never from flags,
+    so they do not show up in process listings.
+    """
+    from rota.api import ApiSettings, check_bind
+    from rota.app import App
+    from rota.demo import DEMO_HEARTBEAT, DEMO_LEASE, DEMO_RESCUE, add_demo_kinds
+
+    demo = app_ref is None
+    timing: dict[str, Any] = {}
+    if demo:
+        app = add_demo_kinds(App(database_url))
+        timing = {
+            "lease": DEMO_LEASE,
+            "heartbeat": DEMO_HEARTBEAT,
+            "rescue": DEMO_RESCUE,
+            "poll": 0.2,
+        }
+    else:
+        app = load_app(app_ref or "")
+        source = click.get_current_context().get_parameter_source("database_url")
+        if source is not click.core.ParameterSource.DEFAULT:
+            app.with_database(database_url)
+    app.auto_migrate = True  # serve applies migrations on start
+    heartbeat = timing.get("heartbeat")
+    settings = ApiSettings(
+        auth_token=os.environ.get("ROTA_AUTH_TOKEN") or None,
+        basic_auth=_basic_auth(os.environ.get("ROTA_BASIC_AUTH")),
+        read_only=read_only,
+        allowed_hosts=tuple(h.lower() for h in allowed_hosts) or None,
+        heartbeat_interval_seconds=heartbeat.total_seconds() if heartbeat else 10.0,
+    )
+    check_bind(host, settings)
+    aborted = run(
+        _serve(
+            app,
+            settings,
+            host=host,
+            port=port,
+            workers=workers,
+            concurrency=concurrency,
+            demo=demo,
+            shutdown_timeout=shutdown_timeout,
+            timing=timing,
+        )
+    )
+    # Sync handlers stuck in threads cannot be interrupted; do not wait for them.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1 if aborted else 0)
+
+
+async def _serve(
+    app: Any,
+    settings: Any,
+    *,
+    host: str,
+    port: int,
+    workers: int,
+    concurrency: int,
+    demo: bool,
+    shutdown_timeout: float,
+    timing: dict[str, Any],
+) -> bool:
+    import uvicorn
+
+    from rota.api import create_app
+    from rota.runtime.worker import default_worker_name
+
+    await app.open()
+    api = create_app(
+        app.client,
+        settings=settings,
+        metrics=app.metrics,
+        kinds=app.registry.kinds() or None,
+        demo=demo,
+    )
+
+    class QuietServer(uvicorn.Server):
+        """uvicorn without its own signal handling: one handler stops server and workers."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Generator[None, None, None]:
+            yield
+
+    server = QuietServer(
+        uvicorn.Config(
+            api,
+            host=host,
+            port=port,
+            log_config=None,
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=5,
+        )
+    )
+    base = default_worker_name()
+    pool = [
+        app.worker(
+            name=f"{base}-{index + 1}",
+            concurrency=concurrency,
+            shutdown_timeout=shutdown_timeout,
+            **timing,
+        )
+        for index in range(workers)
+    ]
+    loop = asyncio.get_running_loop()
+    signals = 0
+
+    def on_signal() -> None:
+        nonlocal signals
+        signals += 1
+        if signals == 1:
+            log.info("stopping: finishing running jobs (signal again to stop at once)")
+        server.should_exit = True
+        server.force_exit = signals > 1
+        for worker in pool:
+            worker.request_stop()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, on_signal)
+    tasks = [asyncio.create_task(worker.run(), name=worker.name) for worker in pool]
+    try:
+        await server.serve()
+        if not server.started and signals == 0:
+            raise InvalidInput(
+                f"could not listen on {host}:{port} (in use, or not an address here)"
+            )
+        if signals == 0:  # the server stopped on its own: stop the workers too
+            for worker in pool:
+                worker.request_stop()
+        await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await app.close()
+    return any(worker.aborted for worker in pool)
+
+
+def _basic_auth(value: str | None) -> tuple[str, str] | None:
+    if not value:
+        return None
+    user, sep, password = value.partition(":")
+    if not sep:
+        raise InvalidInput("ROTA_BASIC_AUTH must look like user:password")
+    return user, password
