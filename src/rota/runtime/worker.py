@@ -345,7 +345,6 @@ class Worker:
                 continue
             # Clear before claiming: a wake-up that arrives during the claim must not be lost.
             self._wake.clear()
-            asked = min(self.free_slots(), self.settings.claim_batch)
             try:
                 jobs = await self.claim_tick()
             except asyncio.CancelledError:
@@ -359,8 +358,9 @@ class Worker:
             if failures:
                 errors.recovered("claiming")
                 failures = 0
-            if len(jobs) < asked:
-                # Nothing more is due: sleep until woken or the poll interval passes.
+            if not jobs:
+                # Nothing is due. (A short batch is no proof of that: rows locked by other
+                # claimers, limits and per-tenant quotas all shorten a batch; so claim again.)
                 self.idle.set()
                 await _first([self._wake.wait(), self._stop_claiming.wait()], within_s=poll)
                 self.idle.clear()
