@@ -97,13 +97,18 @@ def test_run_at_is_normalised_to_utc() -> None:
 
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00")),
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(
-        st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00")),
-        children,
-        max_size=4,
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(
+            st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00")),
+            children,
+            max_size=4,
+        )
     ),
     max_leaves=20,
 )
