@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import functools
 import logging
 import traceback as tb
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import Enum
@@ -57,6 +56,15 @@ class Execution:
     stop: Stop | None = None
     started: float = 0.0
     finished: asyncio.Event = field(default_factory=asyncio.Event)
+    #: The thread running a sync handler, which outlives a cancelled wait for it.
+    thread: Future[Any] | None = None
+    #: Set once the outcome is being written: a heartbeat that then finds the lease gone is
+    #: seeing our own final write, not a lost lease.
+    reporting: bool = False
+
+    @property
+    def thread_running(self) -> bool:
+        return self.thread is not None and not self.thread.done()
 
     @property
     def lease(self) -> Lease:
@@ -84,6 +92,7 @@ class Executor:
         metrics: Metrics,
         threads: ThreadPoolExecutor,
         completer: Completer,
+        lease: timedelta,
         on_abandon: Callable[[], None] = lambda: None,
     ) -> None:
         self._store = store
@@ -94,6 +103,7 @@ class Executor:
         self._threads = threads
         self._completer = completer
         self._on_abandon = on_abandon
+        self._lease_s = lease.total_seconds()
 
     async def run(self, execution: Execution) -> None:
         """Execute and report; never raises (except cancellation of the worker itself)."""
@@ -110,6 +120,12 @@ class Executor:
 
     async def _run(self, execution: Execution) -> None:
         job = execution.job
+        if self._clock.monotonic() >= execution.deadline:
+            # Claimed, then stalled (a paused process, a blocked loop) past the lease: another
+            # worker may own the job by now, so starting it could run it twice at once.
+            execution.stop = Stop.LEASE_LOST
+            self._lost(execution, "the handler started")
+            return
         config = self._registry.get(job.kind)
         if config is None:
             log.error("no handler for kind %r: the job is dead", job.kind)
@@ -130,8 +146,11 @@ class Executor:
         execution.started = self._clock.monotonic()
         outcome = Outcome.SUCCEEDED
         try:
-            call = _call_async if config.is_async else self._call_sync
-            await _with_timeout(call(config.handler, execution.ctx, job.payload), timeout)
+            if config.is_async:
+                call = config.handler(execution.ctx, job.payload)
+            else:
+                call = self._call_sync(config.handler, execution)
+            await _with_timeout(call, timeout)
         except Snooze as snooze:
             outcome = Outcome.SNOOZED
             delay = snooze.delay
@@ -149,6 +168,16 @@ class Executor:
         except _HandlerTimeout:
             outcome = Outcome.FAILED
             execution.ctx.cancelled.set()
+            if not await self._thread_stopped(execution):
+                # A thread cannot be killed: retrying now would run the job twice at once.
+                # Hold nothing more and report nothing, so a retry waits for the lease to end.
+                outcome = Outcome.LEASE_EXPIRED
+                execution.stop = Stop.ABANDON
+                log.error(
+                    "sync handler ignored its timeout and cancellation for a whole lease; "
+                    "leaving the job to lease expiry (check ctx.is_cancelled in long handlers)"
+                )
+                return
             seconds = timeout.total_seconds() if timeout else 0
             await self._report_failure(
                 execution,
@@ -172,16 +201,25 @@ class Executor:
                 max(0.0, self._clock.monotonic() - execution.started)
             )
 
-    async def _call_sync(self, handler: Callable[..., Any], ctx: JobContext, payload: Any) -> Any:
-        loop = asyncio.get_running_loop()
-        # Carry the job's logging context into the thread.
+    async def _call_sync(self, handler: Callable[..., Any], execution: Execution) -> Any:
+        # Carry the job's logging context into the thread, and keep the thread's future: it
+        # tells when the handler really stopped, which a cancelled await cannot.
         context = contextvars.copy_context()
-        return await loop.run_in_executor(
-            self._threads, functools.partial(context.run, handler, ctx, payload)
+        execution.thread = self._threads.submit(
+            context.run, handler, execution.ctx, execution.job.payload
         )
+        return await asyncio.wrap_future(execution.thread)
+
+    async def _thread_stopped(self, execution: Execution) -> bool:
+        """Wait (up to one lease, heartbeats still running) for a sync handler's thread."""
+        if execution.thread is None:
+            return True
+        done, _ = await asyncio.wait([asyncio.wrap_future(execution.thread)], timeout=self._lease_s)
+        return bool(done)
 
     async def _complete(self, execution: Execution) -> None:
         job = execution.job
+        execution.reporting = True
         try:
             accepted = await self._retrying(execution, lambda: self._completer.complete(job.lease))
         except LeaseLost:
@@ -215,6 +253,7 @@ class Executor:
             log.info("job failed, retrying in %.1fs: %s", delay.total_seconds(), error)
 
     async def _report(self, execution: Execution, write: Callable[[], Awaitable[Any]]) -> None:
+        execution.reporting = True
         try:
             await self._retrying(execution, write)
         except LeaseLost:
@@ -243,7 +282,12 @@ class Executor:
         why = execution.stop
         if why is Stop.LEASE_LOST:
             self._lost(execution, "the handler finished")
+        elif why is Stop.RELEASE and execution.thread_running:
+            # Handing the job back while its thread still runs would let another worker start
+            # it at once, beside the thread: leave it to lease expiry instead.
+            log.warning("sync handler still running at shutdown: its lease will expire")
         elif why is Stop.RELEASE:
+            execution.reporting = True
             try:
                 await self._retrying(execution, lambda: self._store.release(execution.lease))
                 log.info("released at shutdown; the attempt is given back")
@@ -266,10 +310,6 @@ async def _with_timeout(awaitable: Awaitable[Any], limit: timedelta | None) -> A
         if scope.expired():
             raise _HandlerTimeout from None
         raise  # the handler's own TimeoutError: an ordinary failure
-
-
-async def _call_async(handler: Callable[..., Any], ctx: JobContext, payload: Any) -> Any:
-    return await handler(ctx, payload)
 
 
 def _describe(error: BaseException) -> str:

@@ -115,6 +115,7 @@ class Worker:
             metrics=self.metrics,
             threads=self._threads,
             completer=self._completer,
+            lease=self.settings.lease,
             on_abandon=self._simulate_restart,
         )
         self._resume_claims_at = 0.0
@@ -432,13 +433,15 @@ class Heartbeater:
         return self._worker.settings.heartbeat.total_seconds()
 
     async def tick(self) -> list[Job]:
-        """Renew all leases; return the jobs whose lease was lost."""
+        """Renew all leases; return the jobs whose handlers it stopped (lease lost)."""
         worker = self._worker
-        held = list(worker._held.values())
+        # First stop whatever may already belong to another worker: after a stall (a paused
+        # process, a blocked loop) the lease can be gone without the store having said so.
+        overdue = self._expire_overdue(list(worker._held.values()))
+        held = [execution for execution in worker._held.values() if execution.stop is None]
         if not held:
-            return []
+            return overdue
         sent = worker._clock.monotonic()
-        lost_jobs: list[Job] = []
         try:
             lost = await asyncio.wait_for(
                 worker._store.heartbeat(
@@ -452,29 +455,40 @@ class Heartbeater:
             self._expire_overdue(held)
             raise
         lost_ids = {lease.job_id for lease in lost}
+        lost_jobs: list[Job] = []
         for execution in held:
-            if execution.job.id in lost_ids:
+            if execution.job.id not in lost_ids:
+                execution.deadline = sent + worker._lease_margin()
+            elif execution.reporting or execution.job.id not in worker._held:
+                continue  # our own final write got there first: not a lost lease
+            else:
                 lost_jobs.append(execution.job)
                 execution.interrupt(Stop.LEASE_LOST)
-            else:
-                execution.deadline = sent + worker._lease_margin()
         if lost_jobs:
             log.warning(
                 "lease lost for %d job(s) (%s): stopping their handlers",
                 len(lost_jobs),
                 ", ".join(str(job.id) for job in lost_jobs),
             )
-        return lost_jobs
+        return overdue + lost_jobs
 
-    def _expire_overdue(self, held: list[Execution]) -> None:
+    def _expire_overdue(self, held: list[Execution]) -> list[Job]:
         now = self._worker._clock.monotonic()
-        for execution in held:
-            if execution.deadline <= now and execution.stop is None:
-                log.warning(
-                    "job %s: no successful heartbeat within its lease; stopping the handler",
-                    execution.job.id,
-                )
-                execution.interrupt(Stop.LEASE_LOST)
+        overdue = [
+            execution
+            for execution in held
+            if execution.deadline <= now and execution.stop is None and not execution.reporting
+        ]
+        for execution in overdue:
+            execution.interrupt(Stop.LEASE_LOST)
+        if overdue:
+            log.warning(
+                "lease may have run out for %d job(s) (%s): no successful heartbeat within the "
+                "lease; stopping their handlers",
+                len(overdue),
+                ", ".join(str(execution.job.id) for execution in overdue),
+            )
+        return [execution.job for execution in overdue]
 
 
 class Registration:

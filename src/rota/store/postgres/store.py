@@ -339,11 +339,16 @@ class PostgresStore:
         the jobs exist only if and when that transaction commits."""
         if not specs:
             return []
-        async with connection.transaction():  # a savepoint inside the caller's transaction
-            results: list[EnqueueResult] = await _drive_async(
-                connection, enqueue_flow(specs, self._now(None))
-            )
-        return results
+        flow = enqueue_flow(specs, self._now(None))
+        if connection.autocommit:
+            # No transaction of the caller's to join: the batch is atomic on its own.
+            async with connection.transaction():
+                results: list[EnqueueResult] = await _drive_async(connection, flow)
+            return results
+        # Join the caller's transaction. psycopg opens one implicitly on the first statement
+        # if none is open; transaction() here would instead commit on exit.
+        joined: list[EnqueueResult] = await _drive_async(connection, flow)
+        return joined
 
     def enqueue_on_sync(
         self, connection: psycopg.Connection[Any], specs: Sequence[JobSpec]
@@ -351,11 +356,13 @@ class PostgresStore:
         """``enqueue_on`` for a synchronous psycopg connection (Django, Flask)."""
         if not specs:
             return []
-        with connection.transaction():
-            results: list[EnqueueResult] = _drive_sync(
-                connection, enqueue_flow(specs, self._now(None))
-            )
-        return results
+        flow = enqueue_flow(specs, self._now(None))
+        if connection.autocommit:
+            with connection.transaction():
+                results: list[EnqueueResult] = _drive_sync(connection, flow)
+            return results
+        joined: list[EnqueueResult] = _drive_sync(connection, flow)
+        return joined
 
     # ------------------------------------------------------------------ claim and leases
 
