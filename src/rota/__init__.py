@@ -8,11 +8,13 @@ from rota.app import App
 from rota.domain.errors import (
     InvalidInput,
     InvalidJob,
+    InvalidSchedule,
     JobNotFound,
     LeaseLost,
     MigrationsPending,
     Permanent,
     RotaError,
+    ScheduleNotFound,
     Snooze,
     StateConflict,
     StoreUnavailable,
@@ -20,6 +22,8 @@ from rota.domain.errors import (
 from rota.domain.job import Attempt, EnqueueResult, Job, JobSpec, JobState
 from rota.domain.lease import Lease
 from rota.domain.retry import RetryPolicy
+from rota.domain.schedule import Misfire, Overlap, Rule, ScheduleSpec
+from rota.domain.schedule_state import Schedule
 from rota.runtime.context import JobContext
 from rota.runtime.worker import Worker, WorkerSettings
 from rota.store import JobFilter
@@ -32,6 +36,7 @@ __all__ = [
     "EnqueueResult",
     "InvalidInput",
     "InvalidJob",
+    "InvalidSchedule",
     "Job",
     "JobContext",
     "JobFilter",
@@ -41,9 +46,15 @@ __all__ = [
     "Lease",
     "LeaseLost",
     "MigrationsPending",
+    "Misfire",
+    "Overlap",
     "Permanent",
     "RetryPolicy",
     "RotaError",
+    "Rule",
+    "Schedule",
+    "ScheduleNotFound",
+    "ScheduleSpec",
     "Snooze",
     "StateConflict",
     "StoreUnavailable",

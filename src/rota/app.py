@@ -1,9 +1,10 @@
-"""App: the one object application code holds: kinds, enqueueing, and running workers."""
+"""App: the one object application code holds: kinds, schedules, enqueueing, running workers."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import signal
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -15,16 +16,20 @@ from urllib.parse import urlsplit
 
 from rota.client import Client, KindDefaults, job_spec
 from rota.domain.clock import Clock
-from rota.domain.errors import InvalidInput, MigrationsPending
+from rota.domain.errors import InvalidInput, InvalidSchedule, MigrationsPending
 from rota.domain.job import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, EnqueueResult, Job, JobSpec
 from rota.domain.retry import RetryPolicy
+from rota.domain.schedule import Misfire, Overlap, Rule, ScheduleSpec
 from rota.observability.metrics import Metrics
 from rota.runtime.registry import Handler, Registry
+from rota.runtime.scheduler import Scheduler
 from rota.runtime.services import Service
 from rota.runtime.worker import Worker, WorkerSettings
 from rota.store import JobFilter, Page, Store, open_store, redact_url
 
 H = TypeVar("H", bound=Handler)
+
+log = logging.getLogger("rota")
 
 #: How long a worker sleeps between claims when nothing wakes it, by backend: PostgreSQL
 #: wakes workers with NOTIFY; SQLite can only be polled by other processes.
@@ -32,8 +37,9 @@ POLL_BY_SCHEME = {"memory": 1.0, "sqlite": 0.25, "postgresql": 2.0, "postgres": 
 
 
 class App:
-    """Define kinds with ``@app.job``, enqueue with ``await app.enqueue``, run workers with
-    ``await app.run_worker()``. Usable as ``async with App(url) as app: ...``.
+    """Define kinds with ``@app.job`` and schedules with ``app.schedule``, enqueue with
+    ``await app.enqueue``, run workers with ``await app.run_worker()`` (each also fires the
+    schedules). Usable as ``async with App(url) as app: ...``.
 
     The store opens on first use. Schema migrations are applied automatically for memory and
     SQLite; on PostgreSQL run ``rota migrate`` (or pass ``auto_migrate=True``), and the App
@@ -61,6 +67,9 @@ class App:
         self._client: Client | None = None
         self._bridge: _SyncBridge | None = None
         self._services: list[Callable[[Store, Worker], Service]] = []
+        #: Schedules defined in code, by name: their options as given, so a kind registered
+        #: after the schedule still lends it its defaults when a worker starts.
+        self._schedules: dict[str, dict[str, Any]] = {}
 
     # ------------------------------------------------------------------ definition
 
@@ -89,6 +98,106 @@ class App:
             return handler
 
         return register
+
+    def schedule(
+        self,
+        name: str,
+        *,
+        kind: str,
+        cron: str | None = None,
+        every: timedelta | float | None = None,
+        timezone: str = "UTC",
+        payload: Any = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        tenant: str | None = None,
+        max_attempts: int | None = None,
+        jitter: timedelta | float | None = None,
+        misfire: Misfire | str = Misfire.LATEST,
+        misfire_limit: int = 100,
+        grace: timedelta | float | None = None,
+        overlap: Overlap | str = Overlap.SKIP,
+    ) -> ScheduleSpec:
+        """Define a recurring schedule: a ``kind`` job for every slot of ``cron`` (5 fields or
+        ``@daily``-style, read in ``timezone``) or ``every`` (a timedelta or seconds).
+
+        Unset queue, priority and max_attempts come from the kind's registration. Durations
+        accept seconds. Validated now: InvalidSchedule names the field. Every worker this App
+        starts upserts its schedules (definition fields from code win; a pause set at run time
+        is kept) and fires them.
+        """
+        if name in self._schedules:
+            raise InvalidSchedule("name", f"schedule {name!r} is already defined")
+        options: dict[str, Any] = {
+            "name": name,
+            "kind": kind,
+            "cron": cron,
+            "every": every,
+            "timezone": timezone,
+            "payload": payload,
+            "queue": queue,
+            "priority": priority,
+            "tenant": tenant,
+            "max_attempts": max_attempts,
+            "jitter": jitter,
+            "misfire": misfire,
+            "misfire_limit": misfire_limit,
+            "grace": grace,
+            "overlap": overlap,
+        }
+        spec = self._schedule_spec(options)
+        self._schedules[name] = options
+        return spec
+
+    @property
+    def schedules(self) -> list[ScheduleSpec]:
+        """The schedules defined in code, with the kinds' defaults as registered now."""
+        return [self._schedule_spec(options) for options in self._schedules.values()]
+
+    def _schedule_spec(self, options: dict[str, Any]) -> ScheduleSpec:
+        every, cron = options["every"], options["cron"]
+        if (every is None) == (cron is None):
+            raise InvalidSchedule("rule", "give exactly one of every or cron")
+        if every is not None:
+            rule = Rule.every(_duration("every", every))
+            if options["timezone"] != "UTC":
+                raise InvalidSchedule("timezone", "applies only to cron schedules")
+        else:
+            rule = Rule.cron(cron, options["timezone"])
+        kind_config = (
+            self.registry.get(options["kind"]) if isinstance(options["kind"], str) else None
+        )
+        fields: dict[str, Any] = {
+            "queue": kind_config.queue if kind_config else DEFAULT_QUEUE,
+            "priority": kind_config.priority if kind_config else 0,
+            "max_attempts": kind_config.max_attempts if kind_config else DEFAULT_MAX_ATTEMPTS,
+        }
+        fields.update({key: options[key] for key in fields if options[key] is not None})
+        for key in ("jitter", "grace"):
+            if options[key] is not None:
+                fields[key] = _duration(key, options[key])
+        return ScheduleSpec(
+            name=options["name"],
+            kind=options["kind"],
+            rule=rule,
+            payload={} if options["payload"] is None else options["payload"],
+            tenant=options["tenant"],
+            misfire=options["misfire"],
+            misfire_limit=options["misfire_limit"],
+            overlap=options["overlap"],
+            **fields,
+        )
+
+    def scheduler(self) -> Scheduler:
+        """The schedule firer a worker of this App runs (the App must be open): it upserts the
+        schedules defined in code on its first tick, then fires every due slot."""
+        specs = self.schedules
+        unknown = sorted({spec.kind for spec in specs} - set(self.registry.kinds()))
+        if unknown:
+            log.warning(
+                "schedules enqueue kinds with no handler in this app: %s", ", ".join(unknown)
+            )
+        return Scheduler(self.store, specs=specs, metrics=self.metrics)
 
     def add_service(self, factory: Callable[[Store, Worker], Service]) -> None:
         """Run an extra background service in every worker this App starts."""
@@ -282,6 +391,7 @@ class App:
         worker = Worker(
             self.store, self.registry, settings, clock=self._clock, metrics=self.metrics
         )
+        worker.add_service(self.scheduler())
         for factory in self._services:
             worker.add_service(factory(self.store, worker))
         return worker
@@ -312,6 +422,18 @@ class App:
         finally:
             for signum in installed:
                 loop.remove_signal_handler(signum)
+
+
+def _duration(field: str, value: object) -> timedelta:
+    """A schedule duration given as a timedelta or seconds; InvalidSchedule naming ``field``."""
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidSchedule(field, "must be a timedelta or a number of seconds")
+    try:
+        return timedelta(seconds=value)
+    except (OverflowError, ValueError):
+        raise InvalidSchedule(field, "is out of range") from None
 
 
 def _settings(options: dict[str, Any], *, default_poll: float | None) -> WorkerSettings:

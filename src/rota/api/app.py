@@ -14,6 +14,8 @@ from rota.api.errors import install_error_handlers
 from rota.api.routes_jobs import jobs_router
 from rota.api.routes_misc import misc_router
 from rota.api.routes_pages import login_page, pages_router
+from rota.api.routes_schedules import schedules_router
+from rota.api.schedule_models import ScheduleCreate
 from rota.api.schemas import JobCreate, JobFilterBody
 from rota.api.security import Authenticator, SecurityMiddleware
 from rota.api.settings import ApiSettings
@@ -22,7 +24,7 @@ from rota.domain.job import validate_name
 from rota.observability.metrics import Metrics
 
 #: Request bodies the routes parse themselves; their schemas are added to the document.
-_REQUEST_MODELS = (JobCreate, JobFilterBody)
+_REQUEST_MODELS = (JobCreate, JobFilterBody, ScheduleCreate)
 
 
 def create_app(
@@ -54,7 +56,7 @@ def create_app(
     app = FastAPI(title="rota", version=_version(), docs_url=None, redoc_url=None)
     install_error_handlers(app)
     app.include_router(jobs_router(ctx))
-    # Schedules: the lead adds `app.include_router(schedules_router(ctx))` here (issue 4).
+    app.include_router(schedules_router(ctx))
     app.include_router(misc_router(ctx))
     app.include_router(pages_router(ctx))
     app.add_middleware(

@@ -11,6 +11,7 @@ from rota.api.body import read_json_object
 from rota.api.context import ApiContext
 from rota.api.errors import ApiError, quote_input
 from rota.api.filters import filter_from_body, filter_from_query, restrict
+from rota.api.schedule_models import ScheduleOut, create_every_schedule
 from rota.api.schemas import (
     MAX_CURSOR_LENGTH,
     MAX_INSTANT_LENGTH,
@@ -72,14 +73,6 @@ def parse_instant(field: str, text: str | None) -> datetime | None:
         raise ApiError(400, f"{field}: is out of range") from None
 
 
-async def enqueue_every(ctx: ApiContext, body: JobCreate) -> JobCreated:
-    """``every_seconds``: a schedule rather than a job.
-
-    TODO(#4): create the schedule once the schedule store verbs exist; until then refuse.
-    """
-    raise ApiError(400, "every_seconds is not supported yet")
-
-
 def jobs_router(ctx: ApiContext) -> APIRouter:
     router = APIRouter(tags=["jobs"])
     settings = ctx.settings
@@ -107,15 +100,17 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
     @router.post(
         "/api/jobs",
         status_code=201,
-        response_model=JobCreated,
+        response_model=JobCreated | ScheduleOut,
         responses={
             200: {"model": JobCreated, "description": "An active job held the unique key."},
-            **errors(400, 401, 403, 413, 415, 503),
+            **errors(400, 401, 403, 409, 413, 415, 503),
         },
         openapi_extra=json_body(JobCreate),
     )
-    async def create_job(request: Request, response: Response) -> JobCreated:
-        """Enqueue a job (201), or return the active job holding its unique key (200)."""
+    async def create_job(request: Request, response: Response) -> JobCreated | ScheduleOut:
+        """Enqueue a job (201), or return the active job holding its unique key (200). With
+        ``every_seconds``, create a schedule of the kind on that interval instead (201, the
+        schedule; named like ``email-every-10s``, first run now)."""
         raw = await read_json_object(
             request, max_bytes=settings.max_body_bytes, max_depth=settings.max_json_depth
         )
@@ -123,7 +118,7 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
         if ctx.kinds is not None and body.kind not in ctx.kinds:
             raise ApiError(400, f"unknown kind: {quote_input(body.kind)!r}")
         if body.every_seconds is not None:
-            return await enqueue_every(ctx, body)
+            return await create_every_schedule(client, body)
         result = await client.enqueue(
             body.kind,
             body.payload,

@@ -18,6 +18,8 @@ from typing import Protocol
 from rota.domain.errors import InvalidCursor, InvalidInput
 from rota.domain.job import Attempt, EnqueueResult, Job, JobSpec, JobState
 from rota.domain.lease import Lease
+from rota.domain.schedule import ScheduleSpec
+from rota.domain.schedule_state import Firing, Schedule
 
 MAX_PAGE_SIZE = 500
 MAX_BULK = 10_000
@@ -318,6 +320,71 @@ class Store(Protocol):
 
     async def prune_workers(self, *, older_than: datetime) -> int:
         """Forget workers not seen since ``older_than``; return how many."""
+        ...
+
+    # ------------------------------------------------------------------ schedules
+    # C5: each (schedule, slot) produces at most one job however many processes fire at once;
+    # the slot's job is inserted in the same transaction that advances next_run_at.
+
+    async def create_schedule(self, spec: ScheduleSpec, *, now: datetime | None = None) -> Schedule:
+        """Add a new schedule, first slot at or after now (an interval without an anchor is
+        anchored at now). StateConflict when a schedule of that name exists; nothing changes.
+        """
+        ...
+
+    async def upsert_schedule(self, spec: ScheduleSpec, *, now: datetime | None = None) -> Schedule:
+        """Create the schedule, or replace its definition: every definition field comes from
+        ``spec``; ``paused`` and the run history are kept; ``next_run_at`` is kept unless the
+        rule changed, and then starts again at the new rule's first slot at or after now
+        (never at or before the last fired slot). See ``schedule_state.upserted``.
+        """
+        ...
+
+    async def get_schedule(self, name: str) -> Schedule:
+        """The schedule, with its last job's current state; ScheduleNotFound."""
+        ...
+
+    async def list_schedules(self) -> list[Schedule]:
+        """Every schedule by name, each with its last job's current state."""
+        ...
+
+    async def pause_schedule(self, name: str, *, now: datetime | None = None) -> Schedule:
+        """Stop firing the schedule until resumed (kept across upserts). ScheduleNotFound."""
+        ...
+
+    async def resume_schedule(self, name: str, *, now: datetime | None = None) -> Schedule:
+        """Fire the schedule again. The slots missed while paused are not replayed beyond what
+        its misfire policy allows (``latest``: one run). ScheduleNotFound."""
+        ...
+
+    async def delete_schedule(self, name: str) -> None:
+        """Remove the schedule; jobs it already enqueued stay. ScheduleNotFound."""
+        ...
+
+    async def trigger_schedule(self, name: str, *, now: datetime | None = None) -> EnqueueResult:
+        """Run the schedule now, outside its slot grid: a job for it with slot_at = the store's
+        now, recorded as its last job. next_run_at does not move, and a paused schedule can be
+        run too. ScheduleNotFound.
+        """
+        ...
+
+    async def fire_due(self, *, now: datetime | None = None, limit: int = 100) -> list[Firing]:
+        """Fire up to ``limit`` unpaused schedules whose next slot is due (slot + jitter offset
+        <= now), earliest first, in one transaction.
+
+        Each due schedule is locked (other callers skip it), its slots are chosen by
+        ``schedule_state.decide`` (misfire policy, then overlap against its last job), each
+        chosen slot's job is inserted with schedule = name and slot_at = slot (the unique
+        (schedule, slot_at) index turns a taken slot into a duplicate result, never an error),
+        and next_run_at, last_run_at and last_job_id advance in the same transaction. Any
+        number of processes may call this at once: each slot gets at most one job, and since
+        next_run_at only moves forward, a clock that goes backwards never fires a slot twice.
+        """
+        ...
+
+    async def next_fire_at(self) -> datetime | None:
+        """The earliest instant an unpaused schedule becomes due (next_run_at plus its jitter
+        offset), by the store's clock; None without unpaused schedules."""
         ...
 
     async def watch(self, on_due: Callable[[datetime | None], None]) -> None:

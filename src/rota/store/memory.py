@@ -13,7 +13,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 from rota.domain.clock import Clock, SystemClock, utc
-from rota.domain.errors import JobNotFound, LeaseLost, StateConflict
+from rota.domain.errors import JobNotFound, LeaseLost, ScheduleNotFound, StateConflict
 from rota.domain.job import (
     MAX_ERROR_LENGTH,
     MAX_TRACEBACK_LENGTH,
@@ -27,6 +27,8 @@ from rota.domain.job import (
     truncate,
 )
 from rota.domain.lease import Lease
+from rota.domain.schedule import ScheduleSpec
+from rota.domain.schedule_state import Firing, Schedule, decide, upserted
 from rota.store.base import (
     MAX_BULK,
     MAX_PAGE_SIZE,
@@ -53,6 +55,8 @@ class MemoryStore:
         self._active_keys: dict[str, int] = {}
         self._slots: dict[tuple[str, datetime], int] = {}
         self._workers: dict[str, WorkerInfo] = {}
+        #: Stored without last_job_state, which is read from the job whenever asked.
+        self._schedules: dict[str, Schedule] = {}
         self._next_id = 1
         self._next_token = 1
         self._wakeups: list[Callable[[datetime | None], None]] = []
@@ -90,45 +94,51 @@ class MemoryStore:
     async def enqueue(
         self, specs: Sequence[JobSpec], *, now: datetime | None = None
     ) -> list[EnqueueResult]:
-        results: list[EnqueueResult] = []
-        earliest: datetime | None = None
         with self._lock:
-            at = self._now(now)
-            for spec in specs:
-                existing = self._existing_for(spec)
-                if existing is not None:
-                    results.append(EnqueueResult(self._jobs[existing], duplicate=True))
-                    continue
-                job = Job(
-                    id=self._next_id,
-                    kind=spec.kind,
-                    queue=spec.queue,
-                    payload=spec.payload,
-                    state=JobState.PENDING,
-                    priority=spec.priority,
-                    run_at=spec.due_at(at),
-                    attempt=0,
-                    max_attempts=spec.max_attempts,
-                    created_at=at,
-                    tenant=spec.tenant,
-                    unique_key=spec.unique_key,
-                    timeout=spec.timeout,
-                    schedule=spec.schedule,
-                    slot_at=spec.slot_at,
-                )
-                self._next_id += 1
-                self._jobs[job.id] = job
-                self._history[job.id] = []
-                if job.unique_key is not None:
-                    self._active_keys[job.unique_key] = job.id
-                if job.schedule is not None and job.slot_at is not None:
-                    self._slots[(job.schedule, job.slot_at)] = job.id
-                earliest = job.run_at if earliest is None else min(earliest, job.run_at)
-                results.append(EnqueueResult(job))
+            results, earliest = self._insert(specs, self._now(now))
             callbacks = list(self._wakeups) if earliest is not None else []
         for callback in callbacks:
             callback(earliest)
         return results
+
+    def _insert(
+        self, specs: Sequence[JobSpec], at: datetime
+    ) -> tuple[list[EnqueueResult], datetime | None]:
+        """Insert ``specs`` (the lock held); the results and the earliest run_at inserted."""
+        results: list[EnqueueResult] = []
+        earliest: datetime | None = None
+        for spec in specs:
+            existing = self._existing_for(spec)
+            if existing is not None:
+                results.append(EnqueueResult(self._jobs[existing], duplicate=True))
+                continue
+            job = Job(
+                id=self._next_id,
+                kind=spec.kind,
+                queue=spec.queue,
+                payload=spec.payload,
+                state=JobState.PENDING,
+                priority=spec.priority,
+                run_at=spec.due_at(at),
+                attempt=0,
+                max_attempts=spec.max_attempts,
+                created_at=at,
+                tenant=spec.tenant,
+                unique_key=spec.unique_key,
+                timeout=spec.timeout,
+                schedule=spec.schedule,
+                slot_at=spec.slot_at,
+            )
+            self._next_id += 1
+            self._jobs[job.id] = job
+            self._history[job.id] = []
+            if job.unique_key is not None:
+                self._active_keys[job.unique_key] = job.id
+            if job.schedule is not None and job.slot_at is not None:
+                self._slots[(job.schedule, job.slot_at)] = job.id
+            earliest = job.run_at if earliest is None else min(earliest, job.run_at)
+            results.append(EnqueueResult(job))
+        return results, earliest
 
     def _existing_for(self, spec: JobSpec) -> int | None:
         if spec.schedule is not None and spec.slot_at is not None:
@@ -503,6 +513,109 @@ class MemoryStore:
                     # slot is long in the past and its schedule has moved beyond it.
                     self._slots.pop((job.schedule, job.slot_at), None)
             return len(doomed)
+
+    # ------------------------------------------------------------------ schedules
+
+    async def create_schedule(self, spec: ScheduleSpec, *, now: datetime | None = None) -> Schedule:
+        with self._lock:
+            if spec.name in self._schedules:
+                raise StateConflict(f"schedule {spec.name!r} already exists")
+            return self._put_schedule(upserted(None, spec, self._now(now)))
+
+    async def upsert_schedule(self, spec: ScheduleSpec, *, now: datetime | None = None) -> Schedule:
+        with self._lock:
+            existing = self._schedules.get(spec.name)
+            return self._put_schedule(upserted(existing, spec, self._now(now)))
+
+    async def get_schedule(self, name: str) -> Schedule:
+        with self._lock:
+            return self._with_last_state(self._schedule(name))
+
+    async def list_schedules(self) -> list[Schedule]:
+        with self._lock:
+            return [
+                self._with_last_state(self._schedules[name]) for name in sorted(self._schedules)
+            ]
+
+    async def pause_schedule(self, name: str, *, now: datetime | None = None) -> Schedule:
+        return self._set_paused(name, True, now)
+
+    async def resume_schedule(self, name: str, *, now: datetime | None = None) -> Schedule:
+        return self._set_paused(name, False, now)
+
+    def _set_paused(self, name: str, paused: bool, now: datetime | None) -> Schedule:
+        with self._lock:
+            schedule = replace(self._schedule(name), paused=paused, updated_at=self._now(now))
+            return self._put_schedule(schedule)
+
+    async def delete_schedule(self, name: str) -> None:
+        with self._lock:
+            self._schedule(name)
+            del self._schedules[name]
+
+    async def trigger_schedule(self, name: str, *, now: datetime | None = None) -> EnqueueResult:
+        with self._lock:
+            at = self._now(now)
+            schedule = self._schedule(name)
+            [result], earliest = self._insert([schedule.spec.job_spec(at)], at)
+            self._schedules[name] = replace(schedule, last_job_id=result.job.id)
+            callbacks = list(self._wakeups) if earliest is not None else []
+        for callback in callbacks:
+            callback(earliest)
+        return result
+
+    async def fire_due(self, *, now: datetime | None = None, limit: int = 100) -> list[Firing]:
+        firings: list[Firing] = []
+        earliest: datetime | None = None
+        with self._lock:
+            at = self._now(now)
+            due = sorted(
+                (s for s in self._schedules.values() if s.is_due(at)),
+                key=lambda s: (s.due_at, s.name),
+            )[: max(0, limit)]
+            for stored in due:
+                schedule = self._with_last_state(stored)
+                decision = decide(schedule, at)
+                specs = [schedule.spec.job_spec(slot) for slot in decision.enqueue]
+                results, inserted_at = self._insert(specs, at)
+                if inserted_at is not None:
+                    earliest = inserted_at if earliest is None else min(earliest, inserted_at)
+                advanced = replace(stored, next_run_at=decision.next_run_at)
+                if results:
+                    latest = results[-1].job
+                    advanced = replace(advanced, last_run_at=latest.slot_at, last_job_id=latest.id)
+                self._schedules[stored.name] = advanced
+                firings.append(
+                    Firing(
+                        schedule=stored.name,
+                        jobs=tuple(results),
+                        skipped_overlap=decision.skipped_overlap,
+                        missed=decision.missed,
+                        next_run_at=decision.next_run_at,
+                    )
+                )
+            callbacks = list(self._wakeups) if earliest is not None else []
+        for callback in callbacks:
+            callback(earliest)
+        return firings
+
+    async def next_fire_at(self) -> datetime | None:
+        with self._lock:
+            return min((s.due_at for s in self._schedules.values() if not s.paused), default=None)
+
+    def _schedule(self, name: str) -> Schedule:
+        schedule = self._schedules.get(name)
+        if schedule is None:
+            raise ScheduleNotFound(name)
+        return schedule
+
+    def _put_schedule(self, schedule: Schedule) -> Schedule:
+        self._schedules[schedule.name] = replace(schedule, last_job_state=None)
+        return self._with_last_state(schedule)
+
+    def _with_last_state(self, schedule: Schedule) -> Schedule:
+        job = self._jobs.get(schedule.last_job_id) if schedule.last_job_id is not None else None
+        return replace(schedule, last_job_state=job.state if job is not None else None)
 
     # ------------------------------------------------------------------ workers registry
 

@@ -74,15 +74,6 @@ async def test_kind_allow_list(make_app: MakeApp, store: MemoryStore) -> None:
     assert await total_jobs(store) == 1
 
 
-async def test_every_seconds_is_refused_until_schedules_exist(
-    api: httpx.AsyncClient, store: MemoryStore
-) -> None:
-    response = await api.post("/api/jobs", json={"kind": "email", "every_seconds": 10})
-    assert response.status_code == 400
-    assert response.json() == {"error": "every_seconds is not supported yet"}
-    assert await total_jobs(store) == 0
-
-
 async def test_list_filters_and_pages(api: httpx.AsyncClient, store: MemoryStore) -> None:
     await store.enqueue([JobSpec(kind="email", queue="mail") for _ in range(5)])
     await store.enqueue([JobSpec(kind="report", tenant="acme", unique_key="r1")])

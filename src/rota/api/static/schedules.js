@@ -1,12 +1,81 @@
-// Schedules: a placeholder until the schedule API exists.
+// Schedules: each rule with its next runs and its last run's outcome; pause, resume, run now.
+// Everything from the server goes in as text (dom.js), never as markup.
 
-import { h } from "./dom.js";
+import { getJSON, postJSON } from "./api.js";
+import { h, replaceChildren } from "./dom.js";
+import { absolute, badge, parseTime, relative } from "./format.js";
+import { notify, poller, reportError } from "./ui.js";
 
-export function renderSchedules(root) {
+const PATH = (name) => `/api/schedules/${encodeURIComponent(name)}`;
+
+function actions(schedule, config, onDone) {
+  if (config.read_only) return [];
+  const act = (verb, done) => async () => {
+    try {
+      const result = await postJSON(`${PATH(schedule.name)}/${verb}`);
+      notify(done(result));
+    } catch (error) {
+      reportError(error);
+    }
+    onDone();
+  };
+  const toggle = schedule.paused
+    ? h("button", { type: "button", class: "small", "data-action": "resume", on: { click: act("resume", () => `Schedule ${schedule.name} resumed.`) } }, "resume")
+    : h("button", { type: "button", class: "small", "data-action": "pause", on: { click: act("pause", () => `Schedule ${schedule.name} paused.`) } }, "pause");
+  const runNow = h("button", {
+    type: "button",
+    class: "small",
+    "data-action": "run",
+    on: { click: act("run", (job) => `Schedule ${schedule.name}: job ${job.id} enqueued.`) },
+  }, "run now");
+  return [toggle, runNow];
+}
+
+function nextRuns(schedule, nowMs) {
+  if (schedule.paused) return h("span", { class: "muted" }, "paused");
+  const [next, ...later] = schedule.next_runs;
+  if (!next) return h("span", { class: "muted" }, "none");
+  return h("div", { class: "next-runs" },
+    h("span", { title: absolute(schedule.due_at) }, relative(schedule.due_at, nowMs)),
+    " ",
+    h("span", { class: "muted" }, `(${absolute(next)})`),
+    later.length
+      ? h("ul", { class: "later muted" }, later.slice(0, 3).map((at) => h("li", {}, absolute(at))))
+      : null);
+}
+
+function lastRun(schedule, nowMs) {
+  if (schedule.last_job_id === null) return h("span", { class: "muted" }, "never");
+  const when = schedule.last_run_at ? relative(schedule.last_run_at, nowMs) : "run now";
+  return h("a", { href: `#/jobs/${schedule.last_job_id}`, title: `job ${schedule.last_job_id}` }, when);
+}
+
+export function renderSchedules(root, config) {
+  const body = h("tbody");
+  const empty = h("p", { class: "muted", hidden: true },
+    "No schedules yet. Define them in code with app.schedule(...), or with `rota schedules add`.");
   root.append(
     h("h1", { text: "Schedules" }),
-    h("p", { class: "muted" },
-      "Schedules (cron and interval rules, their next runs, pause and run-now) appear here."),
+    h("table", { class: "grid schedules" },
+      h("thead", {}, h("tr", {}, ["name", "kind", "rule", "next run", "last run", "last outcome", "state", ""].map((t) => h("th", { text: t })))),
+      body),
+    empty,
   );
-  return null;
+  let loop = null;
+  loop = poller(async () => {
+    const data = await getJSON("/api/schedules");
+    const nowMs = parseTime(data.now);
+    empty.hidden = data.schedules.length > 0;
+    replaceChildren(body, data.schedules.map((schedule) => h("tr", { "data-schedule": schedule.name },
+      h("td", { class: "mono" }, schedule.name),
+      h("td", {}, schedule.kind),
+      h("td", {}, schedule.description),
+      h("td", {}, nextRuns(schedule, nowMs)),
+      h("td", { class: "when" }, lastRun(schedule, nowMs)),
+      h("td", {}, schedule.last_outcome ? badge(schedule.last_outcome) : h("span", { class: "muted" }, "—")),
+      h("td", {}, badge(schedule.paused ? "paused" : "active")),
+      h("td", { class: "row-actions" }, actions(schedule, config, () => loop.refresh())),
+    )));
+  });
+  return loop;
 }

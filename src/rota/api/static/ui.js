@@ -101,8 +101,11 @@ export function presets(config, onDone) {
       on: {
         click: async () => {
           try {
-            const job = await postJSON("/api/jobs", body);
-            notify(`Enqueued job ${job.id} (${job.kind}).`);
+            const created = await postJSON("/api/jobs", body);
+            // every_seconds creates a schedule rather than a job.
+            notify(body.every_seconds
+              ? `Created schedule ${created.name} (${created.description}).`
+              : `Enqueued job ${created.id} (${created.kind}).`);
             onDone();
           } catch (error) {
             reportError(error);

@@ -13,6 +13,15 @@ JOB_COLUMNS = (
     "finished_at, last_error, schedule, slot_at"
 )
 
+#: A schedule's columns (alias s) and its last job's state (alias j), in the order
+#: ``postgres.schedules`` reads them.
+SCHEDULE_COLUMNS = (
+    "s.name, s.kind, s.payload, s.queue, s.priority, s.tenant, s.max_attempts, s.every_us, "
+    "s.cron, s.timezone, s.anchor, s.jitter_us, s.misfire, s.misfire_limit, s.grace_us, "
+    "s.overlap, s.paused, s.next_run_at, s.last_run_at, s.last_job_id, s.created_at, "
+    "s.updated_at, j.state"
+)
+
 _QUALIFIED_COLUMNS = ", ".join("j." + column.strip() for column in JOB_COLUMNS.split(","))
 #: Counts the rows of a CTE named "done" that reached a terminal state, per minute.
 _TALLY = """
@@ -27,7 +36,7 @@ _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 @cache
 def queries() -> dict[str, str]:
     """Every named statement of queries.sql, with {job_columns} (and {j.job_columns}, the
-    same columns qualified by the alias j) filled in."""
+    same columns qualified by the alias j) and {schedule_columns} filled in."""
     text = resources.files(__package__).joinpath("queries.sql").read_text(encoding="utf-8")
     parts = _NAME.split(text)
     named: dict[str, str] = {}
@@ -37,6 +46,7 @@ def queries() -> dict[str, str]:
             .replace("{job_columns}", JOB_COLUMNS)
             .replace("{j.job_columns}", _QUALIFIED_COLUMNS)
             .replace("{tally}", _TALLY)
+            .replace("{schedule_columns}", SCHEDULE_COLUMNS)
         )
     return named
 

@@ -269,3 +269,79 @@ FROM rota_workers w ORDER BY w.name;
 
 -- name: prune_workers
 DELETE FROM rota_workers WHERE beat_at < %(older_than)s;
+
+-- name: schedule_for_update
+-- Schedules: each read returns the schedule's columns (s) and its last job's state (j).
+-- Locks the row (upsert, run-now): a concurrent firing skips it, a concurrent upsert waits.
+SELECT {schedule_columns}, coalesce(%(now)s::timestamptz, now())
+FROM rota_schedules s LEFT JOIN rota_jobs j ON j.id = s.last_job_id
+WHERE s.name = %(name)s
+FOR UPDATE OF s;
+
+-- name: insert_schedule
+-- DO NOTHING: a schedule of the same name created meanwhile wins; the caller then locks it.
+INSERT INTO rota_schedules (name, kind, payload, queue, priority, tenant, max_attempts,
+    every_us, cron, timezone, anchor, jitter_us, misfire, misfire_limit, grace_us, overlap,
+    paused, next_run_at, due_at, last_run_at, last_job_id, created_at, updated_at)
+VALUES (%(name)s, %(kind)s, %(payload)s::json, %(queue)s, %(priority)s, %(tenant)s,
+    %(max_attempts)s, %(every_us)s, %(cron)s, %(timezone)s, %(anchor)s, %(jitter_us)s,
+    %(misfire)s, %(misfire_limit)s, %(grace_us)s, %(overlap)s, %(paused)s, %(next_run_at)s,
+    %(due_at)s, %(last_run_at)s, %(last_job_id)s, %(created_at)s, %(updated_at)s)
+ON CONFLICT (name) DO NOTHING
+RETURNING name;
+
+-- name: update_schedule
+UPDATE rota_schedules SET kind = %(kind)s, payload = %(payload)s::json, queue = %(queue)s,
+    priority = %(priority)s, tenant = %(tenant)s, max_attempts = %(max_attempts)s,
+    every_us = %(every_us)s, cron = %(cron)s, timezone = %(timezone)s, anchor = %(anchor)s,
+    jitter_us = %(jitter_us)s, misfire = %(misfire)s, misfire_limit = %(misfire_limit)s,
+    grace_us = %(grace_us)s, overlap = %(overlap)s, next_run_at = %(next_run_at)s,
+    due_at = %(due_at)s, updated_at = %(updated_at)s
+WHERE name = %(name)s;
+
+-- name: get_schedule
+SELECT {schedule_columns}
+FROM rota_schedules s LEFT JOIN rota_jobs j ON j.id = s.last_job_id
+WHERE s.name = %(name)s;
+
+-- name: list_schedules
+SELECT {schedule_columns}
+FROM rota_schedules s LEFT JOIN rota_jobs j ON j.id = s.last_job_id
+ORDER BY s.name;
+
+-- name: set_schedule_paused
+WITH s AS (
+    UPDATE rota_schedules SET paused = %(paused)s,
+        updated_at = coalesce(%(now)s::timestamptz, now())
+    WHERE name = %(name)s
+    RETURNING *
+)
+SELECT {schedule_columns} FROM s LEFT JOIN rota_jobs j ON j.id = s.last_job_id;
+
+-- name: delete_schedule
+DELETE FROM rota_schedules WHERE name = %(name)s RETURNING name;
+
+-- name: set_schedule_last_job
+UPDATE rota_schedules SET last_job_id = %(job_id)s WHERE name = %(name)s;
+
+-- name: due_schedules
+-- Lock the due rows; SKIP LOCKED lets concurrent firers take other schedules instead of
+-- queueing behind this one, and makes each due schedule fire in exactly one transaction.
+SELECT {schedule_columns}, coalesce(%(now)s::timestamptz, now())
+FROM rota_schedules s LEFT JOIN rota_jobs j ON j.id = s.last_job_id
+WHERE NOT s.paused AND s.due_at <= coalesce(%(now)s::timestamptz, now())
+ORDER BY s.due_at, s.name
+LIMIT %(limit)s
+FOR UPDATE OF s SKIP LOCKED;
+
+-- name: advance_schedules
+-- Runs in the transaction that locked the rows (due_schedules) and inserted their jobs.
+UPDATE rota_schedules s SET next_run_at = a.next_run_at, due_at = a.due_at,
+    last_run_at = a.last_run_at, last_job_id = a.last_job_id
+FROM unnest(%(names)s::text[], %(next_run_at)s::timestamptz[], %(due_at)s::timestamptz[],
+            %(last_run_at)s::timestamptz[], %(last_job_id)s::bigint[])
+     AS a(name, next_run_at, due_at, last_run_at, last_job_id)
+WHERE s.name = a.name;
+
+-- name: next_fire_at
+SELECT min(due_at) FROM rota_schedules WHERE NOT paused;

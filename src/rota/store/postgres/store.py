@@ -26,6 +26,7 @@ from rota.domain.errors import (
     InvalidInput,
     JobNotFound,
     LeaseLost,
+    ScheduleNotFound,
     StateConflict,
     StoreUnavailable,
 )
@@ -41,6 +42,8 @@ from rota.domain.job import (
     truncate,
 )
 from rota.domain.lease import Lease
+from rota.domain.schedule import ScheduleSpec
+from rota.domain.schedule_state import Firing, Schedule
 from rota.store.base import (
     MAX_BULK,
     MAX_PAGE_SIZE,
@@ -54,6 +57,7 @@ from rota.store.base import (
     decode_cursor,
     encode_cursor,
 )
+from rota.store.postgres import schedules
 from rota.store.postgres.queries import JOB_COLUMNS, migrations, query
 
 log = logging.getLogger("rota.store.postgres")
@@ -700,6 +704,63 @@ class PostgresStore:
         async with self._connection() as conn:
             cursor = await conn.execute(query("prune_workers"), {"older_than": utc(older_than)})
             return int(cursor.rowcount)
+
+    # ------------------------------------------------------------------ schedules
+
+    async def create_schedule(self, spec: ScheduleSpec, *, now: datetime | None = None) -> Schedule:
+        schedule: Schedule = await self._run_flow(
+            schedules.upsert_flow(spec, self._now(now), create_only=True)
+        )
+        return schedule
+
+    async def upsert_schedule(self, spec: ScheduleSpec, *, now: datetime | None = None) -> Schedule:
+        schedule: Schedule = await self._run_flow(
+            schedules.upsert_flow(spec, self._now(now), create_only=False)
+        )
+        return schedule
+
+    async def get_schedule(self, name: str) -> Schedule:
+        rows = await self._fetch("get_schedule", {"name": name})
+        if not rows:
+            raise ScheduleNotFound(name)
+        return schedules.row_to_schedule(rows[0])
+
+    async def list_schedules(self) -> list[Schedule]:
+        return [schedules.row_to_schedule(row) for row in await self._fetch("list_schedules", {})]
+
+    async def pause_schedule(self, name: str, *, now: datetime | None = None) -> Schedule:
+        return await self._set_paused(name, True, now)
+
+    async def resume_schedule(self, name: str, *, now: datetime | None = None) -> Schedule:
+        return await self._set_paused(name, False, now)
+
+    async def _set_paused(self, name: str, paused: bool, now: datetime | None) -> Schedule:
+        rows = await self._fetch(
+            "set_schedule_paused", {"name": name, "paused": paused, "now": self._now(now)}
+        )
+        if not rows:
+            raise ScheduleNotFound(name)
+        return schedules.row_to_schedule(rows[0])
+
+    async def delete_schedule(self, name: str) -> None:
+        if not await self._fetch("delete_schedule", {"name": name}):
+            raise ScheduleNotFound(name)
+
+    async def trigger_schedule(self, name: str, *, now: datetime | None = None) -> EnqueueResult:
+        result: EnqueueResult = await self._run_flow(
+            schedules.trigger_flow(name, self._now(now), enqueue_flow)
+        )
+        return result
+
+    async def fire_due(self, *, now: datetime | None = None, limit: int = 100) -> list[Firing]:
+        firings: list[Firing] = await self._run_flow(
+            schedules.fire_flow(self._now(now), limit, enqueue_flow)
+        )
+        return firings
+
+    async def next_fire_at(self) -> datetime | None:
+        [(due,)] = await self._fetch("next_fire_at", {})
+        return due  # type: ignore[no-any-return]
 
     # ------------------------------------------------------------------ wake-ups
 

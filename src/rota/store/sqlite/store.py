@@ -20,6 +20,8 @@ from rota.domain.clock import Clock, SystemClock, utc
 from rota.domain.errors import LeaseLost, RotaError
 from rota.domain.job import Attempt, EnqueueResult, Job, JobSpec, JobState, Outcome
 from rota.domain.lease import Lease
+from rota.domain.schedule import ScheduleSpec
+from rota.domain.schedule_state import Firing, Schedule
 from rota.store.base import (
     MAX_BULK,
     Counts,
@@ -30,7 +32,7 @@ from rota.store.base import (
     WorkerInfo,
     decode_cursor,
 )
-from rota.store.sqlite import claims, jobs, migrations, workers
+from rota.store.sqlite import claims, jobs, migrations, schedules, workers
 from rota.store.sqlite.connection import Database
 from rota.store.sqlite.rows import to_us
 from rota.store.sqlite.url import DEFAULT_BUSY_TIMEOUT_MS, SqliteOptions, parse_url
@@ -156,13 +158,18 @@ class SqliteStore:
         results, earliest = await self._db.write(
             lambda conn: jobs.enqueue(conn, specs, self._at(now))
         )
-        if earliest is not None:
-            # After the commit, so a woken worker's claim can already see the jobs.
-            with self._wakeups_lock:
-                callbacks = list(self._wakeups)
-            for callback in callbacks:
-                callback(earliest)
+        self._woken(earliest)
         return results
+
+    def _woken(self, earliest: datetime | None) -> None:
+        """Tell this store's watchers about jobs inserted with ``earliest`` as their first
+        run_at; called after the commit, so a woken worker's claim can already see them."""
+        if earliest is None:
+            return
+        with self._wakeups_lock:
+            callbacks = list(self._wakeups)
+        for callback in callbacks:
+            callback(earliest)
 
     async def claim(
         self,
@@ -307,3 +314,51 @@ class SqliteStore:
     async def prune_workers(self, *, older_than: datetime) -> int:
         cutoff = utc(older_than)
         return await self._db.write(lambda conn: workers.prune(conn, cutoff))
+
+    # ------------------------------------------------------------------ schedules
+
+    async def create_schedule(self, spec: ScheduleSpec, *, now: datetime | None = None) -> Schedule:
+        return await self._db.write(
+            lambda conn: schedules.upsert(conn, spec, self._at(now), create_only=True)
+        )
+
+    async def upsert_schedule(self, spec: ScheduleSpec, *, now: datetime | None = None) -> Schedule:
+        return await self._db.write(
+            lambda conn: schedules.upsert(conn, spec, self._at(now), create_only=False)
+        )
+
+    async def get_schedule(self, name: str) -> Schedule:
+        return await self._db.read(lambda conn: schedules.get(conn, name))
+
+    async def list_schedules(self) -> list[Schedule]:
+        return await self._db.read(schedules.list_all)
+
+    async def pause_schedule(self, name: str, *, now: datetime | None = None) -> Schedule:
+        return await self._db.write(
+            lambda conn: schedules.set_paused(conn, name, True, self._at(now))
+        )
+
+    async def resume_schedule(self, name: str, *, now: datetime | None = None) -> Schedule:
+        return await self._db.write(
+            lambda conn: schedules.set_paused(conn, name, False, self._at(now))
+        )
+
+    async def delete_schedule(self, name: str) -> None:
+        await self._db.write(lambda conn: schedules.delete(conn, name))
+
+    async def trigger_schedule(self, name: str, *, now: datetime | None = None) -> EnqueueResult:
+        result, earliest = await self._db.write(
+            lambda conn: schedules.trigger(conn, name, self._at(now))
+        )
+        self._woken(earliest)
+        return result
+
+    async def fire_due(self, *, now: datetime | None = None, limit: int = 100) -> list[Firing]:
+        firings, earliest = await self._db.write(
+            lambda conn: schedules.fire_due(conn, self._at(now), limit)
+        )
+        self._woken(earliest)
+        return firings
+
+    async def next_fire_at(self) -> datetime | None:
+        return await self._db.read(schedules.next_fire_at)

@@ -1,0 +1,128 @@
+"""Scheduler: the service that turns due schedule slots into jobs, at most once per slot.
+
+Every worker runs one. That is safe because the store does the deciding: ``fire_due`` locks
+each due schedule, inserts its slot's job under the unique (schedule, slot) key and advances the
+schedule in one transaction, so any number of firers produce one job per slot. Between ticks the
+firer sleeps until the earliest schedule is due (read from the store, by the store's clock), but
+never longer than a second, so a schedule added by another process is seen promptly.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+from rota.domain.schedule import ScheduleSpec
+from rota.domain.schedule_state import Firing
+from rota.observability.metrics import Metrics
+from rota.store.base import Store
+
+log = logging.getLogger("rota.scheduler")
+
+#: Bounds of the wait between ticks: short enough that a due slot fires within milliseconds
+#: and a schedule created elsewhere within a second, long enough not to spin.
+MIN_WAIT = timedelta(milliseconds=10)
+MAX_WAIT = timedelta(seconds=1)
+#: Up to this many slots of one firing are logged one by one; more are summed up in one line.
+LOGGED_SLOTS = 5
+
+
+class Scheduler:
+    """Fires due schedules (``tick``); first upserts the schedules defined in code.
+
+    ``specs`` are upserted on the first tick (definition fields from code win; a pause set at
+    run time is kept); a failing upsert is retried on the next tick, before any firing.
+    """
+
+    name = "scheduler"
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        specs: Sequence[ScheduleSpec] = (),
+        metrics: Metrics | None = None,
+        batch: int = 100,
+        min_wait: timedelta = MIN_WAIT,
+        max_wait: timedelta = MAX_WAIT,
+    ) -> None:
+        self._store = store
+        self._unsynced = list(specs)
+        self._metrics = metrics or Metrics()
+        self._batch = batch
+        self._min_s = min_wait.total_seconds()
+        self._max_s = max_wait.total_seconds()
+        self._wait_s = self._min_s
+
+    def interval_s(self) -> float:
+        """Seconds until the earliest schedule is due, as of the last tick, within the bounds."""
+        return self._wait_s
+
+    async def tick(self) -> list[Firing]:
+        """Upsert the code's schedules (once), fire every due slot, and note when to come back."""
+        while self._unsynced:
+            await self._store.upsert_schedule(self._unsynced[0])
+            self._unsynced.pop(0)
+        firings = await self._store.fire_due(limit=self._batch)
+        for firing in firings:
+            self._report(firing)
+        if len(firings) >= self._batch:
+            self._wait_s = self._min_s  # more may be due right now
+            return firings
+        due = await self._store.next_fire_at()
+        if due is None:
+            self._wait_s = self._max_s
+        else:
+            left = (due - await self._store.now()).total_seconds()
+            self._wait_s = min(self._max_s, max(self._min_s, left))
+        return firings
+
+    def _report(self, firing: Firing) -> None:
+        counted = self._metrics.schedules_fired
+        inserted = firing.inserted
+        duplicates = len(firing.jobs) - len(inserted)
+        if inserted:
+            counted.labels("fired").inc(len(inserted))
+            first, last = inserted[0].job, inserted[-1].job
+            if len(inserted) <= LOGGED_SLOTS:
+                for result in inserted:
+                    log.info(
+                        "schedule %s: slot %s enqueued as job %d",
+                        firing.schedule,
+                        _slot(result.job.slot_at),
+                        result.job.id,
+                    )
+            else:  # a catch-up (misfire=all): one line, not one per slot
+                log.info(
+                    "schedule %s: %d slots from %s to %s enqueued as jobs %d to %d",
+                    firing.schedule,
+                    len(inserted),
+                    _slot(first.slot_at),
+                    _slot(last.slot_at),
+                    first.id,
+                    last.id,
+                )
+        if duplicates:
+            # A run-now took the very instant of a slot: the slot has its job already.
+            counted.labels("duplicate").inc(duplicates)
+            log.debug("schedule %s: %d slot(s) already had a job", firing.schedule, duplicates)
+        if firing.skipped_overlap:
+            counted.labels("skipped_overlap").inc(len(firing.skipped_overlap))
+            log.debug(
+                "schedule %s: %d slot(s) skipped, the previous run is still active (%s)",
+                firing.schedule,
+                len(firing.skipped_overlap),
+                firing.skipped_overlap[-1].isoformat(),
+            )
+        if firing.missed:
+            counted.labels("skipped_misfire").inc(firing.missed)
+            log.debug(
+                "schedule %s: %d missed slot(s) dropped by its misfire policy",
+                firing.schedule,
+                firing.missed,
+            )
+
+
+def _slot(instant: datetime | None) -> str:
+    return "?" if instant is None else instant.isoformat()

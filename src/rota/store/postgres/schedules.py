@@ -1,0 +1,163 @@
+"""Schedules on PostgreSQL: the statements of each schedule verb as sans-I/O flows.
+
+A flow yields (statement, parameters) and receives the rows; ``PostgresStore`` runs the
+flows that write inside one transaction. Locks: ``fire_due`` takes due rows with
+``FOR UPDATE SKIP LOCKED`` (concurrent firers take other schedules, never the same one twice)
+and advances them in the transaction that inserts their jobs; upsert and run-now lock their
+row with ``FOR UPDATE``, so they never interleave with a firing of the same schedule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import replace
+from datetime import datetime
+from typing import Any, TypeAlias
+
+from rota.domain.errors import ScheduleNotFound, StateConflict, StoreUnavailable
+from rota.domain.job import EnqueueResult, JobSpec, JobState
+from rota.domain.schedule import ScheduleSpec
+from rota.domain.schedule_state import (
+    Firing,
+    Schedule,
+    decide,
+    spec_columns,
+    spec_from_columns,
+    upserted,
+)
+from rota.store.postgres.queries import query
+
+Row: TypeAlias = tuple[Any, ...]
+Step: TypeAlias = tuple[str, dict[str, Any]]
+Flow: TypeAlias = Generator[Step, list[Row], Any]
+#: The store's enqueue flow (``store.enqueue_flow``), passed in to keep one way of inserting.
+EnqueueFlow: TypeAlias = Callable[[Sequence[JobSpec], datetime | None], Flow]
+
+_DEFINITION = (
+    "name",
+    "kind",
+    "payload",
+    "queue",
+    "priority",
+    "tenant",
+    "max_attempts",
+    "every_us",
+    "cron",
+    "timezone",
+    "anchor",
+    "jitter_us",
+    "misfire",
+    "misfire_limit",
+    "grace_us",
+    "overlap",
+)
+_LAST_STATE = len(_DEFINITION) + 6  # after paused, next/last run, last job, created, updated
+#: Creating a schedule races only with creations of the same name; each lost race means the
+#: row now exists, so the next round updates it.
+_ROUNDS = 3
+
+
+def row_to_schedule(row: Row) -> Schedule:
+    """A Schedule from a row selected with SCHEDULE_COLUMNS (extra trailing columns ignored)."""
+    columns = dict(zip(_DEFINITION, row, strict=False))
+    paused, next_run_at, last_run_at, last_job_id, created_at, updated_at = row[
+        len(_DEFINITION) : _LAST_STATE
+    ]
+    state = row[_LAST_STATE]
+    return Schedule(
+        spec=spec_from_columns(columns),
+        paused=paused,
+        next_run_at=next_run_at,
+        last_run_at=last_run_at,
+        last_job_id=last_job_id,
+        last_job_state=None if state is None else JobState(state),
+        created_at=created_at,
+        updated_at=updated_at,
+    )
+
+
+def _params(schedule: Schedule) -> dict[str, Any]:
+    return {
+        **spec_columns(schedule.spec),
+        "paused": schedule.paused,
+        "next_run_at": schedule.next_run_at,
+        "due_at": schedule.due_at,
+        "last_run_at": schedule.last_run_at,
+        "last_job_id": schedule.last_job_id,
+        "created_at": schedule.created_at,
+        "updated_at": schedule.updated_at,
+    }
+
+
+def upsert_flow(spec: ScheduleSpec, now: datetime | None, *, create_only: bool) -> Flow:
+    """Create or replace ``spec`` (see ``schedule_state.upserted``); returns the Schedule."""
+    [(at,)] = yield query("now"), {"now": now}
+    for _ in range(_ROUNDS):
+        rows = yield query("schedule_for_update"), {"name": spec.name, "now": at}
+        if rows:
+            if create_only:
+                raise StateConflict(f"schedule {spec.name!r} already exists")
+            schedule = upserted(row_to_schedule(rows[0]), spec, at)
+            yield query("update_schedule"), _params(schedule)
+            return schedule
+        schedule = upserted(None, spec, at)
+        if (yield query("insert_schedule"), _params(schedule)):
+            return schedule
+    raise StoreUnavailable(f"creating schedule {spec.name!r} kept racing with other writers")
+
+
+def trigger_flow(name: str, now: datetime | None, enqueue: EnqueueFlow) -> Flow:
+    """Enqueue a run of ``name`` with slot_at = the store's now; returns its EnqueueResult."""
+    rows = yield query("schedule_for_update"), {"name": name, "now": now}
+    if not rows:
+        raise ScheduleNotFound(name)
+    schedule, at = row_to_schedule(rows[0]), rows[0][-1]
+    [result] = yield from enqueue([schedule.spec.job_spec(at)], at)
+    yield query("set_schedule_last_job"), {"name": name, "job_id": result.job.id}
+    return result
+
+
+def fire_flow(now: datetime | None, limit: int, enqueue: EnqueueFlow) -> Flow:
+    """Fire the due schedules (see ``Store.fire_due``); returns the list of Firings."""
+    rows = yield query("due_schedules"), {"now": now, "limit": max(0, limit)}
+    if not rows:
+        return []
+    at = rows[0][-1]
+    schedules = [row_to_schedule(row) for row in rows]
+    decisions = [decide(schedule, at) for schedule in schedules]
+    specs = [
+        schedule.spec.job_spec(slot)
+        for schedule, decision in zip(schedules, decisions, strict=True)
+        for slot in decision.enqueue
+    ]
+    results: list[EnqueueResult] = (yield from enqueue(specs, at)) if specs else []
+    firings: list[Firing] = []
+    advanced: list[Schedule] = []
+    taken = 0
+    for schedule, decision in zip(schedules, decisions, strict=True):
+        mine = tuple(results[taken : taken + len(decision.enqueue)])
+        taken += len(decision.enqueue)
+        moved = replace(schedule, next_run_at=decision.next_run_at)
+        if mine:
+            moved = replace(moved, last_run_at=mine[-1].job.slot_at, last_job_id=mine[-1].job.id)
+        advanced.append(moved)
+        firings.append(
+            Firing(
+                schedule=schedule.name,
+                jobs=mine,
+                skipped_overlap=decision.skipped_overlap,
+                missed=decision.missed,
+                next_run_at=decision.next_run_at,
+            )
+        )
+    yield (
+        query("advance_schedules"),
+        {
+            "names": [s.name for s in advanced],
+            "next_run_at": [s.next_run_at for s in advanced],
+            "due_at": [s.due_at for s in advanced],
+            "last_run_at": [s.last_run_at for s in advanced],
+            "last_job_id": [s.last_job_id for s in advanced],
+        },
+    )
+    return firings

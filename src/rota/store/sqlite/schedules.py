@@ -1,0 +1,219 @@
+"""Schedules on SQLite: upsert, read, pause, delete, run now, and firing due slots.
+
+Each function is the body of one transaction run by ``Database``. Writes run inside
+``BEGIN IMMEDIATE``: the write lock is held from the first statement, so no other connection
+(in this process or another) can fire, edit or delete a schedule between our read of it and
+our write, and the slot's job is inserted in the same transaction that advances next_run_at.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from rota.domain.errors import ScheduleNotFound, StateConflict
+from rota.domain.job import EnqueueResult, JobState
+from rota.domain.schedule import ScheduleSpec
+from rota.domain.schedule_state import (
+    Firing,
+    Schedule,
+    decide,
+    spec_columns,
+    spec_from_columns,
+    upserted,
+)
+from rota.store.sqlite import jobs
+from rota.store.sqlite.rows import from_us, to_us
+
+_DEFINITION = (
+    "name",
+    "kind",
+    "payload",
+    "queue",
+    "priority",
+    "tenant",
+    "max_attempts",
+    "every_us",
+    "cron",
+    "timezone",
+    "anchor",
+    "jitter_us",
+    "misfire",
+    "misfire_limit",
+    "grace_us",
+    "overlap",
+)
+_STATE = ("paused", "next_run_at", "last_run_at", "last_job_id", "created_at", "updated_at")
+_WRITTEN = (*_DEFINITION, *_STATE, "due_at")
+#: A schedule's columns and its last job's state, in the order ``_from_row`` reads them.
+_SELECT = (
+    "SELECT "
+    + ", ".join(f"s.{column}" for column in (*_DEFINITION, *_STATE))
+    + ", j.state FROM rota_schedules s LEFT JOIN rota_jobs j ON j.id = s.last_job_id"
+)
+_UPSERT = (
+    f"INSERT INTO rota_schedules ({', '.join(_WRITTEN)}) "
+    f"VALUES ({', '.join(':' + column for column in _WRITTEN)}) "
+    "ON CONFLICT (name) DO UPDATE SET "
+    + ", ".join(f"{column} = excluded.{column}" for column in _WRITTEN if column != "name")
+)
+
+
+def _from_row(row: Sequence[Any]) -> Schedule:
+    values = dict(zip((*_DEFINITION, *_STATE), row, strict=False))
+    columns = {
+        **values,
+        "payload": json.loads(values["payload"]),
+        "anchor": None if values["anchor"] is None else from_us(values["anchor"]),
+    }
+    last_state = row[len(_DEFINITION) + len(_STATE)]
+    return Schedule(
+        spec=spec_from_columns(columns),
+        paused=bool(values["paused"]),
+        next_run_at=from_us(values["next_run_at"]),
+        last_run_at=None if values["last_run_at"] is None else from_us(values["last_run_at"]),
+        last_job_id=values["last_job_id"],
+        last_job_state=None if last_state is None else JobState(last_state),
+        created_at=from_us(values["created_at"]),
+        updated_at=from_us(values["updated_at"]),
+    )
+
+
+def _row_values(schedule: Schedule) -> dict[str, Any]:
+    columns = spec_columns(schedule.spec)
+    anchor = columns["anchor"]
+    return {
+        **columns,
+        "anchor": None if anchor is None else to_us(anchor),
+        "paused": int(schedule.paused),
+        "next_run_at": to_us(schedule.next_run_at),
+        "due_at": to_us(schedule.due_at),
+        "last_run_at": None if schedule.last_run_at is None else to_us(schedule.last_run_at),
+        "last_job_id": schedule.last_job_id,
+        "created_at": to_us(schedule.created_at),
+        "updated_at": to_us(schedule.updated_at),
+    }
+
+
+def _find(conn: sqlite3.Connection, name: str) -> Schedule | None:
+    row = conn.execute(f"{_SELECT} WHERE s.name = ?", (name,)).fetchone()
+    return None if row is None else _from_row(row)
+
+
+def _get(conn: sqlite3.Connection, name: str) -> Schedule:
+    schedule = _find(conn, name)
+    if schedule is None:
+        raise ScheduleNotFound(name)
+    return schedule
+
+
+def _write(conn: sqlite3.Connection, schedule: Schedule) -> Schedule:
+    conn.execute(_UPSERT, _row_values(schedule))
+    return _get(conn, schedule.name)
+
+
+# ------------------------------------------------------------------ definitions
+
+
+def upsert(
+    conn: sqlite3.Connection, spec: ScheduleSpec, at: datetime, *, create_only: bool
+) -> Schedule:
+    """Write ``spec`` over the stored schedule (see ``schedule_state.upserted``)."""
+    existing = _find(conn, spec.name)
+    if existing is not None and create_only:
+        raise StateConflict(f"schedule {spec.name!r} already exists")
+    return _write(conn, upserted(existing, spec, at))
+
+
+def get(conn: sqlite3.Connection, name: str) -> Schedule:
+    return _get(conn, name)
+
+
+def list_all(conn: sqlite3.Connection) -> list[Schedule]:
+    return [_from_row(row) for row in conn.execute(f"{_SELECT} ORDER BY s.name")]
+
+
+def set_paused(conn: sqlite3.Connection, name: str, paused: bool, at: datetime) -> Schedule:
+    cursor = conn.execute(
+        "UPDATE rota_schedules SET paused = ?, updated_at = ? WHERE name = ?",
+        (int(paused), to_us(at), name),
+    )
+    if cursor.rowcount == 0:
+        raise ScheduleNotFound(name)
+    return _get(conn, name)
+
+
+def delete(conn: sqlite3.Connection, name: str) -> None:
+    if conn.execute("DELETE FROM rota_schedules WHERE name = ?", (name,)).rowcount == 0:
+        raise ScheduleNotFound(name)
+
+
+def next_fire_at(conn: sqlite3.Connection) -> datetime | None:
+    (due,) = conn.execute(
+        "SELECT min(due_at) FROM rota_schedules INDEXED BY rota_schedules_due WHERE paused = 0"
+    ).fetchone()
+    return None if due is None else from_us(due)
+
+
+# ------------------------------------------------------------------ running
+
+
+def trigger(
+    conn: sqlite3.Connection, name: str, at: datetime
+) -> tuple[EnqueueResult, datetime | None]:
+    """Enqueue a run of ``name`` at slot ``at``; the result and the run_at inserted (if any)."""
+    schedule = _get(conn, name)
+    [result], earliest = jobs.enqueue(conn, [schedule.spec.job_spec(at)], at)
+    conn.execute("UPDATE rota_schedules SET last_job_id = ? WHERE name = ?", (result.job.id, name))
+    return result, earliest
+
+
+def fire_due(
+    conn: sqlite3.Connection, at: datetime, limit: int
+) -> tuple[list[Firing], datetime | None]:
+    """Fire up to ``limit`` due schedules, earliest first; see ``Store.fire_due``.
+
+    Returns the firings and the earliest run_at of the jobs inserted (to wake workers).
+    """
+    rows = conn.execute(
+        f"{_SELECT} WHERE s.paused = 0 AND s.due_at <= ? ORDER BY s.due_at, s.name LIMIT ?",
+        (to_us(at), max(0, limit)),
+    ).fetchall()
+    firings: list[Firing] = []
+    earliest: datetime | None = None
+    for row in rows:
+        schedule = _from_row(row)
+        decision = decide(schedule, at)
+        specs = [schedule.spec.job_spec(slot) for slot in decision.enqueue]
+        results, inserted_at = jobs.enqueue(conn, specs, at) if specs else ([], None)
+        if inserted_at is not None:
+            earliest = inserted_at if earliest is None else min(earliest, inserted_at)
+        advanced = replace(schedule, next_run_at=decision.next_run_at)
+        if results:
+            latest = results[-1].job
+            advanced = replace(advanced, last_run_at=latest.slot_at, last_job_id=latest.id)
+        conn.execute(
+            "UPDATE rota_schedules SET next_run_at = ?, due_at = ?, last_run_at = ?, "
+            "last_job_id = ? WHERE name = ?",
+            (
+                to_us(advanced.next_run_at),
+                to_us(advanced.due_at),
+                None if advanced.last_run_at is None else to_us(advanced.last_run_at),
+                advanced.last_job_id,
+                advanced.name,
+            ),
+        )
+        firings.append(
+            Firing(
+                schedule=schedule.name,
+                jobs=tuple(results),
+                skipped_overlap=decision.skipped_overlap,
+                missed=decision.missed,
+                next_run_at=decision.next_run_at,
+            )
+        )
+    return firings, earliest
