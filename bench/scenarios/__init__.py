@@ -1,0 +1,1 @@
+"""One module per scenario; each has ``NAME``, ``TITLE`` and ``async def run(bench)``."""
