@@ -10,7 +10,6 @@ applies to every tenant separately. These functions are pure: backends feed them
 
 from __future__ import annotations
 
-import itertools
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -85,6 +84,16 @@ def _is_int_in(value: object, low: int, high: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
+def validate_queue(name: object) -> str:
+    """``name`` if it is a valid queue name; InvalidInput saying why otherwise."""
+    try:
+        validate_name("queue", name)
+    except InvalidJob as error:
+        raise InvalidInput(str(error)) from None
+    assert isinstance(name, str)
+    return name
+
+
 def limit_for(limits: Mapping[Key, Limit], scope: LimitScope, name: str) -> Limit | None:
     """The limit that applies to ``name`` in ``scope`` (a tenant falls back to ``*``)."""
     found = limits.get((scope, name))
@@ -138,6 +147,22 @@ class Budget:
                 return False
         return True
 
+    def exhausted(self) -> set[Key]:
+        """Keys at their limit already: no job counting against one can start now."""
+        full: set[Key] = set()
+        for key, count in self._running.items():
+            limit = limit_for(self._limits, *key)
+            if limit is not None and limit.concurrency is not None and count >= limit.concurrency:
+                full.add(key)
+        for key, count in self._starts.items():
+            limit = limit_for(self._limits, *key)
+            if limit is not None and limit.rate is not None and count >= limit.rate:
+                full.add(key)
+        for ident, limit in self._limits.items():
+            if limit.concurrency == 0 and ident[1] != EVERY_TENANT:
+                full.add(ident)
+        return full
+
     def take(self, job: Job) -> None:
         """Count ``job`` as started (call only after ``allows``)."""
         for key in counted_keys(job):
@@ -155,25 +180,24 @@ def claim_order(job: Job) -> tuple[int, datetime, int]:
     return (-job.priority, job.run_at, job.id)
 
 
-def interleave(candidates: Iterable[Job], *, fair: bool, after: str | None = None) -> list[Job]:
+def interleave(candidates: Iterable[Job], *, fair: bool) -> list[Job]:
     """Candidates in the order a claim should consider them.
 
-    Not fair: plain claim order. Fair: one job per tenant in turn (each tenant's own jobs in
-    claim order; jobs without a tenant form one more group), the turns starting with the first
-    tenant after ``after`` (the tenant a worker served last), so every tenant gets a go.
+    Not fair: plain claim order. Fair: in turns, where turn n holds every tenant's n-th job
+    (each tenant's jobs in claim order; jobs without a tenant form one more group) and a turn
+    is itself in claim order, so a tenant with a huge backlog gets one job per turn like any
+    other and priorities still count within a turn.
     """
     ordered = sorted(candidates, key=claim_order)
     if not fair:
         return ordered
-    groups: dict[str | None, list[Job]] = defaultdict(list)
+    seen: dict[str | None, int] = defaultdict(int)
+    turns: list[tuple[int, Job]] = []
     for job in ordered:
-        groups[job.tenant].append(job)
-    names: list[str | None] = sorted(groups, key=lambda tenant: (tenant is not None, tenant or ""))
-    if after is not None:
-        later: list[str | None] = [name for name in names if name is not None and name > after]
-        names = later + [name for name in names if name not in later]
-    rounds = itertools.zip_longest(*(groups[name] for name in names))
-    return [job for turn in rounds for job in turn if job is not None]
+        turns.append((seen[job.tenant], job))
+        seen[job.tenant] += 1
+    turns.sort(key=lambda pair: (pair[0], claim_order(pair[1])))
+    return [job for _, job in turns]
 
 
 def select(
@@ -182,11 +206,10 @@ def select(
     limit: int,
     budget: Budget | None,
     fair: bool,
-    after: str | None = None,
 ) -> list[Job]:
     """Up to ``limit`` jobs to claim: ``interleave`` order, skipping any job a limit forbids."""
     chosen: list[Job] = []
-    for job in interleave(candidates, fair=fair, after=after):
+    for job in interleave(candidates, fair=fair):
         if len(chosen) >= limit:
             break
         if budget is not None:

@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from rota.domain.errors import InvalidCursor, InvalidInput
+from rota.domain.flow import Limit, LimitScope
 from rota.domain.job import Attempt, EnqueueResult, Job, JobSpec, JobState
 from rota.domain.lease import Lease
 from rota.domain.schedule import ScheduleSpec
@@ -127,6 +128,25 @@ def bucketize(
 
 
 @dataclass(frozen=True, slots=True)
+class QueueInfo:
+    """A queue's settings (queues without settings are simply not paused)."""
+
+    name: str
+    paused: bool = False
+    updated_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LimitInfo:
+    """A limit and how much of it is in use: running jobs with a live lease, and starts in
+    the current period (for ``*`` tenant limits, summed over every tenant)."""
+
+    limit: Limit
+    running: int = 0
+    recent_starts: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class RescueResult:
     """What a rescue pass did: expired leases made dead (last attempt) or made pending again."""
 
@@ -185,10 +205,14 @@ class Store(Protocol):
         queues: Sequence[str],
         limit: int,
         lease: timedelta,
+        fair: bool = True,
         now: datetime | None = None,
     ) -> list[Job]:
         """Lease up to ``limit`` jobs: due pending jobs and running jobs whose lease expired
-        with attempts left, highest priority first, then earliest run_at, then id.
+        with attempts left, highest priority first, then earliest run_at, then id; with
+        ``fair``, tenants take turns (rota.domain.flow.interleave). Paused queues give nothing,
+        and no job starts past a concurrency or rate limit of its queue, kind or tenant,
+        however many workers claim at once.
 
         Two concurrent callers never receive the same job; never more than ``limit`` rows.
         Each claimed job gets attempt + 1, a fencing token strictly greater than every token
@@ -385,6 +409,34 @@ class Store(Protocol):
     async def next_fire_at(self) -> datetime | None:
         """The earliest instant an unpaused schedule becomes due (next_run_at plus its jitter
         offset), by the store's clock; None without unpaused schedules."""
+        ...
+
+    async def pause_queue(self, queue: str, *, now: datetime | None = None) -> QueueInfo:
+        """No job of ``queue`` is claimed until it is resumed; running jobs carry on."""
+        ...
+
+    async def resume_queue(self, queue: str, *, now: datetime | None = None) -> QueueInfo:
+        """``queue`` is claimed from again."""
+        ...
+
+    async def list_queues(self) -> list[QueueInfo]:
+        """Every queue with settings, by name."""
+        ...
+
+    async def set_limit(self, limit: Limit, *, now: datetime | None = None) -> None:
+        """Add or replace the limit for (scope, key); starts already counted are kept."""
+        ...
+
+    async def delete_limit(self, scope: LimitScope, key: str) -> bool:
+        """Remove the limit for (scope, key); False if there was none."""
+        ...
+
+    async def list_limits(self, *, now: datetime | None = None) -> list[LimitInfo]:
+        """Every limit with its current use, by scope and key."""
+        ...
+
+    async def running_by_tenant(self, *, now: datetime | None = None) -> dict[str, int]:
+        """Jobs running with a live lease, per tenant (jobs without a tenant not counted)."""
         ...
 
     async def watch(self, on_due: Callable[[datetime | None], None]) -> None:

@@ -14,6 +14,17 @@ from datetime import datetime, timedelta
 
 from rota.domain.clock import Clock, SystemClock, utc
 from rota.domain.errors import JobNotFound, LeaseLost, ScheduleNotFound, StateConflict
+from rota.domain.flow import (
+    EVERY_TENANT,
+    Budget,
+    Key,
+    Limit,
+    LimitScope,
+    counted_keys,
+    limit_for,
+    select,
+    validate_queue,
+)
 from rota.domain.job import (
     MAX_ERROR_LENGTH,
     MAX_TRACEBACK_LENGTH,
@@ -34,7 +45,9 @@ from rota.store.base import (
     MAX_PAGE_SIZE,
     Counts,
     JobFilter,
+    LimitInfo,
     Page,
+    QueueInfo,
     RescueResult,
     ThroughputBucket,
     WorkerInfo,
@@ -60,6 +73,9 @@ class MemoryStore:
         self._next_id = 1
         self._next_token = 1
         self._wakeups: list[Callable[[datetime | None], None]] = []
+        self._queues: dict[str, QueueInfo] = {}
+        self._limits: dict[Key, Limit] = {}
+        self._starts: dict[Key, list[datetime]] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -74,6 +90,65 @@ class MemoryStore:
 
     async def now(self) -> datetime:
         return self._now(None)
+
+    # ------------------------------------------------------------------ flow control
+
+    async def pause_queue(self, queue: str, *, now: datetime | None = None) -> QueueInfo:
+        return self._set_queue_paused(queue, True, now)
+
+    async def resume_queue(self, queue: str, *, now: datetime | None = None) -> QueueInfo:
+        return self._set_queue_paused(queue, False, now)
+
+    def _set_queue_paused(self, queue: str, paused: bool, now: datetime | None) -> QueueInfo:
+        validate_queue(queue)
+        with self._lock:
+            info = QueueInfo(name=queue, paused=paused, updated_at=self._now(now))
+            self._queues[queue] = info
+            return info
+
+    async def list_queues(self) -> list[QueueInfo]:
+        with self._lock:
+            return [self._queues[name] for name in sorted(self._queues)]
+
+    async def set_limit(self, limit: Limit, *, now: datetime | None = None) -> None:
+        with self._lock:
+            self._limits[limit.ident] = limit
+
+    async def delete_limit(self, scope: LimitScope, key: str) -> bool:
+        with self._lock:
+            return self._limits.pop((LimitScope(scope), key), None) is not None
+
+    async def list_limits(self, *, now: datetime | None = None) -> list[LimitInfo]:
+        with self._lock:
+            at = self._now(now)
+            running: dict[Key, int] = {}
+            for job in self._live_running(at):
+                for scope, name in counted_keys(job):
+                    for key in ((scope, name), (scope, EVERY_TENANT)):
+                        running[key] = running.get(key, 0) + 1
+            infos = []
+            for ident in sorted(self._limits):
+                limit = self._limits[ident]
+                recent = 0
+                if limit.rate is not None and limit.period is not None:
+                    since = at - limit.period
+                    recent = sum(
+                        1
+                        for (scope, name), starts in self._starts.items()
+                        if scope is limit.scope and (name == limit.key or limit.key == EVERY_TENANT)
+                        for instant in starts
+                        if instant > since
+                    )
+                infos.append(LimitInfo(limit, running.get(ident, 0), recent))
+            return infos
+
+    async def running_by_tenant(self, *, now: datetime | None = None) -> dict[str, int]:
+        with self._lock:
+            counts: dict[str, int] = {}
+            for job in self._live_running(self._now(now)):
+                if job.tenant is not None:
+                    counts[job.tenant] = counts.get(job.tenant, 0) + 1
+            return dict(sorted(counts.items()))
 
     async def watch(self, on_due: Callable[[datetime | None], None]) -> None:
         """Until cancelled, call ``on_due(run_at)`` (from the enqueuing thread) after every
@@ -158,21 +233,22 @@ class MemoryStore:
         queues: Sequence[str],
         limit: int,
         lease: timedelta,
+        fair: bool = True,
         now: datetime | None = None,
     ) -> list[Job]:
         if limit <= 0:
             return []
         with self._lock:
             at = self._now(now)
-            wanted = set(queues)
+            wanted = {queue for queue in queues if not self._paused(queue)}
             candidates = [
                 job
                 for job in self._jobs.values()
                 if job.queue in wanted and self._is_claimable(job, at)
             ]
-            candidates.sort(key=lambda job: (-job.priority, job.run_at, job.id))
+            budget = self._budget(at) if self._limits else None
             claimed: list[Job] = []
-            for job in candidates[:limit]:
+            for job in select(candidates, limit=limit, budget=budget, fair=fair):
                 if job.state is JobState.RUNNING:
                     self._end_attempt(job, at, Outcome.LEASE_EXPIRED, "lease expired")
                 token = self._next_token
@@ -192,7 +268,38 @@ class MemoryStore:
                     Attempt(taken.attempt, token, worker, at, None, Outcome.RUNNING)
                 )
                 claimed.append(taken)
+            if budget is not None:
+                for key in budget.started:
+                    self._record_start(key, at)
             return claimed
+
+    def _paused(self, queue: str) -> bool:
+        info = self._queues.get(queue)
+        return info is not None and info.paused
+
+    def _live_running(self, at: datetime) -> Iterable[Job]:
+        return (
+            job
+            for job in self._jobs.values()
+            if job.state is JobState.RUNNING
+            and job.lease_until is not None
+            and job.lease_until >= at
+        )
+
+    def _budget(self, at: datetime) -> Budget:
+        running: dict[Key, int] = {}
+        for job in self._live_running(at):
+            for key in counted_keys(job):
+                running[key] = running.get(key, 0) + 1
+        return Budget(self._limits, running, self._starts, at)
+
+    def _record_start(self, key: Key, at: datetime) -> None:
+        limit = limit_for(self._limits, *key)
+        if limit is None or limit.rate is None:
+            return
+        starts = self._starts.setdefault(key, [])
+        starts.append(at)
+        del starts[: max(0, len(starts) - limit.rate)]  # only the last `rate` starts matter
 
     @staticmethod
     def _is_claimable(job: Job, at: datetime) -> bool:

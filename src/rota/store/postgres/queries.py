@@ -23,6 +23,7 @@ SCHEDULE_COLUMNS = (
 )
 
 _QUALIFIED_COLUMNS = ", ".join("j." + column.strip() for column in JOB_COLUMNS.split(","))
+_NULL_COLUMNS = ", ".join("NULL" for _ in JOB_COLUMNS.split(","))
 #: Counts the rows of a CTE named "done" that reached a terminal state, per minute.
 _TALLY = """
     INSERT INTO rota_finished_per_minute (minute, state, n)
@@ -39,12 +40,17 @@ def queries() -> dict[str, str]:
     same columns qualified by the alias j) and {schedule_columns} filled in."""
     text = resources.files(__package__).joinpath("queries.sql").read_text(encoding="utf-8")
     parts = _NAME.split(text)
+    bodies = {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+    # Names starting with "_" are fragments, spliced into statements as {_name}.
+    fragments = {name: body for name, body in bodies.items() if name.startswith("_")}
     named: dict[str, str] = {}
-    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+    for name, body in bodies.items():
+        for fragment, text_of in fragments.items():
+            body = body.replace("{" + fragment + "}", text_of)
         named[name] = (
-            body.strip()
-            .replace("{job_columns}", JOB_COLUMNS)
+            body.replace("{job_columns}", JOB_COLUMNS)
             .replace("{j.job_columns}", _QUALIFIED_COLUMNS)
+            .replace("{null_job_columns}", _NULL_COLUMNS)
             .replace("{tally}", _TALLY)
             .replace("{schedule_columns}", SCHEDULE_COLUMNS)
         )

@@ -41,35 +41,104 @@ SELECT coalesce(%(now)s::timestamptz, now()),
 -- name: notify
 SELECT pg_notify('rota_jobs', q) FROM unnest(%(queues)s::text[]) AS q;
 
--- name: claim
--- Lock candidates first, in MATERIALIZED CTEs with FOR UPDATE SKIP LOCKED and a LIMIT, then
--- update exactly those rows: the planner can neither re-run the locking subquery nor claim
--- more rows than asked. One lateral probe per queue keeps each scan on rota_jobs_due in index
--- order (an = ANY(queues) condition would force a sort of every due row).
-WITH due AS MATERIALIZED (
-    SELECT c.id, c.priority, c.run_at
-    FROM unnest(%(queues)s::text[]) AS q(name)
+-- name: _candidates
+-- The jobs a claim may take, locked, as the CTE "chosen" (ids) over "candidates".
+-- Groups: a loose index scan over rota_jobs_due finds each (tenant, priority) group with
+-- pending jobs, one probe per group, starting after the tenant this store served last
+-- (phase 1) and wrapping around (phase 2), at most max_groups per queue. Each group is read
+-- in run_at order up to the first job not yet due, so future jobs cost nothing. Locks are
+-- taken in MATERIALIZED CTEs with FOR UPDATE SKIP LOCKED and a LIMIT, so two claimers never
+-- share a row and the planner can neither re-run a locking subquery nor take more than asked.
+WITH RECURSIVE open_queues AS MATERIALIZED (
+    SELECT q.name FROM unnest(%(queues)s::text[]) AS q(name)
+    WHERE NOT EXISTS (SELECT 1 FROM rota_queues p WHERE p.name = q.name AND p.paused)
+      AND (%(limited)s OR NOT EXISTS (SELECT 1 FROM rota_limits))
+), walk(queue, tenant, priority, phase, steps) AS (
+    (SELECT q.name, g.tenant, g.priority, 1, 1
+     FROM open_queues q
+     CROSS JOIN LATERAL (
+         SELECT coalesce(j.tenant, '') AS tenant, j.priority FROM rota_jobs j
+         WHERE j.state = 'pending' AND j.queue = q.name AND coalesce(j.tenant, '') > %(after)s
+         ORDER BY coalesce(j.tenant, ''), j.priority DESC
+         LIMIT 1
+     ) AS g
+     UNION ALL
+     SELECT q.name, g.tenant, g.priority, 2, 1
+     FROM open_queues q
+     CROSS JOIN LATERAL (
+         SELECT coalesce(j.tenant, '') AS tenant, j.priority FROM rota_jobs j
+         WHERE j.state = 'pending' AND j.queue = q.name
+         ORDER BY coalesce(j.tenant, ''), j.priority DESC
+         LIMIT 1
+     ) AS g)
+  UNION ALL
+    SELECT w.queue, g.tenant, g.priority, w.phase, w.steps + 1
+    FROM walk w
+    CROSS JOIN LATERAL (
+        (SELECT coalesce(j.tenant, '') AS tenant, j.priority FROM rota_jobs j
+         WHERE j.state = 'pending' AND j.queue = w.queue
+           AND coalesce(j.tenant, '') = w.tenant AND j.priority < w.priority
+         ORDER BY coalesce(j.tenant, ''), j.priority DESC LIMIT 1)
+        UNION ALL
+        (SELECT coalesce(j.tenant, ''), j.priority FROM rota_jobs j
+         WHERE j.state = 'pending' AND j.queue = w.queue AND coalesce(j.tenant, '') > w.tenant
+         ORDER BY coalesce(j.tenant, ''), j.priority DESC LIMIT 1)
+        LIMIT 1
+    ) AS g
+    WHERE w.steps < %(max_groups)s AND (w.phase = 1 OR g.tenant <= %(after)s)
+), groups AS MATERIALIZED (
+    SELECT queue, tenant, priority FROM (
+        SELECT queue, tenant, priority,
+               row_number() OVER (PARTITION BY queue ORDER BY phase, tenant, priority DESC) AS n
+        FROM walk WHERE phase = 1 OR tenant <= %(after)s
+    ) AS g
+    WHERE n <= %(max_groups)s
+), quota AS MATERIALIZED (
+    -- Rows to lock per group: the whole batch in plain claim order; a fair share when tenants
+    -- take turns (twice it, so a tenant with fewer due jobs does not leave the batch short).
+    SELECT CASE WHEN %(fair)s
+                THEN least(%(take)s, 2 * ceil(%(take)s::numeric
+                                              / greatest(1, count(DISTINCT (queue, tenant))))::int)
+                ELSE %(take)s END AS n
+    FROM groups
+), due AS MATERIALIZED (
+    SELECT c.id, c.priority, c.run_at, g.queue, g.tenant
+    FROM groups g
     CROSS JOIN LATERAL (
         SELECT j.id, j.priority, j.run_at FROM rota_jobs j
-        WHERE j.state = 'pending' AND j.queue = q.name
+        WHERE j.state = 'pending' AND j.queue = g.queue AND coalesce(j.tenant, '') = g.tenant
+          AND j.priority = g.priority
           AND j.run_at <= coalesce(%(now)s::timestamptz, now())
-        ORDER BY j.priority DESC, j.run_at, j.id
-        LIMIT %(limit)s
+          AND j.kind <> ALL(%(blocked_kinds)s::text[])
+          AND coalesce(j.tenant, '') <> ALL(%(blocked_tenants)s::text[])
+        ORDER BY j.run_at, j.id
+        LIMIT (SELECT n FROM quota)
         FOR UPDATE SKIP LOCKED
-    ) c
+    ) AS c
 ), expired AS MATERIALIZED (
-    SELECT j.id, j.priority, j.run_at FROM rota_jobs j
+    SELECT j.id, j.priority, j.run_at, j.queue, coalesce(j.tenant, '') AS tenant
+    FROM rota_jobs j
     WHERE j.state = 'running' AND j.lease_until < coalesce(%(now)s::timestamptz, now())
-      AND j.attempt < j.max_attempts AND j.queue = ANY(%(queues)s::text[])
+      AND j.attempt < j.max_attempts AND j.queue IN (SELECT name FROM open_queues)
+      AND j.kind <> ALL(%(blocked_kinds)s::text[])
+      AND coalesce(j.tenant, '') <> ALL(%(blocked_tenants)s::text[])
     -- Expired leases are few; sorting them in claim order keeps one order for all jobs.
     ORDER BY j.priority DESC, j.run_at, j.id
-    LIMIT %(limit)s
+    LIMIT %(take)s
     FOR UPDATE SKIP LOCKED
+), candidates AS MATERIALIZED (
+    SELECT id, priority, run_at,
+           row_number() OVER (PARTITION BY queue, tenant ORDER BY priority DESC, run_at, id) AS turn
+    FROM (SELECT * FROM due UNION ALL SELECT * FROM expired) AS locked
 ), chosen AS MATERIALIZED (
-    SELECT id FROM (SELECT * FROM due UNION ALL SELECT * FROM expired) AS candidates
-    ORDER BY priority DESC, run_at, id
-    LIMIT %(limit)s
+    SELECT id, turn FROM candidates
+    ORDER BY CASE WHEN %(fair)s THEN turn ELSE 0 END, priority DESC, run_at, id
+    LIMIT %(take)s
 )
+
+-- name: _take
+-- Lease the rows of "chosen": attempt + 1, a new fencing token, lease_until from the store
+-- clock. Taking over an expired lease ends the silent worker's attempt in the history.
 UPDATE rota_jobs j SET
     state = 'running',
     attempt = j.attempt + 1,
@@ -78,7 +147,6 @@ UPDATE rota_jobs j SET
     worker = %(worker)s,
     started_at = coalesce(%(now)s::timestamptz, now()),
     finished_at = NULL,
-    -- Taking over an expired lease ends the silent worker's attempt in the history.
     history = CASE WHEN j.state = 'running' THEN
         coalesce(j.history, '[]'::jsonb) || jsonb_build_array(jsonb_build_object(
             'attempt', j.attempt, 'token', j.lease_token, 'worker', j.worker,
@@ -89,7 +157,84 @@ UPDATE rota_jobs j SET
     last_error = CASE WHEN j.state = 'running' THEN 'lease expired' ELSE j.last_error END
 FROM chosen
 WHERE j.id = chosen.id
+
+-- name: claim
+-- One statement for a claim when no limit exists. If one does, it claims nothing and returns
+-- a row of NULLs, and the store takes the limited path (claim_candidates in a transaction).
+{_candidates}, taken AS (
+{_take}
+RETURNING {j.job_columns}
+)
+SELECT * FROM taken
+UNION ALL
+SELECT {null_job_columns} WHERE EXISTS (SELECT 1 FROM rota_limits);
+
+-- name: claim_candidates
+-- The limited path: candidates, locked until the transaction ends, for the store to choose
+-- among under the limits' budget.
+{_candidates}
+SELECT j.id, j.kind, j.queue, j.tenant, j.priority, j.run_at, j.state, j.attempt,
+       j.max_attempts, j.created_at
+FROM chosen JOIN rota_jobs j USING (id)
+ORDER BY chosen.turn, j.priority DESC, j.run_at, j.id;
+
+-- name: claim_ids
+WITH chosen AS (SELECT unnest(%(ids)s::bigint[]) AS id)
+{_take}
 RETURNING {j.job_columns};
+
+-- name: lock_limits
+-- Serialises limited claims: concurrent claimers queue here, and each then counts what the
+-- ones before it committed.
+SELECT scope, key, concurrency, rate, period_us FROM rota_limits ORDER BY scope, key FOR UPDATE;
+
+-- name: running_counts
+SELECT queue, kind, tenant, count(*) FROM rota_jobs
+WHERE state = 'running' AND lease_until >= coalesce(%(now)s::timestamptz, now())
+GROUP BY queue, kind, tenant;
+
+-- name: recent_starts
+SELECT scope, key, starts FROM rota_limit_starts
+WHERE starts[cardinality(starts)] > coalesce(%(now)s::timestamptz, now()) - %(period)s::interval;
+
+-- name: record_starts
+-- Append this claim's starts, keeping only as many as the largest rate can ever count.
+INSERT INTO rota_limit_starts AS s (scope, key, starts)
+SELECT x.scope, x.key, array_fill(coalesce(%(now)s::timestamptz, now()), ARRAY[x.n])
+FROM unnest(%(scopes)s::text[], %(keys)s::text[], %(counts)s::int[]) AS x(scope, key, n)
+ON CONFLICT (scope, key) DO UPDATE SET starts =
+    (s.starts || excluded.starts)[greatest(1, cardinality(s.starts) + cardinality(excluded.starts) - 9999):];
+
+-- name: pause_queue
+INSERT INTO rota_queues (name, paused, updated_at)
+VALUES (%(name)s, %(paused)s, coalesce(%(now)s::timestamptz, now()))
+ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, updated_at = excluded.updated_at
+RETURNING name, paused, updated_at;
+
+-- name: list_queues
+SELECT name, paused, updated_at FROM rota_queues ORDER BY name;
+
+-- name: set_limit
+INSERT INTO rota_limits (scope, key, concurrency, rate, period_us, updated_at)
+VALUES (%(scope)s, %(key)s, %(concurrency)s, %(rate)s, %(period_us)s,
+        coalesce(%(now)s::timestamptz, now()))
+ON CONFLICT (scope, key) DO UPDATE SET concurrency = excluded.concurrency,
+    rate = excluded.rate, period_us = excluded.period_us, updated_at = excluded.updated_at;
+
+-- name: delete_limit
+DELETE FROM rota_limits WHERE scope = %(scope)s AND key = %(key)s RETURNING key;
+
+-- name: list_limits
+SELECT scope, key, concurrency, rate, period_us FROM rota_limits ORDER BY scope, key;
+
+-- name: all_starts
+SELECT scope, key, starts FROM rota_limit_starts;
+
+-- name: running_by_tenant
+SELECT tenant, count(*) FROM rota_jobs
+WHERE state = 'running' AND tenant IS NOT NULL
+  AND lease_until >= coalesce(%(now)s::timestamptz, now())
+GROUP BY tenant ORDER BY tenant;
 
 -- name: heartbeat
 -- One statement renews all of a worker's leases; ids missing from the result are lost.

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import random
+from collections import Counter
 from collections.abc import Callable, Generator, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeAlias
@@ -29,6 +30,16 @@ from rota.domain.errors import (
     ScheduleNotFound,
     StateConflict,
     StoreUnavailable,
+)
+from rota.domain.flow import (
+    EVERY_TENANT,
+    Budget,
+    Key,
+    Limit,
+    LimitScope,
+    claim_order,
+    select,
+    validate_queue,
 )
 from rota.domain.job import (
     MAX_ERROR_LENGTH,
@@ -49,7 +60,9 @@ from rota.store.base import (
     MAX_PAGE_SIZE,
     Counts,
     JobFilter,
+    LimitInfo,
     Page,
+    QueueInfo,
     RescueResult,
     ThroughputBucket,
     WorkerInfo,
@@ -67,6 +80,9 @@ Row: TypeAlias = tuple[Any, ...]
 Step: TypeAlias = tuple[str, dict[str, Any]]
 Flow: TypeAlias = Generator[Step, list[Row], Any]
 
+#: How many (tenant, priority) groups one claim walks per queue; more tenants than this are
+#: reached over successive claims, each starting after the last tenant served.
+MAX_CLAIM_GROUPS = 64
 #: Above this many rows, counts() samples terminal states instead of counting every row.
 EXACT_COUNT_LIMIT = 200_000
 _OUR_PARAMS = {"pool_min", "pool_max", "prepare"}
@@ -100,6 +116,31 @@ def row_to_job(row: Row) -> Job:
         schedule=row[19],
         slot_at=row[20],
     )
+
+
+def _candidate(row: Row) -> Job:
+    """A claim candidate with just the fields the budget and the claim order look at."""
+    job_id, kind, queue, tenant, priority, run_at, state, attempt, max_attempts, created = row
+    return Job(
+        id=job_id,
+        kind=kind,
+        queue=queue,
+        payload=None,
+        state=JobState(state),
+        priority=priority,
+        run_at=run_at,
+        attempt=attempt,
+        max_attempts=max_attempts,
+        created_at=created,
+        tenant=tenant,
+    )
+
+
+def counted_keys_of(queue: str, kind: str, tenant: str | None) -> list[Key]:
+    keys: list[Key] = [(LimitScope.QUEUE, queue), (LimitScope.KIND, kind)]
+    if tenant is not None:
+        keys.append((LimitScope.TENANT, tenant))
+    return keys
 
 
 def _micros(value: int | None) -> datetime | None:
@@ -224,6 +265,8 @@ class PostgresStore:
         )
         self._opened = False
         self._open_lock = asyncio.Lock()
+        #: The tenant this store's last fair claim served, where the next one's walk starts.
+        self._after = ""
 
     @classmethod
     def from_url(cls, url: str, *, clock: Clock | None = None) -> PostgresStore:
@@ -377,23 +420,106 @@ class PostgresStore:
         queues: Sequence[str],
         limit: int,
         lease: timedelta,
+        fair: bool = True,
         now: datetime | None = None,
     ) -> list[Job]:
         if limit <= 0 or not queues:
             return []
-        rows = await self._fetch(
-            "claim",
-            {
-                "now": self._now(now),
-                "queues": list(queues),
-                "limit": limit,
-                "lease": lease,
-                "worker": worker,
-            },
-        )
-        jobs = [row_to_job(row) for row in rows]
-        jobs.sort(key=lambda job: (-job.priority, job.run_at, job.id))
+        params = {
+            "now": self._now(now),
+            "queues": list(queues),
+            "take": limit,
+            "lease": lease,
+            "worker": worker,
+            "fair": fair,
+            "after": self._after,
+            "max_groups": MAX_CLAIM_GROUPS,
+            "blocked_kinds": [],
+            "blocked_tenants": [],
+            "limited": False,
+        }
+        rows = await self._fetch("claim", params)
+        if rows and rows[-1][0] is None:  # a limit exists: claim under its budget instead
+            jobs = await self._claim_limited(params, limit)
+        else:
+            jobs = [row_to_job(row) for row in rows]
+        if jobs and fair:
+            # The next claim's walk over tenants starts after the last tenant served here.
+            self._after = max(job.tenant or "" for job in jobs)
+        jobs.sort(key=claim_order)
         return jobs
+
+    async def _claim_limited(self, params: dict[str, Any], limit: int) -> list[Job]:
+        """Claim under the limits' budget, in one transaction that holds every limit row's
+        lock, so concurrent limited claims run one after another and none overshoots."""
+        async with self._connection() as conn, conn.transaction():
+            limits = {
+                (LimitScope(scope), key): Limit(
+                    LimitScope(scope),
+                    key,
+                    concurrency,
+                    rate,
+                    timedelta(microseconds=period_us) if period_us else None,
+                )
+                for scope, key, concurrency, rate, period_us in await (
+                    await conn.execute(query("lock_limits"))
+                ).fetchall()
+            }
+            [(at,)] = await (await conn.execute(query("now"), params)).fetchall()
+            running: dict[Key, int] = {}
+            for queue, kind, tenant, count in await (
+                await conn.execute(query("running_counts"), params)
+            ).fetchall():
+                for key in counted_keys_of(queue, kind, tenant):
+                    running[key] = running.get(key, 0) + count
+            periods = [lim.period for lim in limits.values() if lim.period is not None]
+            starts: dict[Key, list[datetime]] = {}
+            if periods:
+                rows = await (
+                    await conn.execute(query("recent_starts"), {**params, "period": max(periods)})
+                ).fetchall()
+                starts = {(LimitScope(scope), key): list(at_) for scope, key, at_ in rows}
+            budget = Budget(limits, running, starts, at)
+            full = budget.exhausted()
+            queues = [q for q in params["queues"] if (LimitScope.QUEUE, q) not in full]
+            candidates = await (
+                await conn.execute(
+                    query("claim_candidates"),
+                    {
+                        **params,
+                        "queues": queues,
+                        "take": min(4 * limit, 1000),
+                        "limited": True,
+                        "blocked_kinds": [k for s, k in full if s is LimitScope.KIND],
+                        "blocked_tenants": [k for s, k in full if s is LimitScope.TENANT],
+                    },
+                )
+            ).fetchall()
+            chosen = select(
+                (_candidate(row) for row in candidates),
+                limit=limit,
+                budget=budget,
+                fair=params["fair"],
+            )
+            if not chosen:
+                return []
+            rows = await (
+                await conn.execute(
+                    query("claim_ids"), {**params, "ids": [job.id for job in chosen]}
+                )
+            ).fetchall()
+            if budget.started:
+                tally = Counter(budget.started)
+                await conn.execute(
+                    query("record_starts"),
+                    {
+                        "now": params["now"],
+                        "scopes": [scope.value for scope, _ in tally],
+                        "keys": [key for _, key in tally],
+                        "counts": list(tally.values()),
+                    },
+                )
+        return [row_to_job(row) for row in rows]
 
     async def heartbeat(
         self, leases: Sequence[Lease], *, lease: timedelta, now: datetime | None = None
@@ -761,6 +887,75 @@ class PostgresStore:
     async def next_fire_at(self) -> datetime | None:
         [(due,)] = await self._fetch("next_fire_at", {})
         return due  # type: ignore[no-any-return]
+
+    # ------------------------------------------------------------------ flow control
+
+    async def pause_queue(self, queue: str, *, now: datetime | None = None) -> QueueInfo:
+        return await self._set_queue_paused(queue, True, now)
+
+    async def resume_queue(self, queue: str, *, now: datetime | None = None) -> QueueInfo:
+        return await self._set_queue_paused(queue, False, now)
+
+    async def _set_queue_paused(self, queue: str, paused: bool, now: datetime | None) -> QueueInfo:
+        rows = await self._fetch(
+            "pause_queue",
+            {"name": validate_queue(queue), "paused": paused, "now": self._now(now)},
+        )
+        name, is_paused, updated_at = rows[0]
+        return QueueInfo(name=name, paused=is_paused, updated_at=updated_at)
+
+    async def list_queues(self) -> list[QueueInfo]:
+        rows = await self._fetch("list_queues", {})
+        return [QueueInfo(name=n, paused=p, updated_at=u) for n, p, u in rows]
+
+    async def set_limit(self, limit: Limit, *, now: datetime | None = None) -> None:
+        await self._fetch(
+            "set_limit",
+            {
+                "now": self._now(now),
+                "scope": limit.scope.value,
+                "key": limit.key,
+                "concurrency": limit.concurrency,
+                "rate": limit.rate,
+                "period_us": _us(limit.period) if limit.period is not None else None,
+            },
+        )
+
+    async def delete_limit(self, scope: LimitScope, key: str) -> bool:
+        rows = await self._fetch("delete_limit", {"scope": LimitScope(scope).value, "key": key})
+        return bool(rows)
+
+    async def list_limits(self, *, now: datetime | None = None) -> list[LimitInfo]:
+        params = {"now": self._now(now)}
+        async with self._connection() as conn:
+            rows = await (await conn.execute(query("list_limits"))).fetchall()
+            running_rows = await (await conn.execute(query("running_counts"), params)).fetchall()
+            start_rows = await (await conn.execute(query("all_starts"))).fetchall()
+            [(at,)] = await (await conn.execute(query("now"), params)).fetchall()
+        running: dict[Key, int] = {}
+        for queue, kind, tenant, count in running_rows:
+            for scope, name in counted_keys_of(queue, kind, tenant):
+                for key in ((scope, name), (scope, EVERY_TENANT)):
+                    running[key] = running.get(key, 0) + count
+        infos = []
+        for scope, key, concurrency, rate, period_us in rows:
+            period = timedelta(microseconds=period_us) if period_us else None
+            limit = Limit(LimitScope(scope), key, concurrency, rate, period)
+            recent = 0
+            if period is not None:
+                recent = sum(
+                    1
+                    for start_scope, start_key, starts in start_rows
+                    if start_scope == scope and (start_key == key or key == EVERY_TENANT)
+                    for instant in starts
+                    if instant > at - period
+                )
+            infos.append(LimitInfo(limit, running.get(limit.ident, 0), recent))
+        return infos
+
+    async def running_by_tenant(self, *, now: datetime | None = None) -> dict[str, int]:
+        rows = await self._fetch("running_by_tenant", {"now": self._now(now)})
+        return {tenant: int(count) for tenant, count in rows}
 
     # ------------------------------------------------------------------ wake-ups
 
