@@ -102,3 +102,22 @@ async def test_schedule_slot_is_unique_across_all_states(store: Store) -> None:
     assert not other.duplicate
     stored = await store.get(other.job.id)
     assert (stored.schedule, stored.slot_at) == ("nightly", slot + timedelta(days=1))
+
+
+async def test_a_large_batch_is_inserted_whole_and_in_order(store: Store, clock: FakeClock) -> None:
+    specs = [
+        JobSpec(kind="bulk", payload={"i": i}, delay=timedelta(seconds=i % 3), tenant="t")
+        for i in range(2_500)
+    ]
+    results = await store.enqueue(specs)
+    ids = [result.job.id for result in results]
+    assert ids == sorted(ids)
+    assert len(set(ids)) == 2_500
+    sample = await store.get(ids[1_234])
+    assert (sample.payload, sample.tenant, sample.run_at) == (
+        {"i": 1_234},
+        "t",
+        clock.now() + timedelta(seconds=1_234 % 3),
+    )
+    assert results[1_234].job == sample
+    assert (await store.counts()).by_state[JobState.PENDING] == 2_500

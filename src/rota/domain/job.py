@@ -12,6 +12,7 @@ A job moves through one state machine (docs/architecture.md draws it)::
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -79,12 +80,20 @@ class Outcome(StrEnum):
     CANCELLED = "cancelled"
 
 
+@functools.lru_cache(maxsize=4096)
+def _is_valid_name(value: str) -> bool:
+    """Kinds, queues and tenants repeat endlessly: remember the ones already checked."""
+    return len(value) <= MAX_NAME_LENGTH and NAME_PATTERN.fullmatch(value) is not None
+
+
 def validate_name(field_name: str, value: object, *, required: bool = True) -> str | None:
     """Check a kind, queue or tenant against NAME_PATTERN; raise InvalidJob naming the field."""
     if value is None:
         if required:
             raise InvalidJob(field_name, "is required")
         return None
+    if type(value) is str and _is_valid_name(value):
+        return value
     if not isinstance(value, str):
         raise InvalidJob(field_name, "must be a string")
     if not value:
@@ -106,32 +115,53 @@ def encode_payload(payload: object, field_name: str = "payload") -> str:
     survives a round trip through PostgreSQL), non-string keys, nesting deeper than
     MAX_PAYLOAD_DEPTH and text longer than MAX_PAYLOAD_BYTES.
     """
+    # One walk checks types, keys, NUL characters and depth; exact type checks keep it cheap
+    # for the plain dicts most payloads are (enqueue_many builds one spec per job).
     stack: list[tuple[object, int]] = [(payload, 1)]
     while stack:
         value, depth = stack.pop()
-        if depth > MAX_PAYLOAD_DEPTH:
-            raise InvalidJob(field_name, f"is nested deeper than {MAX_PAYLOAD_DEPTH} levels")
-        if value is None or isinstance(value, bool | int):
+        kind = type(value)
+        if kind is str:
+            if "\x00" in value:  # type: ignore[operator]
+                raise InvalidJob(field_name, "must not contain NUL characters")
+        elif kind is int or kind is bool or value is None:
             continue
-        if isinstance(value, float):
-            if not math.isfinite(value):
+        elif kind is float:
+            if not math.isfinite(value):  # type: ignore[arg-type]
                 raise InvalidJob(field_name, "must not contain NaN or Infinity")
-        elif isinstance(value, str):
-            _check_text(field_name, value)
+        elif depth >= MAX_PAYLOAD_DEPTH and isinstance(value, dict | list | tuple):
+            raise InvalidJob(field_name, f"is nested deeper than {MAX_PAYLOAD_DEPTH} levels")
         elif isinstance(value, dict):
             for key, item in value.items():
-                if not isinstance(key, str):
+                if type(key) is not str:
                     raise InvalidJob(field_name, "object keys must be strings")
-                _check_text(field_name, key)
+                if "\x00" in key:
+                    raise InvalidJob(field_name, "must not contain NUL characters")
                 stack.append((item, depth + 1))
         elif isinstance(value, list | tuple):
             stack.extend((item, depth + 1) for item in value)
+        elif isinstance(value, str | int | float):  # subclasses: check as their base type
+            stack.append((_plain(value), depth))
         else:
             raise InvalidJob(field_name, f"is not JSON: {type(value).__name__} is not allowed")
-    text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    if len(text) > MAX_PAYLOAD_BYTES or len(text.encode()) > MAX_PAYLOAD_BYTES:
+    text = _encode(payload)
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidJob(field_name, "must be valid Unicode (no lone surrogates)") from None
+    if size > MAX_PAYLOAD_BYTES:
         raise InvalidJob(field_name, f"is larger than {MAX_PAYLOAD_BYTES} bytes as JSON")
     return text
+
+
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+
+
+def _plain(value: str | int | float) -> str | int | float:
+    for base in (bool, int, float, str):
+        if isinstance(value, base):
+            return base(value)
+    return value
 
 
 def _check_text(field_name: str, text: str) -> None:
@@ -246,9 +276,11 @@ def truncate(text: str | None, limit: int) -> str | None:
     return text[: limit - len(marker)] + marker
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Job:
-    """A job as the store holds it. Immutable: every change is a store verb."""
+    """A job as the store holds it: a snapshot, never changed in place (every change is a
+    store verb, and stores build a new Job with ``dataclasses.replace``). Not frozen only
+    because frozen construction costs five times as much, and claims build thousands."""
 
     id: int
     kind: str

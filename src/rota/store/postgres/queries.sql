@@ -24,7 +24,7 @@ FROM unnest(%(kind)s::text[], %(queue)s::text[], %(payload)s::text[], %(priority
                           tenant, unique_key, timeout_us, schedule, slot_at, ord)
 ORDER BY i.ord
 ON CONFLICT DO NOTHING
-RETURNING {job_columns};
+RETURNING id, run_at, created_at, unique_key, schedule, slot_at;
 
 -- name: existing_for_keys
 -- The active job holding each unique key, and the job of each schedule slot.
@@ -38,8 +38,9 @@ SELECT coalesce(%(now)s::timestamptz, now()),
        array(SELECT nextval(pg_get_serial_sequence('rota_jobs', 'id'))
              FROM generate_series(1, %(count)s));
 
--- name: notify
-SELECT pg_notify('rota_jobs', q) FROM unnest(%(queues)s::text[]) AS q;
+-- name: copy_jobs
+COPY rota_jobs (id, kind, queue, payload, priority, run_at, max_attempts, tenant, timeout_us,
+                created_at) FROM STDIN;
 
 -- name: _candidates
 -- The jobs a claim may take, locked, as the CTE "chosen" (ids) over "candidates".

@@ -80,6 +80,8 @@ Row: TypeAlias = tuple[Any, ...]
 Step: TypeAlias = tuple[str, dict[str, Any]]
 Flow: TypeAlias = Generator[Step, list[Row], Any]
 
+#: From this many jobs without unique keys, enqueue uses COPY instead of one INSERT.
+COPY_THRESHOLD = 2_000
 #: How many (tenant, priority) groups one claim walks per queue; more tenants than this are
 #: reached over successive claims, each starting after the last tenant served.
 MAX_CLAIM_GROUPS = 64
@@ -153,6 +155,60 @@ def _spec_key(spec: JobSpec) -> tuple[str | None, str | None, datetime | None]:
     return (spec.unique_key, spec.schedule, spec.slot_at)
 
 
+def _copy_line(job_id: int, spec: JobSpec, now: datetime, now_text: str) -> str:
+    """One row of COPY text for a keyless spec. Names are [A-Za-z0-9_.:-] by validation and
+    compact JSON never holds a raw tab or newline, so only the JSON's backslashes need escaping."""
+    payload = spec.payload_json.replace("\\", "\\\\")
+    tenant = spec.tenant if spec.tenant is not None else _COPY_NULL
+    timeout = str(_us(spec.timeout)) if spec.timeout is not None else _COPY_NULL
+    due = now_text if spec.run_at is None and spec.delay is None else spec.due_at(now).isoformat()
+    fields = (
+        str(job_id),
+        spec.kind,
+        spec.queue,
+        payload,
+        str(spec.priority),
+        due,
+        str(spec.max_attempts),
+        tenant,
+        timeout,
+        now_text,
+    )
+    return "\t".join(fields) + "\n"
+
+
+_COPY_NULL = "\\N"
+
+
+def _row_matches_key(row: Row, spec: JobSpec) -> bool:
+    """Whether an inserted row (id, run_at, created_at, unique_key, schedule, slot_at) is the
+    one ``spec`` asked for."""
+    if spec.schedule is not None and spec.slot_at is not None:
+        return bool(row[4] == spec.schedule and row[5] == spec.slot_at)
+    return bool(row[3] == spec.unique_key)
+
+
+def _new_job(spec: JobSpec, job_id: int, run_at: datetime, created_at: datetime) -> Job:
+    """The job just inserted for ``spec``: everything else is what the spec said."""
+    return Job(
+        id=job_id,
+        kind=spec.kind,
+        queue=spec.queue,
+        payload=spec.payload,
+        state=JobState.PENDING,
+        priority=spec.priority,
+        run_at=run_at,
+        attempt=0,
+        max_attempts=spec.max_attempts,
+        created_at=created_at,
+        tenant=spec.tenant,
+        unique_key=spec.unique_key,
+        timeout=spec.timeout,
+        schedule=spec.schedule,
+        slot_at=spec.slot_at,
+    )
+
+
 def _job_matches_key(job: Job, spec: JobSpec) -> bool:
     if spec.schedule is not None and spec.slot_at is not None:
         return job.schedule == spec.schedule and job.slot_at == spec.slot_at
@@ -174,16 +230,17 @@ def enqueue_flow(specs: Sequence[JobSpec], now: datetime | None) -> Flow:
     for _ in range(5):
         batch = [specs[i] for i in todo]
         rows = yield query("enqueue"), _enqueue_params(batch, now)
-        inserted = iter(sorted((row_to_job(row) for row in rows), key=lambda job: job.id))
-        pending_job = next(inserted, None)
+        # Rows come back in insertion order (ids ascending): walk them beside the specs; a
+        # keyed spec whose key does not match the next row was a duplicate.
+        inserted = iter(sorted(rows))
+        row = next(inserted, None)
         duplicates: list[int] = []
         for index in todo:
             spec = specs[index]
-            if pending_job is not None and (
-                not _is_keyed(spec) or _job_matches_key(pending_job, spec)
-            ):
-                results[index] = EnqueueResult(pending_job)
-                pending_job = next(inserted, None)
+            if row is not None and (not _is_keyed(spec) or _row_matches_key(row, spec)):
+                job_id, run_at, created_at = row[0], row[1], row[2]
+                results[index] = EnqueueResult(_new_job(spec, job_id, run_at, created_at))
+                row = next(inserted, None)
             else:
                 duplicates.append(index)
         if not duplicates:
@@ -376,8 +433,37 @@ class PostgresStore:
     ) -> list[EnqueueResult]:
         if not specs:
             return []
-        results: list[EnqueueResult] = await self._run_flow(enqueue_flow(specs, self._now(now)))
-        return results
+        at = self._now(now)
+        if any(_is_keyed(spec) for spec in specs):
+            # Duplicates are looked up and raced inserts retried: one transaction for all.
+            results: list[EnqueueResult] = await self._run_flow(enqueue_flow(specs, at))
+            return results
+        if len(specs) >= COPY_THRESHOLD:
+            return await self._copy(specs, at)
+        # Nothing can conflict: one INSERT statement is atomic on its own (one round trip).
+        async with self._connection() as conn:
+            plain: list[EnqueueResult] = await _drive_async(conn, enqueue_flow(specs, at))
+        return plain
+
+    async def _copy(self, specs: Sequence[JobSpec], now: datetime | None) -> list[EnqueueResult]:
+        """A large keyless batch by COPY: ids are reserved first, so every job is known."""
+        async with self._connection() as conn, conn.transaction():
+            cursor = await conn.execute(query("reserve_ids"), {"now": now, "count": len(specs)})
+            row = await cursor.fetchone()
+            assert row is not None
+            at, ids = row
+            at_text = at.isoformat()
+            async with cursor.copy(query("copy_jobs")) as copy:
+                for start in range(0, len(specs), 5_000):
+                    chunk = zip(
+                        ids[start : start + 5_000], specs[start : start + 5_000], strict=True
+                    )
+                    lines = (_copy_line(i, spec, at, at_text) for i, spec in chunk)
+                    await copy.write("".join(lines))
+        return [
+            EnqueueResult(_new_job(spec, job_id, spec.due_at(at), at))
+            for job_id, spec in zip(ids, specs, strict=True)
+        ]
 
     async def enqueue_on(
         self, connection: psycopg.AsyncConnection[Any], specs: Sequence[JobSpec]
