@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
 
 from rota.domain.job import Job
 from rota.domain.lease import Lease
 
 
-@dataclass(slots=True)
 class JobContext:
     """Passed to every handler as its first argument.
 
@@ -20,9 +18,14 @@ class JobContext:
     ``ctx.is_cancelled`` between steps (async handlers are also cancelled at their next await).
     """
 
-    job: Job
-    worker: str
-    cancelled: threading.Event = field(default_factory=threading.Event)
+    __slots__ = ("_event", "_flag", "job", "worker")
+
+    def __init__(self, job: Job, worker: str) -> None:
+        self.job = job
+        self.worker = worker
+        self._flag = False
+        # Made on first use: most handlers never look, and an Event costs a Condition and a lock.
+        self._event: threading.Event | None = None
 
     @property
     def job_id(self) -> int:
@@ -43,4 +46,27 @@ class JobContext:
 
     @property
     def is_cancelled(self) -> bool:
-        return self.cancelled.is_set()
+        return self._flag
+
+    @property
+    def cancelled(self) -> threading.Event:
+        """An Event set on cancellation, for handlers that want to wait on it."""
+        event = self._event
+        if event is None:
+            event = self._event = threading.Event()
+            # cancel() sets the flag before it looks for the event: checking the flag after
+            # publishing the event means one of the two always sets it.
+            if self._flag:
+                event.set()
+        return event
+
+    def cancel(self) -> None:
+        """Tell the handler to stop (the worker calls this; handlers only read)."""
+        self._flag = True
+        if self._event is not None:
+            self._event.set()
+
+    def __repr__(self) -> str:
+        return (
+            f"JobContext(job_id={self.job.id}, attempt={self.job.attempt}, worker={self.worker!r})"
+        )

@@ -14,7 +14,7 @@ import logging
 import traceback as tb
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from enum import Enum
 from typing import Any
@@ -52,10 +52,11 @@ class Execution:
     ctx: JobContext
     #: Monotonic instant after which another worker may already have claimed the job.
     deadline: float
+    #: The lease the claim issued (built once: every report and heartbeat needs it).
+    lease: Lease
     task: asyncio.Task[None] | None = None
     stop: Stop | None = None
     started: float = 0.0
-    finished: asyncio.Event = field(default_factory=asyncio.Event)
     #: The thread running a sync handler, which outlives a cancelled wait for it.
     thread: Future[Any] | None = None
     #: Set once the outcome is being written: a heartbeat that then finds the lease gone is
@@ -66,15 +67,11 @@ class Execution:
     def thread_running(self) -> bool:
         return self.thread is not None and not self.thread.done()
 
-    @property
-    def lease(self) -> Lease:
-        return self.job.lease
-
     def interrupt(self, why: Stop) -> None:
         """Cancel the handler for ``why`` (the first reason wins)."""
         if self.stop is None:
             self.stop = why
-        self.ctx.cancelled.set()
+        self.ctx.cancel()
         if self.task is not None and not self.task.done():
             self.task.cancel()
 
@@ -104,6 +101,13 @@ class Executor:
         self._completer = completer
         self._on_abandon = on_abandon
         self._lease_s = lease.total_seconds()
+        self._by_kind: dict[str, _KindMetrics] = {}
+
+    def _kind_metrics(self, kind: str) -> _KindMetrics:
+        found = self._by_kind.get(kind)
+        if found is None:
+            found = self._by_kind[kind] = _KindMetrics(self._metrics, kind)
+        return found
 
     async def run(self, execution: Execution) -> None:
         """Execute and report; never raises (except cancellation of the worker itself)."""
@@ -115,8 +119,6 @@ class Executor:
                 await self._on_interrupted(execution)
             except Exception:  # a bug of ours must not kill the worker: log it loudly
                 log.exception("internal error while running job %s", job.id)
-            finally:
-                execution.finished.set()
 
     async def _run(self, execution: Execution) -> None:
         job = execution.job
@@ -137,12 +139,10 @@ class Executor:
                 retry=DEFAULT_RETRY,
             )
             return
-        self._metrics.schedule_lag.labels(job.kind).observe(
-            max(0.0, ((job.started_at or job.run_at) - job.run_at).total_seconds())
-        )
+        metrics = self._kind_metrics(job.kind)
+        metrics.lag.observe(max(0.0, ((job.started_at or job.run_at) - job.run_at).total_seconds()))
         timeout = job.timeout or config.timeout
-        running = self._metrics.running.labels(job.kind)
-        running.inc()
+        metrics.running.inc()
         execution.started = self._clock.monotonic()
         outcome = Outcome.SUCCEEDED
         try:
@@ -167,7 +167,7 @@ class Executor:
             )
         except _HandlerTimeout:
             outcome = Outcome.FAILED
-            execution.ctx.cancelled.set()
+            execution.ctx.cancel()
             if not await self._thread_stopped(execution):
                 # A thread cannot be killed: retrying now would run the job twice at once.
                 # Hold nothing more and report nothing, so a retry waits for the lease to end.
@@ -196,10 +196,8 @@ class Executor:
         else:
             await self._complete(execution)
         finally:
-            running.dec()
-            self._metrics.job_duration.labels(job.kind, outcome.value).observe(
-                max(0.0, self._clock.monotonic() - execution.started)
-            )
+            metrics.running.dec()
+            metrics.duration(outcome).observe(max(0.0, self._clock.monotonic() - execution.started))
 
     async def _call_sync(self, handler: Callable[..., Any], execution: Execution) -> Any:
         # Carry the job's logging context into the thread, and keep the thread's future: it
@@ -294,6 +292,20 @@ class Executor:
             except LeaseLost:
                 self._lost(execution, "release")
         # ABANDON, or the whole worker being torn down: report nothing; the lease expires.
+
+
+class _KindMetrics:
+    """One kind's metric children, looked up once instead of once per job."""
+
+    def __init__(self, metrics: Metrics, kind: str) -> None:
+        self.lag = metrics.schedule_lag.labels(kind)
+        self.running = metrics.running.labels(kind)
+        self._durations = {
+            outcome: metrics.job_duration.labels(kind, outcome.value) for outcome in Outcome
+        }
+
+    def duration(self, outcome: Outcome) -> Any:
+        return self._durations[outcome]
 
 
 class _HandlerTimeout(Exception):

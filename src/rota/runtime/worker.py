@@ -262,8 +262,8 @@ class Worker:
     async def wait_for_running(self) -> None:
         """Wait until every held job has finished and reported."""
         while self._held:
-            await asyncio.gather(
-                *(execution.finished.wait() for execution in list(self._held.values()))
+            await asyncio.wait(
+                [execution.task for execution in self._held.values() if execution.task]
             )
 
     # ------------------------------------------------------------------ internals
@@ -283,7 +283,9 @@ class Worker:
         return lease - min(self.settings.heartbeat.total_seconds(), lease * 0.2)
 
     def _start(self, job: Job, deadline: float) -> None:
-        execution = Execution(job=job, ctx=JobContext(job=job, worker=self.name), deadline=deadline)
+        execution = Execution(
+            job=job, ctx=JobContext(job=job, worker=self.name), deadline=deadline, lease=job.lease
+        )
         self._held[job.id] = execution
         execution.task = asyncio.create_task(self._execute(execution), name=f"rota-job-{job.id}")
 
