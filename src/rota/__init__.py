@@ -5,6 +5,7 @@ leases and heartbeats, are fenced out by a token when stale, and retry failures 
 """
 
 from rota.app import App
+from rota.client import QueueStatus
 from rota.domain.errors import (
     InvalidInput,
     InvalidJob,
@@ -19,6 +20,7 @@ from rota.domain.errors import (
     StateConflict,
     StoreUnavailable,
 )
+from rota.domain.flow import Limit, LimitScope
 from rota.domain.job import Attempt, EnqueueResult, Job, JobSpec, JobState
 from rota.domain.lease import Lease
 from rota.domain.retry import RetryPolicy
@@ -27,6 +29,7 @@ from rota.domain.schedule_state import Schedule
 from rota.runtime.context import JobContext
 from rota.runtime.worker import Worker, WorkerSettings
 from rota.store import JobFilter
+from rota.store.base import LimitInfo, QueueInfo
 
 __version__ = "0.1.0"
 
@@ -45,10 +48,15 @@ __all__ = [
     "JobState",
     "Lease",
     "LeaseLost",
+    "Limit",
+    "LimitInfo",
+    "LimitScope",
     "MigrationsPending",
     "Misfire",
     "Overlap",
     "Permanent",
+    "QueueInfo",
+    "QueueStatus",
     "RetryPolicy",
     "RotaError",
     "Rule",

@@ -14,9 +14,17 @@ from types import TracebackType
 from typing import Any, Protocol, TypeVar, cast
 from urllib.parse import urlsplit
 
-from rota.client import Client, KindDefaults, job_spec
+from rota.client import (
+    Client,
+    KindDefaults,
+    QueueStatus,
+    job_spec,
+    limit_selected,
+    limit_spec,
+)
 from rota.domain.clock import Clock
 from rota.domain.errors import InvalidInput, InvalidSchedule, MigrationsPending
+from rota.domain.flow import Limit
 from rota.domain.job import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, EnqueueResult, Job, JobSpec
 from rota.domain.retry import RetryPolicy
 from rota.domain.schedule import Misfire, Overlap, Rule, ScheduleSpec
@@ -26,6 +34,7 @@ from rota.runtime.scheduler import Scheduler
 from rota.runtime.services import Service
 from rota.runtime.worker import Worker, WorkerSettings
 from rota.store import JobFilter, Page, Store, open_store, redact_url
+from rota.store.base import LimitInfo, QueueInfo
 
 H = TypeVar("H", bound=Handler)
 
@@ -381,6 +390,66 @@ class App:
     async def cancel(self, job_id: int) -> Job:
         await self.open()
         return await self.client.cancel(job_id)
+
+    # ------------------------------------------------------------------ flow control
+
+    async def pause_queue(self, name: str) -> QueueInfo:
+        """Stop every worker claiming from queue ``name`` until ``resume_queue``; jobs already
+        running finish. The pause is stored, so it holds across restarts and deploys."""
+        await self.open()
+        return await self.client.pause_queue(name)
+
+    async def resume_queue(self, name: str) -> QueueInfo:
+        await self.open()
+        return await self.client.resume_queue(name)
+
+    async def queues(self) -> list[QueueStatus]:
+        """Every queue with jobs, settings or a limit: paused or not, counts by state, and
+        its concurrency limit."""
+        await self.open()
+        return await self.client.queues()
+
+    async def set_limit(
+        self,
+        *,
+        kind: str | None = None,
+        queue: str | None = None,
+        tenant: str | None = None,
+        concurrency: int | None = None,
+        rate: int | None = None,
+        per: timedelta | float | None = None,
+    ) -> Limit:
+        """Limit one kind, queue or tenant cluster-wide, replacing its previous limit:
+        ``concurrency`` caps the jobs running at once, ``rate`` the starts ``per`` period.
+
+        ``set_limit(kind="pdf", concurrency=3)``; ``set_limit(tenant="*", concurrency=2)``
+        caps each tenant separately; ``set_limit(kind="api", rate=100, per=timedelta(minutes=1))``.
+        Rates apply to kinds and tenants. Raises InvalidInput for a bad combination; nothing
+        is written then.
+        """
+        limit = limit_spec(
+            kind=kind, queue=queue, tenant=tenant, concurrency=concurrency, rate=rate, per=per
+        )
+        await self.open()
+        return await self.client.set_limit(limit)
+
+    async def delete_limit(
+        self, *, kind: str | None = None, queue: str | None = None, tenant: str | None = None
+    ) -> bool:
+        """Remove the limit on one kind, queue or tenant; False if it had none."""
+        scope, name = limit_selected(kind=kind, queue=queue, tenant=tenant)
+        await self.open()
+        return await self.client.delete_limit(scope, name)
+
+    async def limits(self) -> list[LimitInfo]:
+        """Every limit with its use now: running jobs and starts in the current period."""
+        await self.open()
+        return await self.client.limits()
+
+    async def running_by_tenant(self) -> dict[str, int]:
+        """Jobs running now (live lease) per tenant."""
+        await self.open()
+        return await self.client.running_by_tenant()
 
     # ------------------------------------------------------------------ workers
 

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from rota.domain.errors import InvalidJob
+from rota.domain.errors import InvalidInput, InvalidJob
+from rota.domain.flow import EVERY_TENANT, Limit, LimitScope, validate_queue
 from rota.domain.job import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_QUEUE,
@@ -15,8 +16,19 @@ from rota.domain.job import (
     EnqueueResult,
     Job,
     JobSpec,
+    JobState,
+    validate_name,
 )
-from rota.store.base import MAX_BULK, Counts, JobFilter, Page, Store, WorkerInfo
+from rota.store.base import (
+    MAX_BULK,
+    Counts,
+    JobFilter,
+    LimitInfo,
+    Page,
+    QueueInfo,
+    Store,
+    WorkerInfo,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +43,25 @@ class KindDefaults:
 
 def _no_defaults(kind: str) -> KindDefaults | None:
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStatus:
+    """A queue as operators see it: paused or not, its jobs by state, and its concurrency
+    limit with the jobs counting against it (None without one).
+
+    ``exact`` is False when the counts are estimates (large PostgreSQL tables).
+    """
+
+    name: str
+    paused: bool
+    counts: dict[JobState, int]
+    limit: LimitInfo | None = None
+    updated_at: datetime | None = None
+    exact: bool = True
+
+    def count(self, state: JobState) -> int:
+        return self.counts.get(state, 0)
 
 
 class Client:
@@ -88,6 +119,61 @@ class Client:
     async def workers(self) -> list[WorkerInfo]:
         return await self.store.list_workers()
 
+    # ------------------------------------------------------------------ flow control
+
+    async def pause_queue(self, name: str) -> QueueInfo:
+        """Stop claims from queue ``name`` cluster-wide until it is resumed; running jobs
+        finish. A queue may be paused before it has any jobs. InvalidInput for a bad name."""
+        return await self.store.pause_queue(validate_queue(name))
+
+    async def resume_queue(self, name: str) -> QueueInfo:
+        """Let workers claim from queue ``name`` again. InvalidInput for a bad name."""
+        return await self.store.resume_queue(validate_queue(name))
+
+    async def queues(self) -> list[QueueStatus]:
+        """Every queue that has jobs, settings or a concurrency limit, by name."""
+        settings = {info.name: info for info in await self.store.list_queues()}
+        counts = await self.store.counts()
+        limits = {
+            info.limit.key: info
+            for info in await self.store.list_limits()
+            if info.limit.scope is LimitScope.QUEUE
+        }
+        names = sorted(settings.keys() | counts.by_queue.keys() | limits.keys())
+        statuses = []
+        for name in names:
+            info = settings.get(name)
+            statuses.append(
+                QueueStatus(
+                    name=name,
+                    paused=info is not None and info.paused,
+                    counts=dict(counts.by_queue.get(name, {})),
+                    limit=limits.get(name),
+                    updated_at=info.updated_at if info is not None else None,
+                    exact=counts.exact,
+                )
+            )
+        return statuses
+
+    async def set_limit(self, limit: Limit) -> Limit:
+        """Add ``limit``, or replace the limit with its scope and key; see ``limit_spec``."""
+        await self.store.set_limit(limit)
+        return limit
+
+    async def delete_limit(self, scope: LimitScope | str, key: str) -> bool:
+        """Remove the limit for (scope, key); False if there was none. InvalidInput for a
+        scope or key no limit can have."""
+        target, name = limit_target(scope, key)
+        return await self.store.delete_limit(target, name)
+
+    async def limits(self) -> list[LimitInfo]:
+        """Every limit with its current use (running jobs, starts in the current period)."""
+        return await self.store.list_limits()
+
+    async def running_by_tenant(self) -> dict[str, int]:
+        """Jobs running with a live lease, per tenant (jobs without a tenant not counted)."""
+        return await self.store.running_by_tenant()
+
 
 def job_spec(
     kind: str,
@@ -120,6 +206,69 @@ def job_spec(
         unique_key=unique_key,
         timeout=base.timeout if timeout is None else _seconds(timeout, "timeout"),
     )
+
+
+def limit_spec(
+    *,
+    kind: str | None = None,
+    queue: str | None = None,
+    tenant: str | None = None,
+    concurrency: int | None = None,
+    rate: int | None = None,
+    per: timedelta | float | None = None,
+) -> Limit:
+    """A validated Limit on exactly one of ``kind``, ``queue`` or ``tenant`` (``"*"``: each
+    tenant separately): at most ``concurrency`` running at once, at most ``rate`` starts
+    ``per`` period (a timedelta or seconds), or both.
+
+    Raises InvalidInput saying what is wrong: no target or several, neither a concurrency
+    nor a rate, a rate without ``per`` (or the reverse), a rate on a queue, out-of-range values.
+    """
+    scope, name = limit_selected(kind=kind, queue=queue, tenant=tenant)
+    if concurrency is None and rate is None:
+        raise InvalidInput("give a limit a concurrency, a rate (with per), or both")
+    if rate is not None and per is None:
+        raise InvalidInput("a rate needs per: how long the period is, e.g. timedelta(minutes=1)")
+    if per is not None and rate is None:
+        raise InvalidInput("per needs a rate: how many starts the period allows")
+    try:
+        period = _seconds(per, "per")
+    except InvalidJob as error:
+        raise InvalidInput(str(error)) from None
+    return Limit(scope, name, concurrency=concurrency, rate=rate, period=period)
+
+
+def limit_selected(
+    *, kind: str | None = None, queue: str | None = None, tenant: str | None = None
+) -> tuple[LimitScope, str]:
+    """(scope, key) for the one of ``kind``, ``queue`` or ``tenant`` given; InvalidInput
+    unless exactly one is."""
+    given = [
+        (scope, name)
+        for scope, name in (
+            (LimitScope.KIND, kind),
+            (LimitScope.QUEUE, queue),
+            (LimitScope.TENANT, tenant),
+        )
+        if name is not None
+    ]
+    if len(given) != 1:
+        raise InvalidInput("a limit applies to exactly one of kind, queue or tenant")
+    return given[0]
+
+
+def limit_target(scope: LimitScope | str, key: str) -> tuple[LimitScope, str]:
+    """(scope, key) if a limit could have them; InvalidInput saying why otherwise."""
+    try:
+        target = LimitScope(scope)
+    except ValueError:
+        raise InvalidInput("limit scope must be queue, kind or tenant") from None
+    if not (target is LimitScope.TENANT and key == EVERY_TENANT):
+        try:
+            validate_name(target.value, key)
+        except InvalidJob as error:
+            raise InvalidInput(f"limit key: {error.reason}") from None
+    return target, key
 
 
 def _seconds(value: timedelta | float | None, field: str) -> timedelta | None:

@@ -11,9 +11,11 @@ from fastapi.openapi.utils import get_openapi
 
 from rota.api.context import ApiContext
 from rota.api.errors import install_error_handlers
+from rota.api.queue_models import LimitCreate
 from rota.api.routes_jobs import jobs_router
 from rota.api.routes_misc import misc_router
 from rota.api.routes_pages import login_page, pages_router
+from rota.api.routes_queues import queues_router
 from rota.api.routes_schedules import schedules_router
 from rota.api.schedule_models import ScheduleCreate
 from rota.api.schemas import JobCreate, JobFilterBody
@@ -24,7 +26,7 @@ from rota.domain.job import validate_name
 from rota.observability.metrics import Metrics
 
 #: Request bodies the routes parse themselves; their schemas are added to the document.
-_REQUEST_MODELS = (JobCreate, JobFilterBody, ScheduleCreate)
+_REQUEST_MODELS = (JobCreate, JobFilterBody, ScheduleCreate, LimitCreate)
 
 
 def create_app(
@@ -57,6 +59,7 @@ def create_app(
     install_error_handlers(app)
     app.include_router(jobs_router(ctx))
     app.include_router(schedules_router(ctx))
+    app.include_router(queues_router(ctx))
     app.include_router(misc_router(ctx))
     app.include_router(pages_router(ctx))
     app.add_middleware(

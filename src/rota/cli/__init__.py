@@ -144,8 +144,9 @@ def main() -> None:
 # Importing the command modules registers their commands on the group.
 from rota.cli import jobs as _jobs  # noqa: E402
 from rota.cli import operate as _operate  # noqa: E402
+from rota.cli import queues as _queues  # noqa: E402
 from rota.cli import schedules as _schedules  # noqa: E402
 from rota.cli import serve as _serve  # noqa: E402
 
 __all__ = ["cli", "main"]
-_ = (_jobs, _operate, _schedules, _serve)
+_ = (_jobs, _operate, _queues, _schedules, _serve)

@@ -22,7 +22,7 @@ from rota.testing import FakeClock
 from tests.unit.api.conftest import TOKEN, MakeApp, asgi_client, dead_job, total_jobs
 
 JSON = {"content-type": "application/json"}
-PATH_VALUES = {"job_id": "1", "name": "app.js"}
+PATH_VALUES = {"job_id": "1", "name": "app.js", "scope": "kind", "key": "email"}
 
 
 def endpoints(app: FastAPI) -> list[tuple[str, str]]:
@@ -167,7 +167,7 @@ async def test_get_on_a_mutating_route_is_405(app: FastAPI, store: MemoryStore) 
     job = await dead_job(store)
     async with asgi_client(app) as api:
         for path in mutating(app):
-            if path in ("/api/jobs", "/api/schedules"):
+            if path in ("/api/jobs", "/api/schedules", "/api/limits"):
                 continue  # GET lists them
             response = await api.get(path)
             assert response.status_code == 405, path

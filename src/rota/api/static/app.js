@@ -8,6 +8,7 @@ import { renderJobs } from "./jobs.js";
 import { renderJob } from "./job.js";
 import { renderWorkers } from "./workers.js";
 import { renderSchedules } from "./schedules.js";
+import { renderQueues } from "./queues.js";
 
 let current = null;
 let config = { demo: false, read_only: false, kinds: null, login: false };
@@ -20,6 +21,7 @@ function route() {
   if (jobMatch) return { view: "jobs", render: (root) => renderJob(root, config, jobMatch[1]) };
   if (path === "/jobs") return { view: "jobs", render: (root) => renderJobs(root, config, params) };
   if (path === "/workers") return { view: "workers", render: (root) => renderWorkers(root, config) };
+  if (path === "/queues") return { view: "queues", render: (root) => renderQueues(root, config) };
   if (path === "/schedules") return { view: "schedules", render: (root) => renderSchedules(root, config) };
   return { view: "overview", render: (root) => renderOverview(root, config) };
 }

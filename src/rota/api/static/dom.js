@@ -49,3 +49,8 @@ export function replaceChildren(el, ...children) {
   el.replaceChildren();
   append(el, children);
 }
+
+// Like el.append, but skipping null, undefined and false (which el.append would show as text).
+export function appendChildren(el, ...children) {
+  append(el, children);
+}

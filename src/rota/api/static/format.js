@@ -49,3 +49,23 @@ export function badge(label) {
 export function count(n, exact = true) {
   return `${exact ? "" : "≈"}${Number(n).toLocaleString("en-US")}`;
 }
+
+// "minute", "5 min", "90 s": a rate limit's period, exactly (never rounded).
+export function period(seconds) {
+  const names = { 1: "second", 60: "minute", 3600: "hour", 86400: "day" };
+  if (names[seconds]) return names[seconds];
+  for (const [unit, size] of [["h", 3600], ["min", 60]]) {
+    if (seconds % size === 0) return `${seconds / size} ${unit}`;
+  }
+  return `${seconds} s`;
+}
+
+// "100 / minute", or "" for a limit without a rate.
+export function rateText(limit) {
+  return limit.rate === null ? "" : `${limit.rate} / ${period(limit.period_seconds)}`;
+}
+
+// "kind pdf", "every tenant": what a limit applies to.
+export function limitTarget(limit) {
+  return limit.scope === "tenant" && limit.key === "*" ? "every tenant" : `${limit.scope} ${limit.key}`;
+}

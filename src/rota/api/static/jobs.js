@@ -1,7 +1,7 @@
 // Jobs: filters, search, live refresh with a pause switch, keyset pages, bulk retry and cancel.
 
 import { getJSON, postJSON, query } from "./api.js";
-import { h, replaceChildren } from "./dom.js";
+import { appendChildren, h, replaceChildren } from "./dom.js";
 import { badge, count, displayState, parseTime, relative } from "./format.js";
 import { confirmDialog, notify, poller, presets, reportError } from "./ui.js";
 
@@ -126,7 +126,7 @@ export function renderJobs(root, config, params) {
 
   const rows = h("tbody");
   const empty = h("p", { class: "muted", hidden: true }, "No jobs match.");
-  root.append(
+  appendChildren(root,
     h("h1", { text: "Jobs" }),
     presets(config, () => loop && loop.refresh()),
     form,

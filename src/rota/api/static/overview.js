@@ -1,12 +1,49 @@
-// Overview: counts by state and queue, the throughput chart, oldest due job, workers alive.
+// Overview: counts by state and queue, the throughput chart, oldest due job, workers alive,
+// and a line on flow control (paused queues, limits in use).
 
 import { getJSON } from "./api.js";
-import { h, replaceChildren } from "./dom.js";
+import { appendChildren, h, replaceChildren } from "./dom.js";
 import { throughputChart } from "./chart.js";
-import { badge, count, duration } from "./format.js";
+import { badge, count, duration, limitTarget, rateText } from "./format.js";
 import { poller, presets } from "./ui.js";
 
 const STATES = ["pending", "running", "succeeded", "dead", "cancelled"];
+
+// How full a limit is. A limit on every tenant caps each one; its use is summed over them all.
+function usage(limit) {
+  const each = limit.scope === "tenant" && limit.key === "*";
+  const parts = [];
+  if (limit.concurrency !== null) {
+    parts.push(each
+      ? `at most ${limit.concurrency} each, ${limit.running} running`
+      : `${limit.running}/${limit.concurrency} running`);
+  }
+  if (limit.rate !== null) {
+    parts.push(each
+      ? `${rateText(limit)} each, ${limit.recent_starts} started`
+      : `${limit.recent_starts} of ${rateText(limit)}`);
+  }
+  return parts.join(", ");
+}
+
+// One compact line: which queues are paused and how full each limit is; hidden when neither.
+function flowLine(el, queueData, limitData) {
+  const paused = queueData.queues.filter((queue) => queue.paused);
+  const parts = [];
+  if (paused.length) {
+    parts.push(h("span", { class: "flow-part" }, "Paused: ",
+      paused.map((queue) => h("a", { href: "#/queues", class: "flow-item", "data-paused-queue": queue.name }, badge("paused"), " ", queue.name))));
+  }
+  if (limitData.limits.length) {
+    parts.push(h("span", { class: "flow-part" }, "Limits: ",
+      limitData.limits.map((limit) => h("a", { href: "#/queues", class: "flow-item", "data-limit": `${limit.scope}:${limit.key}` },
+        limitTarget(limit), " ",
+        h("span", { class: "muted" }, usage(limit))))));
+  }
+  el.hidden = parts.length === 0;
+  replaceChildren(el, parts);
+  return new Set(paused.map((queue) => queue.name));
+}
 
 function card(label, value, extra) {
   return h("div", { class: "card" }, h("div", { class: "card-label" }, label), h("div", { class: "card-value" }, value), extra);
@@ -16,11 +53,13 @@ export function renderOverview(root, config) {
   const cards = h("div", { class: "cards" });
   const chart = h("div", { class: "chart-box" });
   const queues = h("tbody");
+  const flow = h("p", { class: "flow", hidden: true });
   let loop = null;
-  root.append(
+  appendChildren(root,
     h("h1", { text: "Overview" }),
     presets(config, () => loop && loop.refresh()),
     cards,
+    flow,
     h("h2", { text: "Finished per minute" }),
     h("div", { class: "legend" },
       h("span", { class: "key key-ok" }), "succeeded ",
@@ -33,7 +72,10 @@ export function renderOverview(root, config) {
       queues),
   );
   loop = poller(async () => {
-    const stats = await getJSON("/api/stats");
+    const [stats, queueData, limitData] = await Promise.all([
+      getJSON("/api/stats"), getJSON("/api/queues"), getJSON("/api/limits"),
+    ]);
+    const paused = flowLine(flow, queueData, limitData);
     const exact = stats.counts.exact;
     replaceChildren(cards,
       STATES.map((st) => h("a", { class: "card-link", href: `#/jobs?state=${st}` },
@@ -43,7 +85,8 @@ export function renderOverview(root, config) {
     );
     replaceChildren(chart, throughputChart(stats.throughput.buckets));
     const rows = Object.entries(stats.counts.by_queue).map(([queue, perState]) => h("tr", {},
-      h("td", {}, h("a", { href: `#/jobs?queue=${encodeURIComponent(queue)}` }, queue)),
+      h("td", {}, h("a", { href: `#/jobs?queue=${encodeURIComponent(queue)}` }, queue),
+        paused.has(queue) ? [" ", badge("paused")] : null),
       STATES.map((st) => h("td", { class: "num" }, count(perState[st] || 0, exact)))));
     replaceChildren(queues, rows.length ? rows : h("tr", {}, h("td", { class: "muted", colspan: 6 }, "No jobs yet.")));
   });
