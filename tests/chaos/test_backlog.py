@@ -1,0 +1,105 @@
+"""T44: a deep backlog. One million pending jobs due in the future and 10,000 due now, loaded
+with INSERT ... SELECT generate_series and ANALYZEd: the claim (the very statement and
+parameters PostgresStore.claim sends) is planned on the due-jobs partial index with no
+sequential scan of rota_jobs, and its latency stays within 2x of the same claim on a table
+holding only the 10,000 due jobs (medians; compared, never an absolute bound).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+from rota.store import open_store
+from rota.store.postgres.queries import query
+from rota.store.postgres.store import PostgresStore
+from tests.support.postgres import Server
+
+pytestmark = [pytest.mark.slow, pytest.mark.postgres]
+
+LOAD = [
+    """
+INSERT INTO rota_jobs (kind, queue, payload, priority, run_at, max_attempts, created_at)
+SELECT 'k', 'default', '{}', (g %% 5)::smallint, now() + interval '1 day' + g * interval '1 ms',
+       5, now()
+FROM generate_series(1, %(future)s) AS g
+""",
+    """
+INSERT INTO rota_jobs (kind, queue, payload, priority, run_at, max_attempts, created_at)
+SELECT 'k', 'default', '{}', (g %% 5)::smallint, now() - g * interval '1 ms', 5, now()
+FROM generate_series(1, %(due)s) AS g
+""",
+    "ANALYZE rota_jobs",
+]
+
+
+async def claim_params(url: str) -> dict[str, Any]:
+    """The parameters PostgresStore.claim sends with query('claim'), captured, not run."""
+    store = open_store(url)
+    assert isinstance(store, PostgresStore)
+    seen: dict[str, Any] = {}
+
+    async def capture(name: str, params: dict[str, Any]) -> list[Any]:
+        seen[name] = params
+        return []
+
+    store._fetch = capture  # type: ignore[method-assign]
+    await store.claim("w", queues=["default"], limit=10, lease=timedelta(seconds=30))
+    await store.close()
+    return seen["claim"]
+
+
+def plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    nodes = [plan]
+    for child in plan.get("Plans", []):
+        nodes += plan_nodes(child)
+    return nodes
+
+
+async def claim_latency(url: str, rounds: int = 12) -> float:
+    store = open_store(url)
+    taken = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        jobs = await store.claim("w", queues=["default"], limit=10, lease=timedelta(seconds=30))
+        taken.append(time.perf_counter() - started)
+        assert len(jobs) == 10
+    await store.close()
+    return statistics.median(taken[6:])  # after psycopg prepared the statement (5 uses)
+
+
+@pytest.mark.timeout(240)
+async def test_the_claim_uses_its_index_and_stays_fast_over_a_million_pending_jobs(
+    pg_server: Server,
+) -> None:
+    with pg_server.database() as deep, pg_server.database() as small:
+        started = time.monotonic()
+        for url, future in ((deep, 1_000_000), (small, 0)):
+            with psycopg.connect(url, autocommit=True) as conn:
+                for statement in LOAD:
+                    conn.execute(statement, {"future": future, "due": 10_000})  # type: ignore[arg-type]
+        print(f"loaded 1,010,000 rows in {time.monotonic() - started:.1f}s")
+
+        params = await claim_params(deep)
+        with psycopg.connect(deep, autocommit=True) as conn:
+            [(plan,)] = conn.execute(
+                "EXPLAIN (FORMAT JSON) " + query("claim"),  # type: ignore[arg-type]
+                params,
+            ).fetchall()
+        nodes = plan_nodes(plan[0]["Plan"])
+        scans = [(n["Node Type"], n.get("Relation Name"), n.get("Index Name")) for n in nodes]
+        assert not [s for s in scans if s[0] == "Seq Scan" and s[1] == "rota_jobs"], json.dumps(
+            plan, indent=1
+        )[:4000]
+        assert any(s[2] == "rota_jobs_due" for s in scans), scans
+
+        deep_s = await claim_latency(deep)
+        small_s = await claim_latency(small)
+        print(f"claim median: {deep_s * 1000:.2f} ms deep, {small_s * 1000:.2f} ms small")
+        assert deep_s <= 2 * small_s + 0.002, f"{deep_s:.4f}s vs {small_s:.4f}s"

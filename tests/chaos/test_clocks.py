@@ -1,0 +1,164 @@
+"""T14-T16: only the database's clock decides. Worker processes run under libfaketime offsets
+(-120 s, +120 s, +120 s at rate x1.5) against an unskewed PostgreSQL; DB time itself jumps
+through the injected ``now`` on every backend.
+
+Pass (workers): no handler starts before its job's run_at in DB time (the handlers' start
+instants are taken from CLOCK_MONOTONIC, which libfaketime leaves real, and mapped to the real
+epoch), a skewed worker killed mid-run is rescued as fast as any, and the checker is clean.
+Pass (DB jumps): +2x lease expires every lease at once (all rescued, every stale completion
+fenced, every job then finishes); -1 h fires nothing early (no claim, no retry, no schedule
+slot) and heartbeats keep leases relative to the DB's current time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from rota.domain.errors import LeaseLost
+from rota.domain.job import JobSpec, JobState
+from rota.domain.schedule import Rule, ScheduleSpec
+from rota.store import Store, open_store
+from rota.testing import FakeClock
+from tests.chaos.conftest import CHAOS_OPTIONS, MARGIN_S
+from tests.support import faketime
+from tests.support.chaosfleet import ChaosFleet, all_terminal
+from tests.support.history import START, check_store, read_events
+from tests.support.processes import eventually
+
+SKEWS = {"behind": "-120", "ahead": "+120", "fast": "+120 x1.5"}
+LIVENESS_S = CHAOS_OPTIONS.lease_s + CHAOS_OPTIONS.rescue_s + 5.0
+
+
+@pytest.fixture
+def database_url(pg_url: str) -> str:
+    return pg_url
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+@pytest.mark.timeout(120)
+async def test_skewed_worker_clocks_never_start_a_job_early_or_change_rescue(
+    fleet: ChaosFleet, store: Store, tmp_path: Path
+) -> None:
+    if faketime.library() is None:
+        pytest.skip(faketime.INSTALL_HINT)
+    workers = {}
+    for name, spec in SKEWS.items():
+        fake = faketime.FakeTime(tmp_path / f"{name}.rc", spec)
+        workers[name] = fleet.start(name, env=fake.env())
+    for worker in workers.values():
+        await fleet.wait_ready(worker)
+    now = await store.now()
+    specs = [
+        JobSpec(
+            kind="work",
+            payload={"s": 0.3 if index % 2 else 0.05},
+            run_at=now + timedelta(seconds=1 + (index % 20) * 0.2),
+            max_attempts=10,
+        )
+        for index in range(300)
+    ]
+    ids = [r.job.id for r in await store.enqueue(specs)]
+    run_at = {job_id: spec.run_at for job_id, spec in zip(ids, specs, strict=True)}
+
+    # Let every skewed worker run jobs, then kill the one with the fastest clock.
+    await eventually(lambda: len(read_events(fleet.history)) >= 100, what="progress")
+    victim = workers["fast"]
+    victim.kill()
+    killed = time.monotonic()
+    await victim.wait_exit()
+    took = await all_terminal(store, len(ids), within_s=60)
+    print(f"all terminal {took:.1f}s after killing the x1.5 worker")
+    assert time.monotonic() - killed <= LIVENESS_S + MARGIN_S + 10  # + the backlog itself
+
+    offset_ns = time.time_ns() - time.monotonic_ns()  # real epoch = monotonic + offset
+    early = [
+        (e.job, e.worker, (e.mono_ns + offset_ns) / 1e9 - run_at[e.job].timestamp())
+        for e in read_events(fleet.history)
+        if e.event == START and (e.mono_ns + offset_ns) / 1e9 < run_at[e.job].timestamp() - 0.005
+    ]
+    assert early == [], f"started before run_at (DB time): {early[:10]}"
+    report = await check_store(
+        store, fleet.history, enqueued=ids, expected=dict.fromkeys(ids, JobState.SUCCEEDED)
+    )
+    report.assert_clean()
+    assert {e.worker for e in read_events(fleet.history)} >= set(SKEWS)
+
+
+T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+LEASE = timedelta(seconds=10)
+BACKENDS = ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+@pytest.fixture(params=BACKENDS)
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "memory":
+        return "memory://"
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'rota.db'}"
+    return str(request.getfixturevalue("pg_url"))
+
+
+@pytest.fixture
+async def timed_store(store_url: str) -> AsyncIterator[Store]:
+    store = open_store(store_url, clock=FakeClock(T0))
+    await store.migrate()
+    yield store
+    await store.close()
+
+
+async def test_db_time_jumping_forward_expires_every_lease_and_fences_every_stale_write(
+    timed_store: Store,
+) -> None:
+    store = timed_store
+    await store.enqueue([JobSpec(kind="k", payload={"n": n}) for n in range(50)], now=T0)
+    held = await store.claim("A", queues=["default"], limit=50, lease=LEASE, now=T0)
+    jump = T0 + 2 * LEASE
+    rescued = await store.rescue(now=jump)
+    assert sorted(rescued.requeued) == sorted(job.id for job in held) and not rescued.dead
+    for job in held:
+        with pytest.raises(LeaseLost):
+            await store.complete(job.lease, now=jump)
+    assert await store.heartbeat([j.lease for j in held], lease=LEASE, now=jump) == [
+        j.lease for j in held
+    ]
+    again = await store.claim("B", queues=["default"], limit=50, lease=LEASE, now=jump)
+    assert len(again) == 50 and {j.attempt for j in again} == {2}
+    assert min(j.lease_token or 0 for j in again) > max(j.lease_token or 0 for j in held)
+    assert await store.complete_many([j.lease for j in again], now=jump) == []
+    counts = await store.counts(now=jump)
+    assert counts.total(JobState.SUCCEEDED) == 50
+
+
+async def test_db_time_stepping_back_an_hour_fires_nothing_early(timed_store: Store) -> None:
+    store = timed_store
+    back = T0 - timedelta(hours=1)
+    [due_later] = await store.enqueue([JobSpec(kind="k", run_at=T0 + LEASE)], now=T0)
+    [retried] = await store.enqueue([JobSpec(kind="k", queue="retry")], now=T0)
+    [claimed] = await store.claim("A", queues=["retry"], limit=1, lease=LEASE, now=T0)
+    await store.fail(claimed.lease, error="boom", retry_in=LEASE, now=T0)
+    [held_spec] = await store.enqueue([JobSpec(kind="k", queue="held")], now=T0)
+    [held] = await store.claim("A", queues=["held"], limit=1, lease=LEASE, now=T0)
+    every = ScheduleSpec(name="tick", kind="k", rule=Rule.every(LEASE, anchor=T0))
+    await store.create_schedule(every, now=T0)
+    first = await store.fire_due(now=T0 + LEASE)
+
+    for queue in ("default", "retry"):
+        assert await store.claim("B", queues=[queue], limit=5, lease=LEASE, now=back) == []
+    assert await store.fire_due(now=back) == []
+    assert await store.fire_due(now=T0 + LEASE) == []  # the slot already fired stays fired
+    assert await store.rescue(now=back) == type(await store.rescue(now=back))()
+    # A heartbeat keeps the lease `LEASE` ahead of the DB's clock as it now reads.
+    assert await store.heartbeat([held.lease], lease=LEASE, now=back) == []
+    assert (await store.get(held.id)).lease_until == back + LEASE
+    # Forward again: everything fires on time, once.
+    later = T0 + LEASE
+    got = await store.claim("B", queues=["default", "retry"], limit=5, lease=LEASE, now=later)
+    ordinary = sorted(j.id for j in got if j.schedule is None)
+    assert ordinary == sorted([due_later.job.id, retried.job.id])
+    assert len(first) == 1 and held_spec.job.id == held.id

@@ -1,0 +1,213 @@
+"""T46: the soak. Mixed load on a throwaway PostgreSQL cluster for ROTA_SOAK_SECONDS (600 s
+by default under CI=true; skipped otherwise), with a fault about every 60 s rotating SIGKILL,
+SIGSTOP, PostgreSQL restart, partition (the worker's proxy blackholed), listener kill and a
+clock bump (the worker's libfaketime file). Load: 10% of jobs fail once, 1% are poison, 1%
+run longer than the lease on heartbeats, and a schedule fires every 10 s when App.schedule
+exists. Pass: every checker property, the fenced store, RSS growth of each never-killed worker
+under 10% after warm-up, each worker's connections within its pool bound (counted at its
+proxy), and every job terminal within lease + rescue + backoff after the last fault.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+import rota
+from rota.domain.errors import StoreUnavailable
+from rota.domain.job import JobSpec, JobState
+from rota.store import JobFilter, Store, open_store
+from tests.chaos.conftest import CHAOS_OPTIONS, IN_CI, MARGIN_S, proxied, through
+from tests.support import faketime
+from tests.support.chaosfleet import ChaosFleet, all_terminal
+from tests.support.history import check_store
+from tests.support.nemesis import Fault, Nemesis
+from tests.support.postgres import Cluster
+from tests.support.processes import WorkerProcess
+from tests.support.proxy import BLACKHOLE, PASS, ChaosProxy
+
+pytestmark = [pytest.mark.soak, pytest.mark.postgres, pytest.mark.slow]
+
+SOAK_ENV = os.environ.get("ROTA_SOAK_SECONDS")
+SECONDS = float(SOAK_ENV) if SOAK_ENV else (600.0 if IN_CI else 0.0)
+FAULTS = ["kill", "stop", "pg_restart", "partition", "listener_kill", "clock"]
+LIVENESS_S = CHAOS_OPTIONS.lease_s + CHAOS_OPTIONS.rescue_s + 5.0
+POOL_BOUND = 10 + 1  # pool_max + the LISTEN connection
+WORKERS = 3
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+@pytest.fixture
+async def soak_store(cluster_url: str) -> AsyncIterator[Store]:
+    store = open_store(cluster_url)
+    yield store
+    await store.close()
+
+
+@pytest.fixture
+def soak_fleet(cluster_url: str, soak_store: Store, tmp_path: Path) -> Iterator[ChaosFleet]:
+    fleet = ChaosFleet(cluster_url, soak_store, tmp_path, CHAOS_OPTIONS, effects=cluster_url)
+    try:
+        yield fleet
+    finally:
+        fleet.close()
+        print(fleet.logs(tail=80))
+
+
+@pytest.mark.skipif(not SECONDS, reason="the soak runs under CI=true or with ROTA_SOAK_SECONDS")
+@pytest.mark.timeout(int(SECONDS) + 300 if SECONDS else 60)
+async def test_soak_mixed_load_under_rotating_faults(
+    cluster: Cluster,
+    cluster_url: str,
+    soak_store: Store,
+    soak_fleet: ChaosFleet,
+    proxies: list[ChaosProxy],
+    tmp_path: Path,
+    seed: int,
+) -> None:
+    if faketime.library() is None:
+        pytest.skip(faketime.INSTALL_HINT)
+    fleet, store = soak_fleet, soak_store
+    every_s = min(60.0, SECONDS / 8)
+    nemesis = Nemesis(seed, FAULTS, every_s=every_s, count=int(SECONDS / every_s), rotate=True)
+    schedule_env = {"ROTA_CHAOS_SCHEDULE_EVERY": "10"} if hasattr(rota.App, "schedule") else {}
+    slots: dict[int, tuple[ChaosProxy, faketime.FakeTime, WorkerProcess]] = {}
+    killed: set[str] = set()
+
+    def start(index: int, name: str) -> WorkerProcess:
+        proxy = proxied(cluster_url, proxies)
+        clock = faketime.FakeTime(tmp_path / f"{name}.rc", "+0")
+        worker = fleet.start(
+            name, database_url=through(proxy, cluster_url), env={**clock.env(), **schedule_env}
+        )
+        slots[index] = (proxy, clock, worker)
+        return worker
+
+    for index in range(WORKERS):
+        start(index, f"w{index}")
+    for _, _, worker in list(slots.values()):
+        await fleet.wait_ready(worker, within_s=60)
+
+    rng = nemesis.rng("load")
+    acknowledged: list[int] = []
+    stop_feeding = asyncio.Event()
+
+    async def feed() -> None:
+        while not stop_feeding.is_set():
+            specs = []
+            for _ in range(10):
+                roll = rng.random()
+                if roll < 0.01:
+                    specs.append(JobSpec(kind="poison", max_attempts=3))
+                elif roll < 0.02:
+                    specs.append(JobSpec(kind="long", payload={"s": 1.5 * CHAOS_OPTIONS.lease_s}))
+                else:
+                    payload = {"s": round(rng.uniform(0, 0.2), 3), "fail": rng.random() < 0.1}
+                    specs.append(JobSpec(kind="work", payload=payload, max_attempts=10))
+            try:
+                results = await asyncio.wait_for(store.enqueue(specs), 15)
+                acknowledged.extend(r.job.id for r in results)
+            except (StoreUnavailable, TimeoutError):
+                pass  # not acknowledged: may or may not exist (checked below)
+            await asyncio.sleep(0.5)
+
+    async def act(fault: Fault) -> None:
+        index = fault.target % WORKERS
+        proxy, clock, worker = slots[index]
+        if fault.kind == "kill":
+            worker.kill()
+            killed.add(worker.name)
+            await worker.wait_exit()
+            start(index, f"{worker.name}-r{len(killed)}")
+        elif fault.kind == "stop":
+            worker.pause()
+            await asyncio.sleep(2 * CHAOS_OPTIONS.lease_s)  # the fault's length
+            worker.resume()
+        elif fault.kind == "pg_restart":
+            await asyncio.to_thread(cluster.restart, "fast")
+        elif fault.kind == "partition":
+            proxy.set(BLACKHOLE)
+            await asyncio.sleep(2 * CHAOS_OPTIONS.lease_s)
+            proxy.set(PASS)
+        elif fault.kind == "listener_kill":
+            async with await psycopg.AsyncConnection.connect(cluster_url, autocommit=True) as c:
+                await c.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE query LIKE 'LISTEN %%' AND pid <> pg_backend_pid()"
+                )
+        else:
+            clock.set("+300")
+            await asyncio.sleep(5)
+            clock.set("+0")
+
+    feeding = asyncio.create_task(feed())
+    started = time.monotonic()
+    warm_rss: dict[str, int] = {}
+    connections: list[int] = []
+
+    async def sample() -> None:
+        while not stop_feeding.is_set():
+            for proxy, _, worker in slots.values():
+                if worker.alive:
+                    connections.append(proxy.count())
+                warm = time.monotonic() - started > 0.2 * SECONDS
+                if worker.alive and worker.name not in killed and warm:
+                    warm_rss.setdefault(worker.name, rss_kib(worker.pid))
+            await asyncio.sleep(1)
+
+    sampler = asyncio.create_task(sample())
+    try:
+        await nemesis.run(act, limit_s=SECONDS - every_s / 2)
+        last_fault = time.monotonic()
+        remaining = SECONDS - (last_fault - started)
+        if remaining > 0:
+            await asyncio.sleep(remaining)  # the soak's length
+    finally:
+        stop_feeding.set()
+        await feeding
+        await sampler
+    print(nemesis.describe())
+
+    await all_terminal(store, 1, within_s=LIVENESS_S + MARGIN_S + 30)
+    print(f"all terminal {time.monotonic() - last_fault:.0f}s after the last fault")
+    ids: list[int] = []
+    cursor = None
+    while True:
+        page = await store.list_jobs(JobFilter(), cursor=cursor, limit=500)
+        ids += [job.id for job in page.jobs]
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+    known = set(acknowledged)
+    extra = [j for j in ids if j not in known]  # schedule slots and ambiguous enqueues
+    report = await check_store(store, fleet.history, enqueued=sorted(known | set(extra)))
+    report.assert_clean()
+    jobs = {j: await store.get(j) for j in ids}
+    fleet.check_fenced_effects(
+        {
+            j: job.lease_token or 0
+            for j, job in jobs.items()
+            if job.state is JobState.SUCCEEDED and job.kind == "work"  # only work writes effects
+        }
+    )
+    poison = [j for j, job in jobs.items() if job.kind == "poison"]
+    assert all(jobs[j].state is JobState.DEAD for j in poison)
+    assert max(connections) <= POOL_BOUND, f"connections per worker: max {max(connections)}"
+    for name, before in warm_rss.items():
+        worker = next(w for _, _, w in slots.values() if w.name == name)
+        if worker.alive:
+            after = rss_kib(worker.pid)
+            print(f"{name}: RSS {before} -> {after} KiB")
+            assert after <= before * 1.10, f"{name}: RSS grew {before} -> {after} KiB"

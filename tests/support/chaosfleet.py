@@ -1,0 +1,191 @@
+"""Worker processes of the chaos tests: ``tests.support.chaosapp`` with per-worker database
+URLs (direct, or through a chaos proxy), extra environment (libfaketime) and a command prefix
+(``ip netns exec``); plus the checks every chaos test runs at the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from rota.domain.errors import StoreUnavailable
+from rota.domain.job import JobState
+from rota.store import Store
+from tests.support.effects import EFFECTS_ENV, PG_EFFECTS_SCHEMA, SQLITE_EFFECTS_SCHEMA
+from tests.support.history import HISTORY_ENV
+from tests.support.processes import REPO_ROOT, Fleet, WorkerProcess, eventually
+
+CHAOS_APP = "tests.support.chaosapp:app"
+PROBES_ENV = "ROTA_CHAOS_PROBES"  # read by chaosapp
+
+
+class ChaosFleet(Fleet):
+    """A Fleet of chaosapp workers; ``effects`` is the fenced store (URL or SQLite path)."""
+
+    def __init__(self, *args: Any, effects: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.effects = effects
+        self.probes = self.directory / "probes"
+        self.probes.mkdir(exist_ok=True)
+        if effects.startswith("postgresql://"):
+            with psycopg.connect(effects, autocommit=True) as conn:
+                conn.execute(PG_EFFECTS_SCHEMA)
+        else:
+            conn = sqlite3.connect(effects)
+            conn.executescript("PRAGMA journal_mode=WAL;" + SQLITE_EFFECTS_SCHEMA)
+            conn.close()
+
+    def start(
+        self,
+        name: str,
+        *,
+        database_url: str | None = None,
+        env: dict[str, str] | None = None,
+        prefix: list[str] | None = None,
+        app: str = CHAOS_APP,
+        **overrides: Any,
+    ) -> WorkerProcess:
+        options = replace(self.options, **overrides)
+        environment = {
+            **os.environ,
+            "ROTA_DATABASE_URL": database_url or self.database_url,
+            HISTORY_ENV: str(self.history),
+            EFFECTS_ENV: self.effects,
+            PROBES_ENV: str(self.probes),
+            "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "src"), str(REPO_ROOT)]),
+            "PYTHONUNBUFFERED": "1",
+            **(env or {}),
+        }
+        stderr_path = self.directory / f"{name}.stderr"
+        with stderr_path.open("ab") as stderr:
+            popen = subprocess.Popen(
+                [
+                    *(prefix or []),
+                    sys.executable,
+                    *("-m", "rota", "worker", "--app", app, "--name", name),
+                    *options.flags(),
+                ],
+                cwd=REPO_ROOT,
+                env=environment,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+            )
+        worker = WorkerProcess(name, popen, stderr_path)
+        self.workers.append(worker)
+        return worker
+
+    def effect_log(self) -> list[tuple[int, str, int, bool]]:
+        """(seq, key, fence, accepted) of every write to the fenced store, in order."""
+        sql = "SELECT seq, key, fence, accepted FROM chaos_effect_log ORDER BY seq"
+        if self.effects.startswith("postgresql://"):
+            with psycopg.connect(self.effects, autocommit=True) as conn:
+                return [tuple(row) for row in conn.execute(sql).fetchall()]  # type: ignore[misc]
+        conn = sqlite3.connect(self.effects)
+        try:
+            return [(s, k, f, bool(a)) for s, k, f, a in conn.execute(sql).fetchall()]
+        finally:
+            conn.close()
+
+    def effects_now(self) -> dict[str, int]:
+        sql = "SELECT key, fence FROM chaos_effects"
+        if self.effects.startswith("postgresql://"):
+            with psycopg.connect(self.effects, autocommit=True) as conn:
+                return dict(conn.execute(sql).fetchall())  # type: ignore[arg-type]
+        conn = sqlite3.connect(self.effects)
+        try:
+            return dict(conn.execute(sql).fetchall())
+        finally:
+            conn.close()
+
+    def check_fenced_effects(self, succeeded: dict[int, int]) -> int:
+        """Assert the fenced store never accepted a lower token after a higher one, and that
+        each succeeded job's effect carries its final token (``succeeded``: id -> token).
+        Returns how many stale writes were rejected."""
+        highest: dict[str, int] = {}
+        rejected = 0
+        for seq, key, fence, accepted in self.effect_log():
+            if accepted:
+                assert fence > highest.get(key, -1), (
+                    f"effect {key}: accepted fence {fence} after {highest[key]} (log seq {seq})"
+                )
+                highest[key] = fence
+            else:
+                rejected += 1
+                assert fence <= highest.get(key, -1), f"effect {key}: fence {fence} rejected"
+        stored = self.effects_now()
+        wrong = {
+            job_id: (token, stored.get(str(job_id)))
+            for job_id, token in succeeded.items()
+            if stored.get(str(job_id)) != token
+        }
+        assert not wrong, f"effects not written by the accepted attempt: {list(wrong.items())[:10]}"
+        return rejected
+
+
+async def all_terminal(store: Store, expected: int, *, within_s: float) -> float:
+    """Wait until ``expected`` jobs are terminal and none pending or running; return how long
+    that took."""
+    start = asyncio.get_running_loop().time()
+
+    async def done() -> bool:
+        try:
+            counts = await store.counts()
+        except StoreUnavailable:  # the test's own connection may be mid-reconnect
+            return False
+        active = counts.total(JobState.PENDING) + counts.total(JobState.RUNNING)
+        terminal = sum(counts.total(s) for s in (JobState.SUCCEEDED, JobState.DEAD))
+        return active == 0 and terminal + counts.total(JobState.CANCELLED) >= expected
+
+    await eventually(done, within_s=within_s, every_s=0.2, what=f"{expected} jobs terminal")
+    return asyncio.get_running_loop().time() - start
+
+
+def sqlite_integrity(path: str | Path) -> str:
+    conn = sqlite3.connect(os.fspath(path), timeout=30)
+    try:
+        return str(conn.execute("PRAGMA integrity_check").fetchone()[0])
+    finally:
+        conn.close()
+
+
+LEASE_AUDIT = """
+CREATE TABLE IF NOT EXISTS chaos_lease_audit (
+    job_id bigint NOT NULL, token bigint NOT NULL, lease_until timestamptz NOT NULL,
+    at timestamptz NOT NULL DEFAULT clock_timestamp());
+CREATE OR REPLACE FUNCTION chaos_audit_lease() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.state = 'running' AND NEW.lease_until IS DISTINCT FROM OLD.lease_until THEN
+        INSERT INTO chaos_lease_audit (job_id, token, lease_until)
+        VALUES (NEW.id, NEW.lease_token, NEW.lease_until);
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE OR REPLACE TRIGGER chaos_audit_lease AFTER UPDATE ON rota_jobs
+    FOR EACH ROW EXECUTE FUNCTION chaos_audit_lease();
+"""
+
+
+def install_lease_audit(url: str) -> None:
+    """Record every lease the store grants or extends (claim, heartbeat) with the DB time,
+    so a test knows the DB instant from which another worker could take a job over."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(LEASE_AUDIT)
+
+
+def lease_grants(url: str, job_id: int, token: int) -> list[float]:
+    """Every lease_until granted to (job, token), as epoch seconds, in the order granted."""
+    sql = (
+        "SELECT extract(epoch FROM lease_until) FROM chaos_lease_audit "
+        "WHERE job_id = %s AND token = %s ORDER BY at"
+    )
+    with psycopg.connect(url, autocommit=True) as conn:
+        return [float(row[0]) for row in conn.execute(sql, [job_id, token]).fetchall()]
