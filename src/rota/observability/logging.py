@@ -90,6 +90,7 @@ def configure_logging(level: str = "info", fmt: str = "text") -> None:
         root.removeHandler(existing)
     root.addHandler(handler)
     root.setLevel(level.upper())
-    # Access logs and driver chatter stay quiet unless asked for.
-    for noisy in ("uvicorn.access", "psycopg.pool"):
-        logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
+    # Access logs stay quiet unless asked for; the connection pool logs every failed attempt
+    # during an outage, which rota already reports once per interval in its own words.
+    logging.getLogger("uvicorn.access").setLevel(max(logging.WARNING, root.level))
+    logging.getLogger("psycopg.pool").setLevel(max(logging.ERROR, root.level))

@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Sequence
 
 from rota.domain.lease import Lease
+from rota.runtime.services import bounded
 from rota.store.base import Store
 
 
@@ -17,9 +18,10 @@ class Completer:
     fenced on its own token; each caller learns whether its lease was accepted.
     """
 
-    def __init__(self, store: Store, *, max_batch: int = 500) -> None:
+    def __init__(self, store: Store, *, max_batch: int = 500, timeout_s: float = 30.0) -> None:
         self._store = store
         self._max_batch = max_batch
+        self._timeout_s = timeout_s
         self._waiting: list[tuple[Lease, asyncio.Future[bool]]] = []
         self._flusher: asyncio.Task[None] | None = None
 
@@ -38,7 +40,11 @@ class Completer:
             batch = self._waiting[: self._max_batch]
             del self._waiting[: self._max_batch]
             try:
-                lost = await self._store.complete_many([lease for lease, _ in batch])
+                lost = await bounded(
+                    self._store.complete_many([lease for lease, _ in batch]),
+                    self._timeout_s,
+                    "completing jobs",
+                )
             except asyncio.CancelledError:
                 for _, future in batch:
                     future.cancel()

@@ -29,6 +29,7 @@ from rota.observability.metrics import Metrics
 from rota.runtime.completions import Completer
 from rota.runtime.context import JobContext
 from rota.runtime.registry import Registry
+from rota.runtime.services import bounded
 from rota.store.base import Store
 
 log = logging.getLogger("rota.worker")
@@ -62,6 +63,8 @@ class Execution:
     #: Set once the outcome is being written: a heartbeat that then finds the lease gone is
     #: seeing our own final write, not a lost lease.
     reporting: bool = False
+    #: Fires when the local lease deadline passes without a successful heartbeat.
+    timer: asyncio.TimerHandle | None = None
 
     @property
     def thread_running(self) -> bool:
@@ -263,7 +266,9 @@ class Executor:
         delay = 0.05
         while True:
             try:
-                return await write()
+                # Bounded: a write stuck on a dead connection must not hold the job forever
+                # (heartbeats on other connections would keep renewing its lease).
+                return await bounded(write(), self._lease_s, "reporting the outcome")
             except StoreUnavailable as error:
                 if self._clock.monotonic() + delay >= execution.deadline:
                     log.warning("could not report the outcome before the lease ran out: %s", error)
@@ -273,7 +278,9 @@ class Executor:
 
     def _lost(self, execution: Execution, during: str) -> None:
         self._metrics.leases_lost.labels(execution.job.kind).inc()
-        log.warning("lease lost before %s: result discarded (job re-claimed or cancelled)", during)
+        # A loss the heartbeat already reported (one line for all its jobs) is detail here.
+        level = logging.INFO if execution.stop is Stop.LEASE_LOST else logging.WARNING
+        log.log(level, "lease lost before %s: result discarded (re-claimed or cancelled)", during)
 
     async def _on_interrupted(self, execution: Execution) -> None:
         """The task was cancelled: report according to why, never as a handler failure."""

@@ -6,9 +6,13 @@ import asyncio
 import contextlib
 import logging
 import random
-from typing import Protocol
+from collections.abc import Awaitable
+from typing import Any, Protocol, TypeVar
 
 from rota.domain.clock import Clock
+from rota.domain.errors import StoreUnavailable
+
+T = TypeVar("T")
 
 log = logging.getLogger("rota.worker")
 
@@ -73,6 +77,31 @@ async def run_service(service: Service, stop: asyncio.Event, clock: Clock) -> No
             failures = 0
             wait = service.interval_s()
         await wait_or_stop(stop, wait)
+
+
+async def bounded(call: Awaitable[T], seconds: float, what: str) -> T:
+    """Await a store call for at most ``seconds``; StoreUnavailable if it has not answered.
+
+    A call on a half-open connection can hang until TCP gives up, and cancelling it can wait
+    again for the server to confirm. So this stops waiting at once and lets the cancelled
+    call wind down in the background: the caller's loop never stalls on a dead socket.
+    """
+    task = asyncio.ensure_future(call)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=max(0.0, seconds))
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    if not done:
+        task.cancel()
+        task.add_done_callback(_consume)
+        raise StoreUnavailable(f"{what} got no answer within {seconds:.1f}s")
+    return task.result()
+
+
+def _consume(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved, so asyncio does not warn about it
 
 
 async def wait_or_stop(stop: asyncio.Event, seconds: float) -> None:

@@ -28,7 +28,7 @@ from rota.runtime.context import JobContext
 from rota.runtime.executor import Execution, Executor, Stop
 from rota.runtime.registry import Registry
 from rota.runtime.rescuer import Rescuer
-from rota.runtime.services import ErrorLog, Service, run_service, wait_or_stop
+from rota.runtime.services import ErrorLog, Service, bounded, run_service, wait_or_stop
 from rota.store.base import Store, WorkerInfo
 
 log = logging.getLogger("rota.worker")
@@ -56,6 +56,8 @@ class WorkerSettings:
     shutdown_timeout: timedelta = timedelta(seconds=30)
     #: Most jobs one claim may take (it never takes more than the free slots).
     claim_batch: int = 100
+    #: Let tenants take turns in each claim, so one tenant's backlog cannot starve another.
+    fair: bool = True
 
     def validated(self) -> WorkerSettings:
         """Self, or InvalidInput naming the setting that cannot work."""
@@ -106,7 +108,7 @@ class Worker:
         self._threads = ThreadPoolExecutor(
             max_workers=self.settings.concurrency, thread_name_prefix="rota-job"
         )
-        self._completer = Completer(store)
+        self._completer = Completer(store, timeout_s=self.settings.lease.total_seconds())
         self._executor = Executor(
             store,
             registry,
@@ -226,8 +228,17 @@ class Worker:
             return []
         sent = self._clock.monotonic()
         try:
-            jobs = await self._store.claim(
-                self.name, queues=self.queues, limit=free, lease=self.settings.lease
+            # Bounded by the lease: an answer later than that is for leases already running out.
+            jobs = await bounded(
+                self._store.claim(
+                    self.name,
+                    queues=self.queues,
+                    limit=free,
+                    lease=self.settings.lease,
+                    fair=self.settings.fair,
+                ),
+                self.settings.lease.total_seconds(),
+                "a claim",
             )
         except Exception:
             self.metrics.claims.labels("error").inc()
@@ -287,12 +298,37 @@ class Worker:
             job=job, ctx=JobContext(job=job, worker=self.name), deadline=deadline, lease=job.lease
         )
         self._held[job.id] = execution
+        self._arm(execution)
         execution.task = asyncio.create_task(self._execute(execution), name=f"rota-job-{job.id}")
+
+    def _arm(self, execution: Execution) -> None:
+        """Stop the handler when its local lease deadline passes, even while a heartbeat is
+        stuck on a dead connection; every successful heartbeat moves the alarm."""
+        if execution.timer is not None:
+            execution.timer.cancel()
+        loop = asyncio.get_running_loop()
+        delay = max(0.0, execution.deadline - self._clock.monotonic())
+        execution.timer = loop.call_later(delay, self._deadline_passed, execution)
+
+    def _deadline_passed(self, execution: Execution) -> None:
+        execution.timer = None
+        if execution.job.id not in self._held or execution.stop is not None:
+            return
+        now = self._clock.monotonic()
+        if now < execution.deadline:
+            self._arm(execution)  # a test's clock, or a heartbeat that landed meanwhile
+            return
+        # Leases run out together (they were renewed together): stop them in one go.
+        self.heartbeater.expire(
+            [e for e in self._held.values() if e.stop is None and e.deadline <= now]
+        )
 
     async def _execute(self, execution: Execution) -> None:
         try:
             await self._executor.run(execution)
         finally:
+            if execution.timer is not None:
+                execution.timer.cancel()
             self._held.pop(execution.job.id, None)
             self._slot_freed.set()
 
@@ -355,7 +391,7 @@ class Worker:
             except Exception as error:
                 failures += 1
                 errors.error("claim failed: %s", error)
-                backoff = min(10.0, 0.1 * 2 ** min(failures, 7)) * (0.5 + random.random())
+                backoff = min(10.0, 0.1 * 2 ** min(failures, 7) * (0.5 + random.random()))
                 await wait_or_stop(self._stop_claiming, backoff)
                 continue
             if failures:
@@ -445,11 +481,12 @@ class Heartbeater:
             return overdue
         sent = worker._clock.monotonic()
         try:
-            lost = await asyncio.wait_for(
+            lost = await bounded(
                 worker._store.heartbeat(
                     [execution.lease for execution in held], lease=worker.settings.lease
                 ),
-                timeout=self.interval_s(),
+                self.interval_s(),
+                "a heartbeat",
             )
         except asyncio.CancelledError:
             raise
@@ -461,6 +498,8 @@ class Heartbeater:
         for execution in held:
             if execution.job.id not in lost_ids:
                 execution.deadline = sent + worker._lease_margin()
+                if execution.stop is None and execution.job.id in worker._held:
+                    worker._arm(execution)
             elif execution.reporting or execution.job.id not in worker._held:
                 continue  # our own final write got there first: not a lost lease
             else:
@@ -476,11 +515,12 @@ class Heartbeater:
 
     def _expire_overdue(self, held: list[Execution]) -> list[Job]:
         now = self._worker._clock.monotonic()
-        overdue = [
-            execution
-            for execution in held
-            if execution.deadline <= now and execution.stop is None and not execution.reporting
-        ]
+        return self.expire(
+            [e for e in held if e.deadline <= now and e.stop is None and not e.reporting]
+        )
+
+    def expire(self, overdue: list[Execution]) -> list[Job]:
+        """Stop handlers whose lease may already belong to another worker."""
         for execution in overdue:
             execution.interrupt(Stop.LEASE_LOST)
         if overdue:

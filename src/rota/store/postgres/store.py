@@ -19,6 +19,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import psycopg
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool
 
@@ -310,6 +311,7 @@ class PostgresStore:
             "autocommit": True,
             # None disables server-side prepared statements (PgBouncer in transaction mode).
             "prepare_threshold": 5 if prepare else None,
+            **_tcp_defaults(conninfo),
         }
         self._pool = AsyncConnectionPool(
             conninfo,
@@ -317,8 +319,12 @@ class PostgresStore:
             max_size=pool_max,
             kwargs=self._connect_kwargs,
             open=False,
-            timeout=30,
-            reconnect_timeout=0,  # keep trying to reconnect for as long as the process lives
+            # Callers wait this long for a connection during an outage, then get
+            # StoreUnavailable (an API answers 503) instead of hanging.
+            timeout=10,
+            # Keep re-creating connections in the background, with backoff, through long
+            # outages; the pool stays usable meanwhile.
+            reconnect_timeout=3600,
         )
         self._opened = False
         self._open_lock = asyncio.Lock()
@@ -1046,7 +1052,7 @@ class PostgresStore:
     # ------------------------------------------------------------------ wake-ups
 
     async def watch(
-        self, on_due: Callable[[datetime | None], None], *, check_every_s: float = 10.0
+        self, on_due: Callable[[datetime | None], None], *, check_every_s: float = 5.0
     ) -> None:
         """LISTEN for new jobs on a dedicated connection until cancelled.
 
@@ -1056,29 +1062,66 @@ class PostgresStore:
         probe is treated as dead (half-open TCP); reconnects back off up to 5 s with jitter.
         """
         delay = 0.1
+        failures = 0
         while True:
             try:
                 conn = await psycopg.AsyncConnection.connect(
-                    self._conninfo, autocommit=True, connect_timeout=10
+                    self._conninfo,
+                    autocommit=True,
+                    connect_timeout=10,
+                    **_tcp_defaults(self._conninfo),
                 )
             except (psycopg.Error, OSError) as error:
-                log.warning("listener cannot connect, retrying in %.1fs: %s", delay, error)
+                # One warning per outage; the retries go to debug.
+                failures += 1
+                level = logging.WARNING if failures == 1 else logging.DEBUG
+                log.log(level, "listener cannot connect, retrying: %s", error)
                 await asyncio.sleep(delay * (0.5 + random.random()))
                 delay = min(delay * 2, 5.0)
                 continue
             try:
                 async with conn:
                     await conn.execute(f"LISTEN {_LISTEN_CHANNEL}")
-                    delay = 0.1
+                    if failures:
+                        log.info("listener reconnected after %d failed attempt(s)", failures)
+                    delay, failures = 0.1, 0
                     on_due(None)
                     while True:
                         async for notice in conn.notifies(timeout=check_every_s):
                             on_due(_due_at(notice.payload))
-                        await asyncio.wait_for(conn.execute("SELECT 1"), timeout=check_every_s)
+                        await _probe(conn, timeout_s=min(3.0, check_every_s))
             except (psycopg.Error, OSError, TimeoutError) as error:
+                failures += 1
                 log.warning("listener connection lost, reconnecting: %s", error)
                 await asyncio.sleep(delay * (0.5 + random.random()))
                 delay = min(delay * 2, 5.0)
+
+
+async def _probe(conn: psycopg.AsyncConnection[Any], *, timeout_s: float) -> None:
+    """A round trip on the listener's connection, or TimeoutError. On a half-open socket the
+    query never answers, and cancelling it would wait for the server again: stop waiting at
+    once and let the connection be closed."""
+    probe = asyncio.ensure_future(conn.execute("SELECT 1"))
+    done, _ = await asyncio.wait({probe}, timeout=timeout_s)
+    if not done:
+        probe.cancel()
+        probe.add_done_callback(lambda task: task.cancelled() or task.exception())
+        raise TimeoutError(f"the listener's connection did not answer within {timeout_s:g}s")
+    probe.result()
+
+
+def _tcp_defaults(conninfo: str) -> dict[str, Any]:
+    """TCP keepalives and a user timeout, unless the URL sets them: a peer that vanished
+    (a partition, a half-open connection) is noticed in seconds, not TCP's minutes."""
+    defaults = {
+        "keepalives": 1,
+        "keepalives_idle": 10,
+        "keepalives_interval": 3,
+        "keepalives_count": 3,
+        "tcp_user_timeout": 20_000,
+    }
+    given = conninfo_to_dict(conninfo)
+    return {key: value for key, value in defaults.items() if key not in given}
 
 
 def _due_at(payload: str) -> datetime | None:
