@@ -159,7 +159,8 @@ export function renderJobs(root, config, params) {
       h("td", {}, job.tenant || ""),
       h("td", { class: "when" }, whenCell(job, now)),
       h("td", { class: "mono" }, job.worker || ""),
-      h("td", { class: "error-cell", title: job.last_error || "" }, job.last_error || ""),
+      // The last error of a job that later succeeded is history, not a problem.
+      h("td", { class: job.state === "succeeded" ? "error-cell muted" : "error-cell", title: job.last_error || "" }, job.last_error || ""),
       h("td", { class: "row-actions" }, actionButtons(job, config, () => loop.refresh())),
     )));
   });

@@ -4,7 +4,7 @@
 import { getJSON } from "./api.js";
 import { appendChildren, h, replaceChildren } from "./dom.js";
 import { throughputChart } from "./chart.js";
-import { badge, count, duration, limitTarget, rateText } from "./format.js";
+import { badge, count, duration, limitTarget, rateText, relative } from "./format.js";
 import { poller, presets } from "./ui.js";
 
 const STATES = ["pending", "running", "succeeded", "dead", "cancelled"];
@@ -45,6 +45,23 @@ function flowLine(el, queueData, limitData) {
   return new Set(paused.map((queue) => queue.name));
 }
 
+// The next runs of every active schedule, soonest first.
+function upcomingRuns(el, data) {
+  const nowMs = Date.parse(data.now);
+  const runs = data.schedules
+    .filter((schedule) => !schedule.paused)
+    .flatMap((schedule) => schedule.next_runs.slice(0, 3).map((at) => ({ at, schedule })))
+    .sort((a, b) => Date.parse(a.at) - Date.parse(b.at))
+    .slice(0, 6);
+  replaceChildren(el, runs.length
+    ? runs.map(({ at, schedule }) => h("tr", {},
+      h("td", {}, h("a", { href: "#/schedules" }, schedule.name)),
+      h("td", {}, schedule.kind),
+      h("td", { class: "muted" }, schedule.description),
+      h("td", { class: "num", title: at }, relative(at, nowMs))))
+    : h("tr", {}, h("td", { class: "muted", colspan: 4 }, "No active schedules.")));
+}
+
 function card(label, value, extra) {
   return h("div", { class: "card" }, h("div", { class: "card-label" }, label), h("div", { class: "card-value" }, value), extra);
 }
@@ -54,6 +71,7 @@ export function renderOverview(root, config) {
   const chart = h("div", { class: "chart-box" });
   const queues = h("tbody");
   const flow = h("p", { class: "flow", hidden: true });
+  const upcoming = h("tbody");
   let loop = null;
   appendChildren(root,
     h("h1", { text: "Overview" }),
@@ -70,11 +88,17 @@ export function renderOverview(root, config) {
     h("table", { class: "grid" },
       h("thead", {}, h("tr", {}, h("th", { text: "queue" }), STATES.map((st) => h("th", { class: "num" }, badge(st))))),
       queues),
+    h("h2", { text: "Upcoming schedule runs" }),
+    h("table", { class: "grid" },
+      h("thead", {}, h("tr", {}, ["schedule", "kind", "rule", "when"].map((t) => h("th", { text: t })))),
+      upcoming),
   );
   loop = poller(async () => {
-    const [stats, queueData, limitData] = await Promise.all([
+    const [stats, queueData, limitData, scheduleData] = await Promise.all([
       getJSON("/api/stats"), getJSON("/api/queues"), getJSON("/api/limits"),
+      getJSON("/api/schedules"),
     ]);
+    upcomingRuns(upcoming, scheduleData);
     const paused = flowLine(flow, queueData, limitData);
     const exact = stats.counts.exact;
     replaceChildren(cards,
