@@ -10,17 +10,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
-from collections import Counter
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeAlias
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import psycopg
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict
-from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool
 
 from rota.domain.clock import Clock, utc
@@ -33,13 +29,9 @@ from rota.domain.errors import (
     StoreUnavailable,
 )
 from rota.domain.flow import (
-    EVERY_TENANT,
-    Budget,
-    Key,
     Limit,
     LimitScope,
     claim_order,
-    select,
     validate_queue,
 )
 from rota.domain.job import (
@@ -72,17 +64,24 @@ from rota.store.base import (
     encode_cursor,
 )
 from rota.store.postgres import schedules
+from rota.store.postgres.enqueue import (
+    COPY_THRESHOLD,
+    Flow,
+    copy_jobs,
+    drive_async,
+    drive_sync,
+    enqueue_flow,
+    is_keyed,
+)
+from rota.store.postgres.filters import where
+from rota.store.postgres.limits import claim_limited, limits_in_use
+from rota.store.postgres.listen import listen, tcp_defaults
 from rota.store.postgres.queries import JOB_COLUMNS, migrations, query
+from rota.store.postgres.rows import Row, micros, row_to_job, us
 
 log = logging.getLogger("rota.store.postgres")
 
-Row: TypeAlias = tuple[Any, ...]
-#: A statement to run and the rows it returned: the steps of a sans-I/O flow.
-Step: TypeAlias = tuple[str, dict[str, Any]]
-Flow: TypeAlias = Generator[Step, list[Row], Any]
 
-#: From this many jobs without unique keys, enqueue uses COPY instead of one INSERT.
-COPY_THRESHOLD = 2_000
 #: How many (tenant, priority) groups one claim walks per queue; more tenants than this are
 #: reached over successive claims, each starting after the last tenant served.
 MAX_CLAIM_GROUPS = 64
@@ -90,207 +89,9 @@ MAX_CLAIM_GROUPS = 64
 EXACT_COUNT_LIMIT = 200_000
 _OUR_PARAMS = {"pool_min", "pool_max", "prepare"}
 _MIGRATION_LOCK = 0x726F7461  # "rota": the advisory lock that serialises migrators
-_LISTEN_CHANNEL = "rota_jobs"
-
-
-def row_to_job(row: Row) -> Job:
-    """A Job from a row selected with JOB_COLUMNS."""
-    timeout_us = row[12]
-    return Job(
-        id=row[0],
-        kind=row[1],
-        queue=row[2],
-        payload=row[3],
-        state=JobState(row[4]),
-        priority=row[5],
-        run_at=row[6],
-        attempt=row[7],
-        max_attempts=row[8],
-        created_at=row[9],
-        tenant=row[10],
-        unique_key=row[11],
-        timeout=timedelta(microseconds=timeout_us) if timeout_us is not None else None,
-        lease_token=row[13],
-        lease_until=row[14],
-        worker=row[15],
-        started_at=row[16],
-        finished_at=row[17],
-        last_error=row[18],
-        schedule=row[19],
-        slot_at=row[20],
-    )
-
-
-def _candidate(row: Row) -> Job:
-    """A claim candidate with just the fields the budget and the claim order look at."""
-    job_id, kind, queue, tenant, priority, run_at, state, attempt, max_attempts, created = row
-    return Job(
-        id=job_id,
-        kind=kind,
-        queue=queue,
-        payload=None,
-        state=JobState(state),
-        priority=priority,
-        run_at=run_at,
-        attempt=attempt,
-        max_attempts=max_attempts,
-        created_at=created,
-        tenant=tenant,
-    )
-
-
-def counted_keys_of(queue: str, kind: str, tenant: str | None) -> list[Key]:
-    keys: list[Key] = [(LimitScope.QUEUE, queue), (LimitScope.KIND, kind)]
-    if tenant is not None:
-        keys.append((LimitScope.TENANT, tenant))
-    return keys
-
-
-def _micros(value: int | None) -> datetime | None:
-    if value is None:
-        return None
-    return datetime.fromtimestamp(0, UTC) + timedelta(microseconds=value)
-
-
-def _spec_key(spec: JobSpec) -> tuple[str | None, str | None, datetime | None]:
-    return (spec.unique_key, spec.schedule, spec.slot_at)
-
-
-def _copy_line(job_id: int, spec: JobSpec, now: datetime, now_text: str) -> str:
-    """One row of COPY text for a keyless spec. Names are [A-Za-z0-9_.:-] by validation and
-    compact JSON never holds a raw tab or newline, so only the JSON's backslashes need escaping."""
-    payload = spec.payload_json.replace("\\", "\\\\")
-    tenant = spec.tenant if spec.tenant is not None else _COPY_NULL
-    timeout = str(_us(spec.timeout)) if spec.timeout is not None else _COPY_NULL
-    due = now_text if spec.run_at is None and spec.delay is None else spec.due_at(now).isoformat()
-    fields = (
-        str(job_id),
-        spec.kind,
-        spec.queue,
-        payload,
-        str(spec.priority),
-        due,
-        str(spec.max_attempts),
-        tenant,
-        timeout,
-        now_text,
-    )
-    return "\t".join(fields) + "\n"
 
 
 _COPY_NULL = "\\N"
-
-
-def _row_matches_key(row: Row, spec: JobSpec) -> bool:
-    """Whether an inserted row (id, run_at, created_at, unique_key, schedule, slot_at) is the
-    one ``spec`` asked for."""
-    if spec.schedule is not None and spec.slot_at is not None:
-        return bool(row[4] == spec.schedule and row[5] == spec.slot_at)
-    return bool(row[3] == spec.unique_key)
-
-
-def _new_job(spec: JobSpec, job_id: int, run_at: datetime, created_at: datetime) -> Job:
-    """The job just inserted for ``spec``: everything else is what the spec said."""
-    return Job(
-        id=job_id,
-        kind=spec.kind,
-        queue=spec.queue,
-        payload=spec.payload,
-        state=JobState.PENDING,
-        priority=spec.priority,
-        run_at=run_at,
-        attempt=0,
-        max_attempts=spec.max_attempts,
-        created_at=created_at,
-        tenant=spec.tenant,
-        unique_key=spec.unique_key,
-        timeout=spec.timeout,
-        schedule=spec.schedule,
-        slot_at=spec.slot_at,
-    )
-
-
-def _job_matches_key(job: Job, spec: JobSpec) -> bool:
-    if spec.schedule is not None and spec.slot_at is not None:
-        return job.schedule == spec.schedule and job.slot_at == spec.slot_at
-    return job.unique_key == spec.unique_key
-
-
-def _is_keyed(spec: JobSpec) -> bool:
-    return spec.unique_key is not None or (spec.schedule is not None and spec.slot_at is not None)
-
-
-def enqueue_flow(specs: Sequence[JobSpec], now: datetime | None) -> Flow:
-    """The statements of an enqueue, independent of how they are executed.
-
-    A spec not inserted because its key is taken resolves to the job holding the key; if that
-    job finished between our insert and our lookup, the spec is inserted again (bounded).
-    """
-    results: list[EnqueueResult | None] = [None] * len(specs)
-    todo = list(range(len(specs)))
-    for _ in range(5):
-        batch = [specs[i] for i in todo]
-        rows = yield query("enqueue"), _enqueue_params(batch, now)
-        # Rows come back in insertion order (ids ascending): walk them beside the specs; a
-        # keyed spec whose key does not match the next row was a duplicate.
-        inserted = iter(sorted(rows))
-        row = next(inserted, None)
-        duplicates: list[int] = []
-        for index in todo:
-            spec = specs[index]
-            if row is not None and (not _is_keyed(spec) or _row_matches_key(row, spec)):
-                job_id, run_at, created_at = row[0], row[1], row[2]
-                results[index] = EnqueueResult(_new_job(spec, job_id, run_at, created_at))
-                row = next(inserted, None)
-            else:
-                duplicates.append(index)
-        if not duplicates:
-            break
-        keyed = [specs[i] for i in duplicates]
-        rows = yield (
-            query("existing_for_keys"),
-            {
-                "unique_keys": [s.unique_key for s in keyed if s.unique_key is not None],
-                "schedules": [s.schedule for s in keyed if s.schedule and s.slot_at],
-                "slots": [s.slot_at for s in keyed if s.schedule and s.slot_at],
-            },
-        )
-        holders = [row_to_job(row) for row in rows]
-        todo = []
-        for index in duplicates:
-            spec = specs[index]
-            holder = next((job for job in holders if _job_matches_key(job, spec)), None)
-            if holder is None:
-                todo.append(index)  # the holder finished meanwhile: insert again
-            else:
-                results[index] = EnqueueResult(holder, duplicate=True)
-        if not todo:
-            break
-    if any(result is None for result in results):
-        raise StoreUnavailable("enqueue kept racing with jobs holding the same unique keys")
-    return results
-
-
-def _enqueue_params(specs: Sequence[JobSpec], now: datetime | None) -> dict[str, Any]:
-    return {
-        "now": now,
-        "kind": [s.kind for s in specs],
-        "queue": [s.queue for s in specs],
-        "payload": [s.payload_json for s in specs],
-        "priority": [s.priority for s in specs],
-        "run_at": [s.run_at for s in specs],
-        "delay_us": [_us(s.delay) if s.delay is not None else 0 for s in specs],
-        "max_attempts": [s.max_attempts for s in specs],
-        "tenant": [s.tenant for s in specs],
-        "unique_key": [s.unique_key for s in specs],
-        "timeout_us": [_us(s.timeout) if s.timeout is not None else None for s in specs],
-        "schedule": [s.schedule for s in specs],
-        "slot_at": [s.slot_at for s in specs],
-    }
-
-
-def _us(delta: timedelta) -> int:
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
 class PostgresStore:
@@ -311,7 +112,7 @@ class PostgresStore:
             "autocommit": True,
             # None disables server-side prepared statements (PgBouncer in transaction mode).
             "prepare_threshold": 5 if prepare else None,
-            **_tcp_defaults(conninfo),
+            **tcp_defaults(conninfo),
         }
         self._pool = AsyncConnectionPool(
             conninfo,
@@ -384,7 +185,7 @@ class PostgresStore:
 
     async def _run_flow(self, flow: Flow) -> Any:
         async with self._connection() as conn, conn.transaction():
-            return await _drive_async(conn, flow)
+            return await drive_async(conn, flow)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -440,7 +241,7 @@ class PostgresStore:
         if not specs:
             return []
         at = self._now(now)
-        if any(_is_keyed(spec) for spec in specs):
+        if any(is_keyed(spec) for spec in specs):
             # Duplicates are looked up and raced inserts retried: one transaction for all.
             results: list[EnqueueResult] = await self._run_flow(enqueue_flow(specs, at))
             return results
@@ -448,28 +249,12 @@ class PostgresStore:
             return await self._copy(specs, at)
         # Nothing can conflict: one INSERT statement is atomic on its own (one round trip).
         async with self._connection() as conn:
-            plain: list[EnqueueResult] = await _drive_async(conn, enqueue_flow(specs, at))
+            plain: list[EnqueueResult] = await drive_async(conn, enqueue_flow(specs, at))
         return plain
 
     async def _copy(self, specs: Sequence[JobSpec], now: datetime | None) -> list[EnqueueResult]:
-        """A large keyless batch by COPY: ids are reserved first, so every job is known."""
         async with self._connection() as conn, conn.transaction():
-            cursor = await conn.execute(query("reserve_ids"), {"now": now, "count": len(specs)})
-            row = await cursor.fetchone()
-            assert row is not None
-            at, ids = row
-            at_text = at.isoformat()
-            async with cursor.copy(query("copy_jobs")) as copy:
-                for start in range(0, len(specs), 5_000):
-                    chunk = zip(
-                        ids[start : start + 5_000], specs[start : start + 5_000], strict=True
-                    )
-                    lines = (_copy_line(i, spec, at, at_text) for i, spec in chunk)
-                    await copy.write("".join(lines))
-        return [
-            EnqueueResult(_new_job(spec, job_id, spec.due_at(at), at))
-            for job_id, spec in zip(ids, specs, strict=True)
-        ]
+            return await copy_jobs(conn, specs, now)
 
     async def enqueue_on(
         self, connection: psycopg.AsyncConnection[Any], specs: Sequence[JobSpec]
@@ -482,11 +267,11 @@ class PostgresStore:
         if connection.autocommit:
             # No transaction of the caller's to join: the batch is atomic on its own.
             async with connection.transaction():
-                results: list[EnqueueResult] = await _drive_async(connection, flow)
+                results: list[EnqueueResult] = await drive_async(connection, flow)
             return results
         # Join the caller's transaction. psycopg opens one implicitly on the first statement
         # if none is open; transaction() here would instead commit on exit.
-        joined: list[EnqueueResult] = await _drive_async(connection, flow)
+        joined: list[EnqueueResult] = await drive_async(connection, flow)
         return joined
 
     def enqueue_on_sync(
@@ -498,9 +283,9 @@ class PostgresStore:
         flow = enqueue_flow(specs, self._now(None))
         if connection.autocommit:
             with connection.transaction():
-                results: list[EnqueueResult] = _drive_sync(connection, flow)
+                results: list[EnqueueResult] = drive_sync(connection, flow)
             return results
-        joined: list[EnqueueResult] = _drive_sync(connection, flow)
+        joined: list[EnqueueResult] = drive_sync(connection, flow)
         return joined
 
     # ------------------------------------------------------------------ claim and leases
@@ -542,76 +327,8 @@ class PostgresStore:
         return jobs
 
     async def _claim_limited(self, params: dict[str, Any], limit: int) -> list[Job]:
-        """Claim under the limits' budget, in one transaction that holds every limit row's
-        lock, so concurrent limited claims run one after another and none overshoots."""
         async with self._connection() as conn, conn.transaction():
-            limits = {
-                (LimitScope(scope), key): Limit(
-                    LimitScope(scope),
-                    key,
-                    concurrency,
-                    rate,
-                    timedelta(microseconds=period_us) if period_us else None,
-                )
-                for scope, key, concurrency, rate, period_us in await (
-                    await conn.execute(query("lock_limits"))
-                ).fetchall()
-            }
-            [(at,)] = await (await conn.execute(query("now"), params)).fetchall()
-            running: dict[Key, int] = {}
-            for queue, kind, tenant, count in await (
-                await conn.execute(query("running_counts"), params)
-            ).fetchall():
-                for key in counted_keys_of(queue, kind, tenant):
-                    running[key] = running.get(key, 0) + count
-            periods = [lim.period for lim in limits.values() if lim.period is not None]
-            starts: dict[Key, list[datetime]] = {}
-            if periods:
-                rows = await (
-                    await conn.execute(query("recent_starts"), {**params, "period": max(periods)})
-                ).fetchall()
-                starts = {(LimitScope(scope), key): list(at_) for scope, key, at_ in rows}
-            budget = Budget(limits, running, starts, at)
-            full = budget.exhausted()
-            queues = [q for q in params["queues"] if (LimitScope.QUEUE, q) not in full]
-            candidates = await (
-                await conn.execute(
-                    query("claim_candidates"),
-                    {
-                        **params,
-                        "queues": queues,
-                        "take": min(4 * limit, 1000),
-                        "limited": True,
-                        "blocked_kinds": [k for s, k in full if s is LimitScope.KIND],
-                        "blocked_tenants": [k for s, k in full if s is LimitScope.TENANT],
-                    },
-                )
-            ).fetchall()
-            chosen = select(
-                (_candidate(row) for row in candidates),
-                limit=limit,
-                budget=budget,
-                fair=params["fair"],
-            )
-            if not chosen:
-                return []
-            rows = await (
-                await conn.execute(
-                    query("claim_ids"), {**params, "ids": [job.id for job in chosen]}
-                )
-            ).fetchall()
-            if budget.started:
-                tally = Counter(budget.started)
-                await conn.execute(
-                    query("record_starts"),
-                    {
-                        "now": params["now"],
-                        "scopes": [scope.value for scope, _ in tally],
-                        "keys": [key for _, key in tally],
-                        "counts": list(tally.values()),
-                    },
-                )
-        return [row_to_job(row) for row in rows]
+            return await claim_limited(conn, params, limit)
 
     async def heartbeat(
         self, leases: Sequence[Lease], *, lease: timedelta, now: datetime | None = None
@@ -758,9 +475,9 @@ class PostgresStore:
             states &= {state.value for state in filter.states}
         if not states:
             return []
-        where, params = _where(filter, states_override=sorted(states))
+        clause, params = where(filter, states_override=sorted(states))
         statement = sql.SQL("SELECT id FROM rota_jobs WHERE {} ORDER BY id LIMIT {}").format(
-            where, sql.Literal(max(0, min(limit, MAX_BULK)))
+            clause, sql.Literal(max(0, min(limit, MAX_BULK)))
         )
         async with self._connection() as conn:
             rows = await (await conn.execute(statement, params)).fetchall()
@@ -778,13 +495,13 @@ class PostgresStore:
         self, filter: JobFilter, *, cursor: str | None = None, limit: int = 50
     ) -> Page:
         limit = max(1, min(limit, MAX_PAGE_SIZE))
-        where, params = _where(filter)
+        clause, params = where(filter)
         if cursor is not None:
             params["after"] = decode_cursor(cursor)
-            where = sql.SQL("{} AND id < %(after)s").format(where)
+            clause = sql.SQL("{} AND id < %(after)s").format(clause)
         statement = sql.SQL(
             "SELECT " + JOB_COLUMNS + " FROM rota_jobs WHERE {} ORDER BY id DESC LIMIT {}"
-        ).format(where, sql.Literal(limit + 1))
+        ).format(clause, sql.Literal(limit + 1))
         async with self._connection() as conn:
             rows = await (await conn.execute(statement, params)).fetchall()
         jobs = [row_to_job(row) for row in rows[:limit]]
@@ -821,9 +538,9 @@ class PostgresStore:
         )
 
     async def count_jobs(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
-        where, params = _where(filter)
+        clause, params = where(filter)
         params["limit"] = max(0, limit)
-        statement = sql.SQL(query("count_jobs")).format(where=where)
+        statement = sql.SQL(query("count_jobs")).format(where=clause)
         async with self._connection() as conn:
             row = await (await conn.execute(statement, params)).fetchone()
         return int(row[0]) if row else 0
@@ -852,8 +569,8 @@ class PostgresStore:
                 attempt=entry["attempt"],
                 token=entry["token"],
                 worker=entry.get("worker"),
-                started_at=_micros(entry.get("started_us")) or datetime.fromtimestamp(0, UTC),
-                finished_at=_micros(entry.get("finished_us")),
+                started_at=micros(entry.get("started_us")) or datetime.fromtimestamp(0, UTC),
+                finished_at=micros(entry.get("finished_us")),
                 outcome=Outcome(entry["outcome"]),
                 error=entry.get("error"),
                 traceback=entry.get("traceback"),
@@ -1009,7 +726,7 @@ class PostgresStore:
                 "key": limit.key,
                 "concurrency": limit.concurrency,
                 "rate": limit.rate,
-                "period_us": _us(limit.period) if limit.period is not None else None,
+                "period_us": us(limit.period) if limit.period is not None else None,
             },
         )
 
@@ -1018,32 +735,8 @@ class PostgresStore:
         return bool(rows)
 
     async def list_limits(self, *, now: datetime | None = None) -> list[LimitInfo]:
-        params = {"now": self._now(now)}
         async with self._connection() as conn:
-            rows = await (await conn.execute(query("list_limits"))).fetchall()
-            running_rows = await (await conn.execute(query("running_counts"), params)).fetchall()
-            start_rows = await (await conn.execute(query("all_starts"))).fetchall()
-            [(at,)] = await (await conn.execute(query("now"), params)).fetchall()
-        running: dict[Key, int] = {}
-        for queue, kind, tenant, count in running_rows:
-            for scope, name in counted_keys_of(queue, kind, tenant):
-                for key in ((scope, name), (scope, EVERY_TENANT)):
-                    running[key] = running.get(key, 0) + count
-        infos = []
-        for scope, key, concurrency, rate, period_us in rows:
-            period = timedelta(microseconds=period_us) if period_us else None
-            limit = Limit(LimitScope(scope), key, concurrency, rate, period)
-            recent = 0
-            if period is not None:
-                recent = sum(
-                    1
-                    for start_scope, start_key, starts in start_rows
-                    if start_scope == scope and (start_key == key or key == EVERY_TENANT)
-                    for instant in starts
-                    if instant > at - period
-                )
-            infos.append(LimitInfo(limit, running.get(limit.ident, 0), recent))
-        return infos
+            return await limits_in_use(conn, {"now": self._now(now)})
 
     async def running_by_tenant(self, *, now: datetime | None = None) -> dict[str, int]:
         rows = await self._fetch("running_by_tenant", {"now": self._now(now)})
@@ -1054,128 +747,5 @@ class PostgresStore:
     async def watch(
         self, on_due: Callable[[datetime | None], None], *, check_every_s: float = 5.0
     ) -> None:
-        """LISTEN for new jobs on a dedicated connection until cancelled.
-
-        Calls ``on_due(run_at)`` for each notification (the earliest run_at of the jobs it
-        announces), and ``on_due(None)`` after every (re)connect, since jobs may have arrived
-        while nobody listened. A connection that stops answering a periodic
-        probe is treated as dead (half-open TCP); reconnects back off up to 5 s with jitter.
-        """
-        delay = 0.1
-        failures = 0
-        while True:
-            try:
-                conn = await psycopg.AsyncConnection.connect(
-                    self._conninfo,
-                    autocommit=True,
-                    connect_timeout=10,
-                    **_tcp_defaults(self._conninfo),
-                )
-            except (psycopg.Error, OSError) as error:
-                # One warning per outage; the retries go to debug.
-                failures += 1
-                level = logging.WARNING if failures == 1 else logging.DEBUG
-                log.log(level, "listener cannot connect, retrying: %s", error)
-                await asyncio.sleep(delay * (0.5 + random.random()))
-                delay = min(delay * 2, 5.0)
-                continue
-            try:
-                async with conn:
-                    await conn.execute(f"LISTEN {_LISTEN_CHANNEL}")
-                    if failures:
-                        log.info("listener reconnected after %d failed attempt(s)", failures)
-                    delay, failures = 0.1, 0
-                    on_due(None)
-                    while True:
-                        async for notice in conn.notifies(timeout=check_every_s):
-                            on_due(_due_at(notice.payload))
-                        await _probe(conn, timeout_s=min(3.0, check_every_s))
-            except (psycopg.Error, OSError, TimeoutError) as error:
-                failures += 1
-                log.warning("listener connection lost, reconnecting: %s", error)
-                await asyncio.sleep(delay * (0.5 + random.random()))
-                delay = min(delay * 2, 5.0)
-
-
-async def _probe(conn: psycopg.AsyncConnection[Any], *, timeout_s: float) -> None:
-    """A round trip on the listener's connection, or TimeoutError. On a half-open socket the
-    query never answers, and cancelling it would wait for the server again: stop waiting at
-    once and let the connection be closed."""
-    probe = asyncio.ensure_future(conn.execute("SELECT 1"))
-    done, _ = await asyncio.wait({probe}, timeout=timeout_s)
-    if not done:
-        probe.cancel()
-        probe.add_done_callback(lambda task: task.cancelled() or task.exception())
-        raise TimeoutError(f"the listener's connection did not answer within {timeout_s:g}s")
-    probe.result()
-
-
-def _tcp_defaults(conninfo: str) -> dict[str, Any]:
-    """TCP keepalives and a user timeout, unless the URL sets them: a peer that vanished
-    (a partition, a half-open connection) is noticed in seconds, not TCP's minutes."""
-    defaults = {
-        "keepalives": 1,
-        "keepalives_idle": 10,
-        "keepalives_interval": 3,
-        "keepalives_count": 3,
-        "tcp_user_timeout": 20_000,
-    }
-    given = conninfo_to_dict(conninfo)
-    return {key: value for key, value in defaults.items() if key not in given}
-
-
-def _due_at(payload: str) -> datetime | None:
-    """The run_at announced by a notification ("<queue> <epoch us>"); None if unreadable."""
-    _, _, micros = payload.rpartition(" ")
-    return _micros(int(micros)) if micros.isdigit() else None
-
-
-def _where(
-    filter: JobFilter, *, states_override: Iterable[str] | None = None
-) -> tuple[sql.Composable, dict[str, Any]]:
-    """A WHERE clause for ``filter``, from fixed fragments and parameters only."""
-    clauses: list[sql.Composable] = [sql.SQL("TRUE")]
-    params: dict[str, Any] = {}
-    states = (
-        list(states_override)
-        if states_override is not None
-        else (sorted(s.value for s in filter.states) if filter.states is not None else None)
-    )
-    if states is not None:
-        clauses.append(sql.SQL("state = ANY(%(states)s::text[])"))
-        params["states"] = states
-    for column in ("kind", "queue", "tenant", "schedule"):
-        value = getattr(filter, column)
-        if value is not None:
-            clauses.append(sql.SQL("{} = %({})s").format(sql.Identifier(column), sql.SQL(column)))
-            params[column] = value
-    if filter.search is not None:
-        if filter.search_id is not None:
-            clauses.append(sql.SQL("(id = %(search_id)s OR unique_key = %(search)s)"))
-            params["search_id"] = filter.search_id
-        else:
-            clauses.append(sql.SQL("unique_key = %(search)s"))
-        params["search"] = filter.search
-    return sql.SQL(" AND ").join(clauses), params
-
-
-async def _drive_async(conn: psycopg.AsyncConnection[TupleRow], flow: Flow) -> Any:
-    try:
-        statement, params = next(flow)
-        while True:
-            cursor = await conn.execute(statement, params)
-            rows = await cursor.fetchall() if cursor.description else []
-            statement, params = flow.send(rows)
-    except StopIteration as done:
-        return done.value
-
-
-def _drive_sync(conn: psycopg.Connection[Any], flow: Flow) -> Any:
-    try:
-        statement, params = next(flow)
-        while True:
-            cursor = conn.execute(statement, params)
-            rows = cursor.fetchall() if cursor.description else []
-            statement, params = flow.send(rows)
-    except StopIteration as done:
-        return done.value
+        """LISTEN for new jobs on a dedicated connection until cancelled (see listen)."""
+        await listen(self._conninfo, on_due, check_every_s=check_every_s)

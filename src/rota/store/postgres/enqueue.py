@@ -1,0 +1,200 @@
+"""Enqueueing on PostgreSQL: the statements as a sans-I/O flow, and COPY for large batches.
+
+The flow is a generator of (statement, parameters) steps that receives each step's rows, so
+the same logic runs on the store's pool, on a caller's async connection and on a caller's sync
+connection (transactional enqueue) without a hand-kept twin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from datetime import datetime
+from typing import Any, TypeAlias
+
+import psycopg
+from psycopg.rows import TupleRow
+
+from rota.domain.errors import StoreUnavailable
+from rota.domain.job import EnqueueResult, Job, JobSpec, JobState
+from rota.store.postgres.queries import query
+from rota.store.postgres.rows import Row, row_to_job, us
+
+#: A statement to run and the rows it returned: the steps of a sans-I/O flow.
+Step: TypeAlias = tuple[str, dict[str, Any]]
+Flow: TypeAlias = Generator[Step, list[Row], Any]
+
+#: From this many jobs without unique keys, enqueue uses COPY instead of one INSERT.
+COPY_THRESHOLD = 2_000
+COPY_NULL = "\\N"
+
+
+def enqueue_flow(specs: Sequence[JobSpec], now: datetime | None) -> Flow:
+    """The statements of an enqueue, independent of how they are executed.
+
+    A spec not inserted because its key is taken resolves to the job holding the key; if that
+    job finished between our insert and our lookup, the spec is inserted again (bounded).
+    """
+    results: list[EnqueueResult | None] = [None] * len(specs)
+    todo = list(range(len(specs)))
+    for _ in range(5):
+        batch = [specs[i] for i in todo]
+        rows = yield query("enqueue"), enqueue_params(batch, now)
+        # Rows come back in insertion order (ids ascending): walk them beside the specs; a
+        # keyed spec whose key does not match the next row was a duplicate.
+        inserted = iter(sorted(rows))
+        row = next(inserted, None)
+        duplicates: list[int] = []
+        for index in todo:
+            spec = specs[index]
+            if row is not None and (not is_keyed(spec) or row_matches_key(row, spec)):
+                job_id, run_at, created_at = row[0], row[1], row[2]
+                results[index] = EnqueueResult(new_job(spec, job_id, run_at, created_at))
+                row = next(inserted, None)
+            else:
+                duplicates.append(index)
+        if not duplicates:
+            break
+        keyed = [specs[i] for i in duplicates]
+        rows = yield (
+            query("existing_for_keys"),
+            {
+                "unique_keys": [s.unique_key for s in keyed if s.unique_key is not None],
+                "schedules": [s.schedule for s in keyed if s.schedule and s.slot_at],
+                "slots": [s.slot_at for s in keyed if s.schedule and s.slot_at],
+            },
+        )
+        holders = [row_to_job(row) for row in rows]
+        todo = []
+        for index in duplicates:
+            spec = specs[index]
+            holder = next((job for job in holders if job_matches_key(job, spec)), None)
+            if holder is None:
+                todo.append(index)  # the holder finished meanwhile: insert again
+            else:
+                results[index] = EnqueueResult(holder, duplicate=True)
+        if not todo:
+            break
+    if any(result is None for result in results):
+        raise StoreUnavailable("enqueue kept racing with jobs holding the same unique keys")
+    return results
+
+
+def enqueue_params(specs: Sequence[JobSpec], now: datetime | None) -> dict[str, Any]:
+    return {
+        "now": now,
+        "kind": [s.kind for s in specs],
+        "queue": [s.queue for s in specs],
+        "payload": [s.payload_json for s in specs],
+        "priority": [s.priority for s in specs],
+        "run_at": [s.run_at for s in specs],
+        "delay_us": [us(s.delay) if s.delay is not None else 0 for s in specs],
+        "max_attempts": [s.max_attempts for s in specs],
+        "tenant": [s.tenant for s in specs],
+        "unique_key": [s.unique_key for s in specs],
+        "timeout_us": [us(s.timeout) if s.timeout is not None else None for s in specs],
+        "schedule": [s.schedule for s in specs],
+        "slot_at": [s.slot_at for s in specs],
+    }
+
+
+def is_keyed(spec: JobSpec) -> bool:
+    return spec.unique_key is not None or (spec.schedule is not None and spec.slot_at is not None)
+
+
+def job_matches_key(job: Job, spec: JobSpec) -> bool:
+    if spec.schedule is not None and spec.slot_at is not None:
+        return job.schedule == spec.schedule and job.slot_at == spec.slot_at
+    return job.unique_key == spec.unique_key
+
+
+def row_matches_key(row: Row, spec: JobSpec) -> bool:
+    """Whether an inserted row (id, run_at, created_at, unique_key, schedule, slot_at) is the
+    one ``spec`` asked for."""
+    if spec.schedule is not None and spec.slot_at is not None:
+        return bool(row[4] == spec.schedule and row[5] == spec.slot_at)
+    return bool(row[3] == spec.unique_key)
+
+
+def new_job(spec: JobSpec, job_id: int, run_at: datetime, created_at: datetime) -> Job:
+    """The job just inserted for ``spec``: everything else is what the spec said."""
+    return Job(
+        id=job_id,
+        kind=spec.kind,
+        queue=spec.queue,
+        payload=spec.payload,
+        state=JobState.PENDING,
+        priority=spec.priority,
+        run_at=run_at,
+        attempt=0,
+        max_attempts=spec.max_attempts,
+        created_at=created_at,
+        tenant=spec.tenant,
+        unique_key=spec.unique_key,
+        timeout=spec.timeout,
+        schedule=spec.schedule,
+        slot_at=spec.slot_at,
+    )
+
+
+def copy_line(job_id: int, spec: JobSpec, now: datetime, now_text: str) -> str:
+    """One row of COPY text for a keyless spec. Names are [A-Za-z0-9_.:-] by validation and
+    compact JSON never holds a raw tab or newline, so only the JSON's backslashes need escaping."""
+    payload = spec.payload_json.replace("\\", "\\\\")
+    tenant = spec.tenant if spec.tenant is not None else COPY_NULL
+    timeout = str(us(spec.timeout)) if spec.timeout is not None else COPY_NULL
+    due = now_text if spec.run_at is None and spec.delay is None else spec.due_at(now).isoformat()
+    fields = (
+        str(job_id),
+        spec.kind,
+        spec.queue,
+        payload,
+        str(spec.priority),
+        due,
+        str(spec.max_attempts),
+        tenant,
+        timeout,
+        now_text,
+    )
+    return "\t".join(fields) + "\n"
+
+
+async def copy_jobs(
+    conn: psycopg.AsyncConnection[TupleRow], specs: Sequence[JobSpec], now: datetime | None
+) -> list[EnqueueResult]:
+    """A large keyless batch by COPY, inside the caller's transaction: ids are reserved first,
+    so every job is known without reading the rows back."""
+    cursor = await conn.execute(query("reserve_ids"), {"now": now, "count": len(specs)})
+    row = await cursor.fetchone()
+    assert row is not None
+    at, ids = row
+    at_text = at.isoformat()
+    async with cursor.copy(query("copy_jobs")) as copy:
+        for start in range(0, len(specs), 5_000):
+            chunk = zip(ids[start : start + 5_000], specs[start : start + 5_000], strict=True)
+            await copy.write("".join(copy_line(i, spec, at, at_text) for i, spec in chunk))
+    return [
+        EnqueueResult(new_job(spec, job_id, spec.due_at(at), at))
+        for job_id, spec in zip(ids, specs, strict=True)
+    ]
+
+
+async def drive_async(conn: psycopg.AsyncConnection[TupleRow], flow: Flow) -> Any:
+    try:
+        statement, params = next(flow)
+        while True:
+            cursor = await conn.execute(statement, params)
+            rows = await cursor.fetchall() if cursor.description else []
+            statement, params = flow.send(rows)
+    except StopIteration as done:
+        return done.value
+
+
+def drive_sync(conn: psycopg.Connection[Any], flow: Flow) -> Any:
+    try:
+        statement, params = next(flow)
+        while True:
+            cursor = conn.execute(statement, params)
+            rows = cursor.fetchall() if cursor.description else []
+            statement, params = flow.send(rows)
+    except StopIteration as done:
+        return done.value

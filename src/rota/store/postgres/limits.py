@@ -1,0 +1,119 @@
+"""Limited claims and limit usage on PostgreSQL: claims serialise on the limit rows' locks,
+count what the ones before them committed, and choose under the domain's Budget."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+from psycopg.rows import TupleRow
+
+from rota.domain.flow import EVERY_TENANT, Budget, Key, Limit, LimitScope, select
+from rota.domain.job import Job
+from rota.store.base import LimitInfo
+from rota.store.postgres.queries import query
+from rota.store.postgres.rows import candidate_job, counted_keys_of, row_to_job
+
+
+async def claim_limited(
+    conn: psycopg.AsyncConnection[TupleRow], params: dict[str, Any], limit: int
+) -> list[Job]:
+    """Claim under the limits' budget, in one transaction that holds every limit row's
+    lock, so concurrent limited claims run one after another and none overshoots."""
+    limits = {
+        (LimitScope(scope), key): Limit(
+            LimitScope(scope),
+            key,
+            concurrency,
+            rate,
+            timedelta(microseconds=period_us) if period_us else None,
+        )
+        for scope, key, concurrency, rate, period_us in await (
+            await conn.execute(query("lock_limits"))
+        ).fetchall()
+    }
+    [(at,)] = await (await conn.execute(query("now"), params)).fetchall()
+    running: dict[Key, int] = {}
+    for queue, kind, tenant, count in await (
+        await conn.execute(query("running_counts"), params)
+    ).fetchall():
+        for key in counted_keys_of(queue, kind, tenant):
+            running[key] = running.get(key, 0) + count
+    periods = [lim.period for lim in limits.values() if lim.period is not None]
+    starts: dict[Key, list[datetime]] = {}
+    if periods:
+        rows = await (
+            await conn.execute(query("recent_starts"), {**params, "period": max(periods)})
+        ).fetchall()
+        starts = {(LimitScope(scope), key): list(at_) for scope, key, at_ in rows}
+    budget = Budget(limits, running, starts, at)
+    full = budget.exhausted()
+    queues = [q for q in params["queues"] if (LimitScope.QUEUE, q) not in full]
+    candidates = await (
+        await conn.execute(
+            query("claim_candidates"),
+            {
+                **params,
+                "queues": queues,
+                "take": min(4 * limit, 1000),
+                "limited": True,
+                "blocked_kinds": [k for s, k in full if s is LimitScope.KIND],
+                "blocked_tenants": [k for s, k in full if s is LimitScope.TENANT],
+            },
+        )
+    ).fetchall()
+    chosen = select(
+        (candidate_job(row) for row in candidates),
+        limit=limit,
+        budget=budget,
+        fair=params["fair"],
+    )
+    if not chosen:
+        return []
+    rows = await (
+        await conn.execute(query("claim_ids"), {**params, "ids": [job.id for job in chosen]})
+    ).fetchall()
+    if budget.started:
+        tally = Counter(budget.started)
+        await conn.execute(
+            query("record_starts"),
+            {
+                "now": params["now"],
+                "scopes": [scope.value for scope, _ in tally],
+                "keys": [key for _, key in tally],
+                "counts": list(tally.values()),
+            },
+        )
+    return [row_to_job(row) for row in rows]
+
+
+async def limits_in_use(
+    conn: psycopg.AsyncConnection[TupleRow], params: dict[str, Any]
+) -> list[LimitInfo]:
+    """Every limit with what is using it now: live running jobs and starts in its period."""
+    rows = await (await conn.execute(query("list_limits"))).fetchall()
+    running_rows = await (await conn.execute(query("running_counts"), params)).fetchall()
+    start_rows = await (await conn.execute(query("all_starts"))).fetchall()
+    [(at,)] = await (await conn.execute(query("now"), params)).fetchall()
+    running: dict[Key, int] = {}
+    for queue, kind, tenant, count in running_rows:
+        for scope, name in counted_keys_of(queue, kind, tenant):
+            for key in ((scope, name), (scope, EVERY_TENANT)):
+                running[key] = running.get(key, 0) + count
+    infos = []
+    for scope, key, concurrency, rate, period_us in rows:
+        period = timedelta(microseconds=period_us) if period_us else None
+        limit = Limit(LimitScope(scope), key, concurrency, rate, period)
+        recent = 0
+        if period is not None:
+            recent = sum(
+                1
+                for start_scope, start_key, starts in start_rows
+                if start_scope == scope and (start_key == key or key == EVERY_TENANT)
+                for instant in starts
+                if instant > at - period
+            )
+        infos.append(LimitInfo(limit, running.get(limit.ident, 0), recent))
+    return infos
