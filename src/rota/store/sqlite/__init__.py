@@ -5,6 +5,8 @@
     store.py        SqliteStore: the Store verbs, each one transaction
     connection.py   the connection and its thread: pragmas, BEGIN IMMEDIATE, busy retries
     claims.py       claim and every fenced write after it; rescue
+    candidates.py   what a claim chooses among: a walk over (queue, tenant, priority, kind)
+    flow.py         paused queues, limits, and the running counts and starts budgets start from
     jobs.py         enqueue, operator verbs, reads, prune
     workers.py      the workers registry
     rows.py         rows <-> domain objects; instants as integer microseconds

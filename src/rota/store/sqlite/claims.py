@@ -1,7 +1,9 @@
 """Claims on SQLite and every write after them: leases, fencing tokens, attempts, rescue.
 
-Each function is the body of one write transaction (``Database.write`` runs it inside
-``BEGIN IMMEDIATE``), so it sees and changes the database as the only writer. Fenced writes
+A claim reads its candidates through ``candidates`` and, when limits exist, chooses among
+them under a budget from ``flow``. Each function is the body of one write transaction
+(``Database.write`` runs it inside ``BEGIN IMMEDIATE``), so it sees and changes the database
+as the only writer: a budget read at its start stays exact to its end. Fenced writes
 still carry ``state = 'running' AND lease_token = ?`` in their UPDATE: the condition is the
 contract, not an optimisation, and it keeps each statement correct on its own.
 """
@@ -10,9 +12,11 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from rota.domain.errors import LeaseLost
+from rota.domain.flow import LimitScope
 from rota.domain.job import (
     MAX_ERROR_LENGTH,
     MAX_TRACEBACK_LENGTH,
@@ -23,6 +27,7 @@ from rota.domain.job import (
 )
 from rota.domain.lease import Lease
 from rota.store.base import RescueResult
+from rota.store.sqlite import candidates, flow
 from rota.store.sqlite.rows import (
     JOB_COLUMNS,
     chunks,
@@ -36,37 +41,6 @@ from rota.store.sqlite.rows import (
 
 LEASE_EXPIRED = "lease expired"
 LAST_ATTEMPT_EXPIRED = "lease expired on the last attempt"
-
-#: Up to this many queues, claim reads each queue's due jobs from the index already in claim
-#: order and stops at the limit; beyond it, one IN list (which sorts every due job) is simpler.
-_PER_QUEUE_BRANCHES = 32
-
-_CANDIDATE_COLUMNS = "id, state, lease_token, priority, run_at"
-
-_DUE_IN_QUEUE = f"""
-SELECT * FROM (
-    SELECT {_CANDIDATE_COLUMNS} FROM rota_jobs
-    WHERE state = 'pending' AND queue = ? AND run_at <= ?
-    ORDER BY priority DESC, run_at, id LIMIT ?
-)"""
-
-_DUE_IN_QUEUES = f"""
-SELECT * FROM (
-    SELECT {_CANDIDATE_COLUMNS} FROM rota_jobs
-    WHERE state = 'pending' AND queue IN ({{queues}}) AND run_at <= ?
-    ORDER BY priority DESC, run_at, id LIMIT ?
-)"""
-
-# A lease is held through its lease_until instant and expired strictly after it.
-# INDEXED BY (here and below): without statistics SQLite prefers the (state, id) index and
-# would walk every running job instead of the expired range of the partial index.
-_EXPIRED_IN_QUEUES = f"""
-SELECT * FROM (
-    SELECT {_CANDIDATE_COLUMNS} FROM rota_jobs INDEXED BY rota_jobs_leases
-    WHERE state = 'running' AND lease_until < ? AND attempt < max_attempts
-      AND queue IN ({{queues}})
-    ORDER BY priority DESC, run_at, id LIMIT ?
-)"""
 
 _ADVANCE_TOKEN = (
     "UPDATE rota_meta SET value = value + ? WHERE name = 'fencing_token' RETURNING value"
@@ -87,6 +61,15 @@ VALUES (?, ?, ?, ?, ?, 'running')
 """
 
 
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """The jobs a claim leased, in the order it chose them, and where the next claim's walk
+    over tenants starts."""
+
+    jobs: list[Job]
+    after: str
+
+
 def claim(
     conn: sqlite3.Connection,
     worker: str,
@@ -94,55 +77,82 @@ def claim(
     limit: int,
     lease: timedelta,
     at: datetime,
-) -> list[Job]:
-    """Lease up to ``limit`` due or expired jobs in claim order; see ``Store.claim``."""
+    *,
+    fair: bool,
+    after: str,
+) -> Claimed:
+    """Lease up to ``limit`` due or expired jobs; see ``Store.claim``. The walk over tenants
+    starts after ``after`` (the last tenant served, for the store's previous claim)."""
     wanted = list(dict.fromkeys(queues))
     if limit <= 0 or not wanted:
-        return []
-    at_us = to_us(at)
-    sql, params = _candidates(wanted, clamp(limit), at_us)
-    picked: list[tuple[int, str, int | None, int, int]] = conn.execute(sql, params).fetchall()
-    if not picked:
+        return Claimed([], after)
+    limit = clamp(limit)
+    paused = flow.paused_queues(conn)
+    wanted = [queue for queue in wanted if queue not in paused]
+    found = flow.limits(conn) if wanted else {}
+    usage = flow.usage(conn, found, at) if found else None
+    full = usage.budget().exhausted() if usage is not None else set()
+    if all((LimitScope.QUEUE, queue) in full for queue in wanted):
+        return Claimed([], after)
+    blocked = candidates.Blocked(
+        queues=frozenset(key for scope, key in full if scope is LimitScope.QUEUE),
+        kinds=frozenset(key for scope, key in full if scope is LimitScope.KIND),
+        tenants=frozenset(key for scope, key in full if scope is LimitScope.TENANT),
+    )
+    if not fair:  # in plain claim order a job nothing can start is simply not a candidate
+        wanted = [queue for queue in wanted if queue not in blocked.queues]
+    walk = candidates.walk(conn, wanted, after)
+    choice = candidates.choose(
+        conn,
+        walk.groups,
+        queues=wanted,
+        at_us=to_us(at),
+        limit=limit,
+        fair=fair,
+        usage=usage,
+        blocked=blocked,
+    )
+    jobs = _take(conn, worker, choice, lease, at)
+    if usage is not None and choice.budget is not None and choice.budget.started:
+        flow.record_starts(conn, usage.limits, choice.budget.started, at)
+    # The next walk starts after the last tenant served, so tenants beyond MAX_CLAIM_GROUPS
+    # get their turn; after a walk cut short that found too little, beyond the cut.
+    if walk.cut_at is not None and len(jobs) < limit:
+        after = walk.cut_at
+    elif jobs:
+        after = max(job.tenant or "" for job in jobs)
+    return Claimed(jobs, after)
+
+
+def _take(
+    conn: sqlite3.Connection,
+    worker: str,
+    choice: candidates.Choice,
+    lease: timedelta,
+    at: datetime,
+) -> list[Job]:
+    """Lease the chosen jobs (candidates read in this transaction), tokens in chosen order."""
+    if not choice.ids:
         return []
     # One counter row, advanced by the batch size inside this write transaction: the tokens
     # first..last are ours alone, and larger than any token issued before by any process.
-    (last,) = conn.execute(_ADVANCE_TOKEN, (len(picked),)).fetchone()
-    first = last - len(picked) + 1
-    expired = [
-        token for _, state, token, _, _ in picked if state == JobState.RUNNING and token is not None
-    ]
-    end_attempts(conn, expired, at_us, Outcome.LEASE_EXPIRED, LEASE_EXPIRED)
-    taken = [(job_id, first + index) for index, (job_id, *_) in enumerate(picked)]
+    (last,) = conn.execute(_ADVANCE_TOKEN, (len(choice.ids),)).fetchone()
+    first = last - len(choice.ids) + 1
+    at_us = to_us(at)
+    end_attempts(conn, choice.expired_tokens, at_us, Outcome.LEASE_EXPIRED, LEASE_EXPIRED)
+    taken = [(job_id, first + index) for index, job_id in enumerate(choice.ids)]
     lease_until_us = to_us(at + lease)
     jobs: list[Job] = []
     for part in chunks(taken):
         sql = _TAKE.format(pairs=pair_values(len(part)))
         rows = conn.execute(sql, [*_flat(part), lease_until_us, worker, at_us]).fetchall()
         jobs += [job_from_row(row) for row in rows]
-    # RETURNING yields rows in no promised order; the tokens were handed out in claim order.
+    # RETURNING yields rows in no promised order; the tokens were handed out in chosen order.
     jobs.sort(key=lambda job: job.lease_token or 0)
     conn.executemany(
         _BEGIN_ATTEMPT, [(job.lease_token, job.id, job.attempt, worker, at_us) for job in jobs]
     )
     return jobs
-
-
-def _candidates(queues: list[str], limit: int, at_us: int) -> tuple[str, list[object]]:
-    """The claim-order SELECT of due pending jobs and expired leases with attempts left."""
-    branches: list[str] = []
-    params: list[object] = []
-    if len(queues) <= _PER_QUEUE_BRANCHES:
-        for queue in queues:
-            branches.append(_DUE_IN_QUEUE)
-            params += [queue, at_us, limit]
-    else:
-        branches.append(_DUE_IN_QUEUES.format(queues=marks(len(queues))))
-        params += [*queues, at_us, limit]
-    branches.append(_EXPIRED_IN_QUEUES.format(queues=marks(len(queues))))
-    params += [at_us, *queues, limit]
-    sql = "\nUNION ALL\n".join(branches) + "\nORDER BY priority DESC, run_at, id LIMIT ?"
-    params.append(limit)
-    return sql, params
 
 
 def heartbeat(

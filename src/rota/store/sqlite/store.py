@@ -18,6 +18,7 @@ from functools import partial
 
 from rota.domain.clock import Clock, SystemClock, utc
 from rota.domain.errors import LeaseLost, RotaError
+from rota.domain.flow import Limit, LimitScope
 from rota.domain.job import Attempt, EnqueueResult, Job, JobSpec, JobState, Outcome
 from rota.domain.lease import Lease
 from rota.domain.schedule import ScheduleSpec
@@ -26,13 +27,15 @@ from rota.store.base import (
     MAX_BULK,
     Counts,
     JobFilter,
+    LimitInfo,
     Page,
+    QueueInfo,
     RescueResult,
     ThroughputBucket,
     WorkerInfo,
     decode_cursor,
 )
-from rota.store.sqlite import claims, jobs, migrations, schedules, workers
+from rota.store.sqlite import claims, flow, jobs, migrations, schedules, workers
 from rota.store.sqlite.connection import Database
 from rota.store.sqlite.rows import to_us
 from rota.store.sqlite.url import DEFAULT_BUSY_TIMEOUT_MS, SqliteOptions, parse_url
@@ -65,6 +68,8 @@ class SqliteStore:
         self._db = Database(options)
         self._wakeups: list[Callable[[datetime | None], None]] = []
         self._wakeups_lock = threading.Lock()
+        #: The tenant after which this store's next claim walks the groups (see claims.claim).
+        self._after = ""
 
     @classmethod
     def from_url(cls, url: str, *, clock: Clock | None = None) -> SqliteStore:
@@ -178,14 +183,20 @@ class SqliteStore:
         queues: Sequence[str],
         limit: int,
         lease: timedelta,
+        fair: bool = True,
         now: datetime | None = None,
     ) -> list[Job]:
         if limit <= 0 or not queues:
             return []
         wanted = list(queues)
-        return await self._db.write(
-            lambda conn: claims.claim(conn, worker, wanted, limit, lease, self._at(now))
+        after = self._after
+        claimed = await self._db.write(
+            lambda conn: claims.claim(
+                conn, worker, wanted, limit, lease, self._at(now), fair=fair, after=after
+            )
         )
+        self._after = claimed.after
+        return claimed.jobs
 
     # ------------------------------------------------------------------ fenced writes
 
@@ -296,6 +307,30 @@ class SqliteStore:
     async def prune(self, *, older_than: datetime, limit: int = 10_000) -> int:
         cutoff = utc(older_than)
         return await self._db.write(lambda conn: jobs.prune(conn, cutoff, limit))
+
+    # ------------------------------------------------------------------ flow control
+
+    async def pause_queue(self, queue: str, *, now: datetime | None = None) -> QueueInfo:
+        return await self._db.write(lambda conn: flow.set_paused(conn, queue, True, self._at(now)))
+
+    async def resume_queue(self, queue: str, *, now: datetime | None = None) -> QueueInfo:
+        return await self._db.write(lambda conn: flow.set_paused(conn, queue, False, self._at(now)))
+
+    async def list_queues(self) -> list[QueueInfo]:
+        return await self._db.read(flow.list_queues)
+
+    async def set_limit(self, limit: Limit, *, now: datetime | None = None) -> None:
+        await self._db.write(lambda conn: flow.set_limit(conn, limit, self._at(now)))
+
+    async def delete_limit(self, scope: LimitScope, key: str) -> bool:
+        scope = LimitScope(scope)
+        return await self._db.write(lambda conn: flow.delete_limit(conn, scope, key))
+
+    async def list_limits(self, *, now: datetime | None = None) -> list[LimitInfo]:
+        return await self._db.read(lambda conn: flow.list_limits(conn, self._at(now)))
+
+    async def running_by_tenant(self, *, now: datetime | None = None) -> dict[str, int]:
+        return await self._db.read(lambda conn: flow.running_by_tenant(conn, self._at(now)))
 
     # ------------------------------------------------------------------ workers registry
 
