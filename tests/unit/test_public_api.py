@@ -1,0 +1,60 @@
+"""The public surface of ``import rota``: pinned, so any change to it is deliberate."""
+
+from __future__ import annotations
+
+import rota
+
+PUBLIC = [
+    "App",
+    "Attempt",
+    "EnqueueResult",
+    "InvalidInput",
+    "InvalidJob",
+    "InvalidSchedule",
+    "Job",
+    "JobContext",
+    "JobFilter",
+    "JobNotFound",
+    "JobSpec",
+    "JobState",
+    "Lease",
+    "LeaseLost",
+    "Limit",
+    "LimitInfo",
+    "LimitScope",
+    "MigrationsPending",
+    "Misfire",
+    "Overlap",
+    "Permanent",
+    "QueueInfo",
+    "QueueStatus",
+    "RetryPolicy",
+    "RotaError",
+    "Rule",
+    "Schedule",
+    "ScheduleNotFound",
+    "ScheduleSpec",
+    "Snooze",
+    "StateConflict",
+    "StoreUnavailable",
+    "Worker",
+    "WorkerSettings",
+    "__version__",
+]
+
+
+def test_the_public_names_are_exactly_these() -> None:
+    assert rota.__all__ == PUBLIC
+
+
+def test_every_public_name_exists() -> None:
+    missing = [name for name in rota.__all__ if not hasattr(rota, name)]
+    assert missing == []
+
+
+def test_the_handler_signals_are_not_rota_errors() -> None:
+    # Permanent and Snooze travel from user code to the worker, never out of rota.
+    assert not issubclass(rota.Permanent, rota.RotaError)
+    assert not issubclass(rota.Snooze, rota.RotaError)
+    assert issubclass(rota.LeaseLost, rota.RotaError)
+    assert issubclass(rota.InvalidJob, ValueError)
