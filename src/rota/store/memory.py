@@ -380,6 +380,7 @@ class MemoryStore:
                 lease_until=None,
                 last_error=error_text,
             )
+            self._announce(at + retry_in)
             return JobState.PENDING
 
     async def snooze(self, lease: Lease, delay: timedelta, *, now: datetime | None = None) -> None:
@@ -399,6 +400,13 @@ class MemoryStore:
         self._jobs[job.id] = replace(
             job, state=JobState.PENDING, run_at=run_at, attempt=job.attempt - 1, lease_until=None
         )
+        self._announce(run_at)
+
+    def _announce(self, run_at: datetime) -> None:
+        """Tell watchers a job became pending (due at ``run_at``), as enqueue does. The
+        callbacks only schedule a wake-up; they never call back into the store."""
+        for callback in list(self._wakeups):
+            callback(run_at)
 
     def _finish(
         self,
@@ -465,6 +473,7 @@ class MemoryStore:
         )
         if job.unique_key is not None:
             self._active_keys[job.unique_key] = job.id
+        self._announce(at)
 
     async def cancel(self, job_id: int, *, now: datetime | None = None) -> Job:
         with self._lock:
@@ -599,6 +608,8 @@ class MemoryStore:
                         last_error="lease expired",
                     )
                     requeued.append(job.id)
+            if requeued:
+                self._announce(at)
         return RescueResult(dead=dead, requeued=requeued)
 
     async def prune(self, *, older_than: datetime, limit: int = 10_000) -> int:

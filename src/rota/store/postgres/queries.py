@@ -31,6 +31,15 @@ _TALLY = """
     FROM done WHERE state IN ('succeeded', 'dead', 'cancelled') GROUP BY state
     ON CONFLICT (minute, state) DO UPDATE SET n = rota_finished_per_minute.n + excluded.n
 """.strip()
+#: Wakes workers for the rows of a CTE named "done" that became pending (the same message
+#: the insert trigger sends), sent on commit; "woke" must be referenced for it to run.
+_WAKE = """
+    wake AS (
+        SELECT pg_notify('rota_jobs',
+                         queue || ' ' || (extract(epoch FROM min(run_at)) * 1000000)::bigint)
+        FROM done WHERE state = 'pending' GROUP BY queue
+    ), woke AS (SELECT count(*) FROM wake)
+""".strip()
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 
 
@@ -52,6 +61,7 @@ def queries() -> dict[str, str]:
             .replace("{j.job_columns}", _QUALIFIED_COLUMNS)
             .replace("{null_job_columns}", _NULL_COLUMNS)
             .replace("{tally}", _TALLY)
+            .replace("{wake}", _WAKE)
             .replace("{schedule_columns}", SCHEDULE_COLUMNS)
         )
     return named

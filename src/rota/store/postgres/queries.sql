@@ -2,7 +2,8 @@
 -- Conventions: %(now)s is NULL in production, so coalesce(%(now)s, now()) is the database's
 -- clock (workers' clocks never decide anything); tests pass a fake instant instead.
 -- Every write after a claim is fenced: WHERE state = 'running' AND lease_token = <token>.
--- {tally} adds the terminal transitions of the CTE "done" to rota_finished_per_minute.
+-- {tally} adds the terminal transitions of the CTE "done" to rota_finished_per_minute;
+-- {wake} notifies workers of the jobs "done" made pending (due now or later), on commit.
 
 -- name: now
 SELECT coalesce(%(now)s::timestamptz, now());
@@ -271,12 +272,13 @@ UPDATE rota_jobs SET
         'finished_us', (extract(epoch FROM coalesce(%(now)s::timestamptz, now())) * 1000000)::bigint,
         'outcome', 'failed', 'error', %(error)s::text, 'traceback', %(traceback)s::text))
 WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s
-RETURNING id, state
-), tally AS ({tally})
-SELECT state FROM done;
+RETURNING id, state, queue, run_at
+), tally AS ({tally}), {wake}
+SELECT state FROM done, woke;
 
 -- name: give_back
 -- Snooze and release: pending again at run_at, and the attempt does not count.
+WITH done AS (
 UPDATE rota_jobs SET
     state = 'pending',
     run_at = coalesce(%(now)s::timestamptz, now()) + %(delay)s::interval,
@@ -288,14 +290,19 @@ UPDATE rota_jobs SET
         'finished_us', (extract(epoch FROM coalesce(%(now)s::timestamptz, now())) * 1000000)::bigint,
         'outcome', %(outcome)s::text))
 WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s
-RETURNING id;
+RETURNING id, state, queue, run_at
+), {wake}
+SELECT id FROM done, woke;
 
 -- name: retry
+WITH done AS (
 UPDATE rota_jobs SET state = 'pending', run_at = coalesce(%(now)s::timestamptz, now()),
     attempt = 0, max_attempts = greatest(max_attempts, %(max_attempts)s::int),
     lease_until = NULL, finished_at = NULL
 WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('dead', 'cancelled')
-RETURNING {job_columns};
+RETURNING {job_columns}
+), {wake}
+SELECT done.* FROM done, woke;
 
 -- name: cancel
 WITH done AS (
@@ -351,9 +358,9 @@ UPDATE rota_jobs j SET
                       THEN 'lease expired on the last attempt' ELSE 'lease expired' END))
 FROM expired
 WHERE j.id = expired.id AND j.state = 'running' AND j.lease_token = expired.lease_token
-RETURNING j.id, j.state
-), tally AS ({tally})
-SELECT id, state FROM done;
+RETURNING j.id, j.state, j.queue, j.run_at
+), tally AS ({tally}), {wake}
+SELECT id, state FROM done, woke;
 
 -- name: prune
 WITH gone_stats AS (

@@ -231,11 +231,14 @@ class SqliteStore:
         permanent: bool = False,
         now: datetime | None = None,
     ) -> JobState:
-        return await self._db.write(
+        state: JobState = await self._db.write(
             lambda conn: claims.fail(
                 conn, lease, error, retry_in, traceback, permanent, self._at(now)
             )
         )
+        if state is JobState.PENDING:
+            self._woken(self._at(now) + retry_in)
+        return state
 
     async def snooze(self, lease: Lease, delay: timedelta, *, now: datetime | None = None) -> None:
         def body(conn: sqlite3.Connection) -> None:
@@ -243,6 +246,7 @@ class SqliteStore:
             claims.give_back(conn, lease, at + delay, Outcome.SNOOZED, at)
 
         await self._db.write(body)
+        self._woken(self._at(now) + delay)
 
     async def release(self, lease: Lease, *, now: datetime | None = None) -> None:
         def body(conn: sqlite3.Connection) -> None:
@@ -250,23 +254,29 @@ class SqliteStore:
             claims.give_back(conn, lease, at, Outcome.RELEASED, at)
 
         await self._db.write(body)
+        self._woken(self._at(now))
 
     # ------------------------------------------------------------------ operator verbs
 
     async def retry(
         self, job_id: int, *, max_attempts: int | None = None, now: datetime | None = None
     ) -> Job:
-        return await self._db.write(
+        job: Job = await self._db.write(
             lambda conn: jobs.retry(conn, job_id, max_attempts, self._at(now))
         )
+        self._woken(job.run_at)
+        return job
 
     async def cancel(self, job_id: int, *, now: datetime | None = None) -> Job:
         return await self._db.write(lambda conn: jobs.cancel(conn, job_id, self._at(now)))
 
     async def bulk_retry(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
-        return await self._db.write(
+        done: int = await self._db.write(
             lambda conn: jobs.bulk_retry(conn, filter, limit, self._at(None))
         )
+        if done:
+            self._woken(self._at(None))
+        return done
 
     async def bulk_cancel(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
         return await self._db.write(
@@ -302,7 +312,12 @@ class SqliteStore:
     # ------------------------------------------------------------------ maintenance
 
     async def rescue(self, *, now: datetime | None = None, limit: int = 1000) -> RescueResult:
-        return await self._db.write(lambda conn: claims.rescue(conn, limit, self._at(now)))
+        result: RescueResult = await self._db.write(
+            lambda conn: claims.rescue(conn, limit, self._at(now))
+        )
+        if result.requeued:
+            self._woken(self._at(now))
+        return result
 
     async def prune(self, *, older_than: datetime, limit: int = 10_000) -> int:
         cutoff = utc(older_than)
