@@ -146,3 +146,16 @@ async def test_a_zero_concurrency_limit_holds_a_kind_while_others_flow(store: St
     jobs = [await store.get(job_id) for job_id in await claim(store)]
     assert [job.kind for job in jobs] == ["free"]
     assert (await store.counts()).by_state[JobState.PENDING] == 1
+
+
+async def test_a_due_tenant_behind_many_idle_tenants_is_reached(store: Store) -> None:
+    """Claims walk a bounded number of tenants; those with only future jobs must not hide a
+    tenant with due work behind them for ever."""
+    await store.enqueue(
+        [JobSpec(kind="a", tenant=f"t{i:03d}", delay=timedelta(hours=1)) for i in range(150)]
+    )
+    [due] = await store.enqueue([JobSpec(kind="a", tenant="zzz")])
+    for _ in range(5):
+        if due.job.id in await claim(store):
+            return
+    raise AssertionError("the due tenant was never reached")

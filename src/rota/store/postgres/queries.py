@@ -24,6 +24,10 @@ SCHEDULE_COLUMNS = (
 
 _QUALIFIED_COLUMNS = ", ".join("j." + column.strip() for column in JOB_COLUMNS.split(","))
 _NULL_COLUMNS = ", ".join("NULL" for _ in JOB_COLUMNS.split(","))
+#: The claim's "walk was cut" row: every job column NULL but the tenant, which carries g.last.
+_WALK_MARKER = ", ".join(
+    "g.last" if column.strip() == "tenant" else "NULL" for column in JOB_COLUMNS.split(",")
+)
 #: Counts the rows of a CTE named "done" that reached a terminal state, per minute.
 _TALLY = """
     INSERT INTO rota_finished_per_minute (minute, state, n)
@@ -60,6 +64,7 @@ def queries() -> dict[str, str]:
             body.replace("{job_columns}", JOB_COLUMNS)
             .replace("{j.job_columns}", _QUALIFIED_COLUMNS)
             .replace("{null_job_columns}", _NULL_COLUMNS)
+            .replace("{walk_marker_columns}", _WALK_MARKER)
             .replace("{tally}", _TALLY)
             .replace("{wake}", _WAKE)
             .replace("{schedule_columns}", SCHEDULE_COLUMNS)

@@ -163,13 +163,23 @@ WHERE j.id = chosen.id
 -- name: claim
 -- One statement for a claim when no limit exists. If one does, it claims nothing and returns
 -- a row of NULLs, and the store takes the limited path (claim_candidates in a transaction).
+-- When the walk was cut short, a last row (NULLs but for its tenant) names the last tenant
+-- walked, so the next claim can start beyond it even if this one found nothing due.
 {_candidates}, taken AS (
 {_take}
 RETURNING {j.job_columns}
 )
 SELECT * FROM taken
 UNION ALL
-SELECT {null_job_columns} WHERE EXISTS (SELECT 1 FROM rota_limits);
+SELECT {null_job_columns} WHERE EXISTS (SELECT 1 FROM rota_limits)
+UNION ALL
+SELECT {walk_marker_columns} FROM (
+    SELECT CASE WHEN count(*) FILTER (WHERE tenant <= %(after)s) > 0
+                THEN max(tenant) FILTER (WHERE tenant <= %(after)s)
+                ELSE max(tenant) END AS last
+    FROM groups
+    HAVING count(*) >= %(max_groups)s
+) AS g;
 
 -- name: claim_candidates
 -- The limited path: candidates, locked until the transaction ends, for the store to choose

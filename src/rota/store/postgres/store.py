@@ -316,13 +316,20 @@ class PostgresStore:
             "limited": False,
         }
         rows = await self._fetch("claim", params)
-        if rows and rows[-1][0] is None:  # a limit exists: claim under its budget instead
+        markers = [row for row in rows if row[0] is None]
+        walked_to = next((row[10] for row in markers if row[10] is not None), None)
+        if any(row[10] is None for row in markers):  # a limit exists: claim under its budget
             jobs = await self._claim_limited(params, limit)
         else:
-            jobs = [row_to_job(row) for row in rows]
-        if jobs and fair:
-            # The next claim's walk over tenants starts after the last tenant served here.
+            jobs = [row_to_job(row) for row in rows if row[0] is not None]
+        if fair and jobs:
+            # The next claim's walk over tenants starts after the last tenant served here...
             self._after = max(job.tenant or "" for job in jobs)
+        if fair and walked_to is not None and len(jobs) < limit:
+            # ...or, when the walk was cut short before the batch filled, after the last
+            # tenant it reached: tenants beyond the first groups (say, all with only future
+            # jobs) get their turn on the next claim instead of never.
+            self._after = walked_to
         jobs.sort(key=claim_order)
         return jobs
 
