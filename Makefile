@@ -51,7 +51,11 @@ test-fast: setup ## Unit and contract tests (seconds)
 
 .PHONY: test
 test: setup ## The whole test suite (PostgreSQL tests skip with a hint when no server is found)
-	$(BIN)/pytest -q $(PYTEST_ARGS)
+	@# The soak (10 minutes under CI=true, skipped otherwise) runs beside everything else.
+	@$(BIN)/pytest -q -m soak -p no:cacheprovider $(PYTEST_ARGS) > .soak.log 2>&1 & soak=$$!; \
+	$(BIN)/pytest -q -m "not soak" $(PYTEST_ARGS); rest=$$?; \
+	wait $$soak; soaked=$$?; echo "== soak"; tail -n 30 .soak.log; rm -f .soak.log; \
+	test $$rest -eq 0 -a $$soaked -eq 0
 
 .PHONY: ci
 ci: ## What CI runs on a clean clone (.ci/run): packages, PostgreSQL, lint, types, every test
