@@ -506,10 +506,13 @@ def _duration(field: str, value: object) -> timedelta:
 
 
 def _settings(options: dict[str, Any], *, default_poll: float | None) -> WorkerSettings:
-    durations = ("lease", "heartbeat", "poll", "rescue", "shutdown_timeout")
+    durations = ("lease", "heartbeat", "poll", "rescue", "shutdown_timeout", "retention")
     values: dict[str, Any] = {}
     for key, value in options.items():
         if value is None:
+            continue
+        if key == "retention" and value == "off":
+            values[key] = None
             continue
         if key in durations and not isinstance(value, timedelta):
             value = timedelta(seconds=float(value))

@@ -48,6 +48,13 @@ def parse_duration(text: str, *, what: str = "duration") -> timedelta:
     return timedelta(seconds=seconds)
 
 
+def parse_retention(text: str) -> timedelta | str:
+    """A retention period, or the string "off" (keep finished jobs for ever)."""
+    if text.strip().lower() in ("off", "none", "never"):
+        return "off"
+    return parse_duration(text, what="--retention")
+
+
 def parse_instant(text: str, *, what: str = "time") -> datetime:
     """An ISO 8601 instant with a UTC offset (or Z); naive times are refused, not guessed."""
     try:

@@ -438,3 +438,35 @@ def test_memory_store_is_shared_by_sixteen_threads_without_sharing_a_job() -> No
     claimed = [job_id for ids in taken for job_id in ids]
     assert len(claimed) == 800
     assert len(set(claimed)) == 800
+
+
+async def test_the_pruner_deletes_only_jobs_finished_before_the_retention(
+    app: App, clock: FakeClock
+) -> None:
+    from rota.domain.errors import JobNotFound
+    from rota.runtime.pruner import Pruner
+
+    @app.job("quick")
+    async def handle(ctx: JobContext, payload: Any) -> None:
+        return None
+
+    old = (await app.enqueue("quick")).job
+    await drain(app)
+    clock.advance(timedelta(days=8))
+    recent = (await app.enqueue("quick")).job
+    waiting = (await app.enqueue("quick", delay=timedelta(days=30))).job
+    await drain(app)
+    assert await Pruner(app.store, retention=timedelta(days=7)).tick() == 1
+    with pytest.raises(JobNotFound):
+        await app.get(old.id)
+    assert (await app.get(recent.id)).state is JobState.SUCCEEDED
+    assert (await app.get(waiting.id)).state is JobState.PENDING
+
+
+def test_workers_prune_after_seven_days_unless_told_otherwise() -> None:
+    from rota.domain.errors import InvalidInput
+
+    assert WorkerSettings().retention == timedelta(days=7)
+    assert WorkerSettings(retention=None).validated().retention is None
+    with pytest.raises(InvalidInput, match="retention"):
+        WorkerSettings(retention=timedelta(seconds=5)).validated()

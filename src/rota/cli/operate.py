@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from rota.cli import cli, database_option, run, split
-from rota.config import load_app
+from rota.config import load_app, parse_retention
 from rota.domain.errors import MigrationsPending
 
 # ---------------------------------------------------------------------- worker
@@ -79,6 +79,13 @@ from rota.domain.errors import MigrationsPending
     show_default=True,
     help="Seconds running jobs get to finish after SIGTERM before being released.",
 )
+@click.option(
+    "--retention",
+    envvar="ROTA_RETENTION",
+    default="7d",
+    show_default=True,
+    help="Delete finished jobs older than this (e.g. 24h, 30d), or 'off' to keep them.",
+)
 def worker(
     app_ref: str,
     database_url: str | None,
@@ -90,6 +97,7 @@ def worker(
     poll_seconds: float | None,
     rescue_seconds: float,
     shutdown_timeout: float,
+    retention: str,
 ) -> None:
     """Run a worker for your app's kinds until SIGTERM or SIGINT.
 
@@ -108,6 +116,7 @@ def worker(
         "poll": poll_seconds,
         "rescue": rescue_seconds,
         "shutdown_timeout": shutdown_timeout,
+        "retention": parse_retention(retention),
     }
 
     async def go() -> bool:

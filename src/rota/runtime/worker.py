@@ -26,6 +26,7 @@ from rota.observability.metrics import Metrics
 from rota.runtime.completions import Completer
 from rota.runtime.context import JobContext
 from rota.runtime.executor import Execution, Executor, Stop
+from rota.runtime.pruner import Pruner
 from rota.runtime.registry import Registry
 from rota.runtime.rescuer import Rescuer
 from rota.runtime.services import ErrorLog, Service, bounded, run_service, wait_or_stop
@@ -54,6 +55,8 @@ class WorkerSettings:
     poll: timedelta = timedelta(seconds=1)
     rescue: timedelta = timedelta(seconds=5)
     shutdown_timeout: timedelta = timedelta(seconds=30)
+    #: Finished jobs older than this are deleted (their attempts with them); None keeps all.
+    retention: timedelta | None = timedelta(days=7)
     #: Most jobs one claim may take (it never takes more than the free slots).
     claim_batch: int = 100
     #: Let tenants take turns in each claim, so one tenant's backlog cannot starve another.
@@ -74,6 +77,8 @@ class WorkerSettings:
             raise InvalidInput("poll and rescue intervals must be positive")
         if self.shutdown_timeout < timedelta(0):
             raise InvalidInput("shutdown timeout must not be negative")
+        if self.retention is not None and self.retention < timedelta(minutes=1):
+            raise InvalidInput("retention must be at least a minute (or None to keep everything)")
         if not 1 <= self.claim_batch <= 10_000:
             raise InvalidInput("claim batch must be between 1 and 10000")
         for queue in self.queues or ():
@@ -130,6 +135,8 @@ class Worker:
             self.registration,
             *services,
         ]
+        if self.settings.retention is not None:
+            self._services.append(Pruner(store, retention=self.settings.retention))
         # asyncio events bind to a loop only when first awaited, so they can be made here.
         self._wake = asyncio.Event()
         self._slot_freed = asyncio.Event()
