@@ -91,6 +91,8 @@ class Link:
     upstream: asyncio.StreamWriter | None = None
     dead: bool = False  # blackholed for good
     budget: int | None = None  # bytes left before close_after closes it
+    client_gone: bool = False  # the client closed its end (a blackholed upstream may linger)
+    gone: asyncio.Event = field(default_factory=asyncio.Event)  # set with client_gone
     texts: list[bytes] = field(default_factory=list)
     parser: PgStatements = field(default_factory=PgStatements)
 
@@ -189,7 +191,21 @@ class ChaosProxy:
         self.close()
 
     def count(self, predicate: Callable[[Link], bool] = lambda link: True) -> int:
-        return self._call_sync(lambda: sum(1 for link in self.links if predicate(link)))
+        """Links whose client still holds its end and that match ``predicate``."""
+        return self._call_sync(
+            lambda: sum(1 for link in self.links if not link.client_gone and predicate(link))
+        )
+
+    def wait_gone(self, predicate: Callable[[Link], bool], *, within_s: float = 10.0) -> int:
+        """Wait until every client of the links ``predicate`` picks has closed its end;
+        returns how many there were."""
+
+        async def wait() -> int:
+            picked = [link for link in self.links if predicate(link)]
+            await asyncio.wait_for(asyncio.gather(*(link.gone.wait() for link in picked)), within_s)
+            return len(picked)
+
+        return int(self._call(wait))
 
     # ------------------------------------------------------------------ internals (loop)
 
@@ -274,6 +290,9 @@ class ChaosProxy:
         while True:
             data = await reader.read(65536)
             if not data:
+                if from_client:
+                    link.client_gone = True
+                    link.gone.set()
                 if not link.dead:
                     with contextlib.suppress(OSError):
                         writer.write_eof()

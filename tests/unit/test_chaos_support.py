@@ -159,6 +159,27 @@ async def test_a_fault_can_target_only_connections_that_ran_a_statement(
     other_w.close()
 
 
+async def test_a_blackholed_connection_its_client_closed_is_not_counted(
+    proxy: ChaosProxy,
+) -> None:
+    # The upstream of a blackholed link never hears the client leave; counting it would
+    # charge a worker for a connection it no longer holds.
+    _, kept = await asyncio.open_connection("127.0.0.1", proxy.port)
+    _, left = await asyncio.open_connection("127.0.0.1", proxy.port)
+    await asyncio.to_thread(proxy.set, BLACKHOLE)
+    assert await asyncio.to_thread(proxy.count) == 2
+    kept.write(b"swallowed")
+    left.close()
+    await left.wait_closed()
+    local = left.get_extra_info("sockname")
+    closed = await asyncio.to_thread(
+        proxy.wait_gone, lambda link: link.client.get_extra_info("peername") == local
+    )
+    assert closed == 1
+    assert await asyncio.to_thread(proxy.count) == 1
+    kept.close()
+
+
 def test_the_same_seed_plans_the_same_faults() -> None:
     one = Nemesis(seed=42, kinds=["kill", "stop"], every_s=2.0, count=20, targets=4)
     two = Nemesis(seed=42, kinds=["kill", "stop"], every_s=2.0, count=20, targets=4)
