@@ -136,6 +136,19 @@ async def test_prune_deletes_only_old_finished_jobs(store: Store, clock: FakeClo
     assert (await store.get(recent.id)).state is JobState.CANCELLED
 
 
+async def test_prune_in_small_passes_reaches_every_old_job(store: Store, clock: FakeClock) -> None:
+    old = [await store.cancel((await add(store)).id) for _ in range(5)]
+    clock.advance(timedelta(days=8))
+    recent = await store.cancel((await add(store)).id)
+    cutoff = clock.now() - timedelta(days=7)
+    passes = [await store.prune(older_than=cutoff, limit=2) for _ in range(4)]
+    assert passes == [2, 2, 1, 0]
+    for job in old:
+        with pytest.raises(JobNotFound):
+            await store.get(job.id)
+    assert (await store.get(recent.id)).state is JobState.CANCELLED
+
+
 async def test_workers_registry(store: Store, clock: FakeClock) -> None:
     info = WorkerInfo(name="host-1:123", host="host-1", pid=123, queues=("default",), concurrency=4)
     await store.register_worker(info)

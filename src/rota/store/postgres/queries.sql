@@ -373,15 +373,25 @@ RETURNING j.id, j.state, j.queue, j.run_at
 SELECT id, state FROM done, woke;
 
 -- name: prune
-WITH gone_stats AS (
-    DELETE FROM rota_finished_per_minute WHERE minute < %(older_than)s - interval '1 minute'
+-- Oldest ids first, at most %(limit)s. The per-minute tally says whether any job finished
+-- before the cutoff at all: while none did, the scan does not run (a table of a million
+-- recently finished jobs costs nothing each pass). Tally minutes older than the cutoff are
+-- dropped once a pass comes up short, that is once their jobs are gone.
+WITH gone AS (
+    DELETE FROM rota_jobs WHERE id IN (
+        SELECT id FROM rota_jobs
+        WHERE EXISTS (SELECT 1 FROM rota_finished_per_minute WHERE minute < %(older_than)s)
+          AND state IN ('succeeded', 'dead', 'cancelled') AND finished_at < %(older_than)s
+        ORDER BY state, id
+        LIMIT %(limit)s
+    )
+    RETURNING 1
+), gone_stats AS (
+    DELETE FROM rota_finished_per_minute
+    WHERE minute < %(older_than)s - interval '1 minute'
+      AND (SELECT count(*) FROM gone) < %(limit)s
 )
-DELETE FROM rota_jobs WHERE id IN (
-    SELECT id FROM rota_jobs
-    WHERE state IN ('succeeded', 'dead', 'cancelled') AND finished_at < %(older_than)s
-    ORDER BY state, id
-    LIMIT %(limit)s
-);
+SELECT count(*) FROM gone;
 
 -- name: count_jobs
 SELECT count(*) FROM (SELECT 1 FROM rota_jobs WHERE {where} LIMIT %(limit)s) AS capped;

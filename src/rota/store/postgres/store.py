@@ -603,7 +603,8 @@ class PostgresStore:
             cursor = await conn.execute(
                 query("prune"), {"older_than": utc(older_than), "limit": limit}
             )
-            return int(cursor.rowcount)
+            row = await cursor.fetchone()
+            return int(row[0]) if row else 0
 
     # ------------------------------------------------------------------ workers registry
 
