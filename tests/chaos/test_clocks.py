@@ -1,10 +1,14 @@
 """T14-T16: only the database's clock decides. Worker processes run under libfaketime offsets
-(-120 s, +120 s, +120 s at rate x1.5) against an unskewed PostgreSQL; DB time itself jumps
-through the injected ``now`` on every backend.
+(-120 s, +120 s, +120 s at rate x1.5) against an unskewed PostgreSQL; one worker at a time has
+its wall clock bumped by +-2^k ms or strobed (T15); DB time itself jumps through the injected
+``now`` on every backend.
 
 Pass (workers): no handler starts before its job's run_at in DB time (the handlers' start
 instants are taken from CLOCK_MONOTONIC, which libfaketime leaves real, and mapped to the real
 epoch), a skewed worker killed mid-run is rescued as fast as any, and the checker is clean.
+Pass (bumps and strobes): the checker is clean, every job succeeds, and none needs a second
+attempt (no worker died, so a control run rescues nothing: neither may a run with jumping
+clocks).
 Pass (DB jumps): +2x lease expires every lease at once (all rescued, every stale completion
 fenced, every job then finishes); -1 h fires nothing early (no claim, no retry, no schedule
 slot) and heartbeats keep leases relative to the DB's current time.
@@ -12,6 +16,7 @@ slot) and heartbeats keep leases relative to the DB's current time.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -28,6 +33,7 @@ from tests.chaos.conftest import CHAOS_OPTIONS, MARGIN_S
 from tests.support import faketime
 from tests.support.chaosfleet import ChaosFleet, all_terminal
 from tests.support.history import START, check_store, read_events
+from tests.support.nemesis import Fault, Nemesis
 from tests.support.processes import eventually
 
 SKEWS = {"behind": "-120", "ahead": "+120", "fast": "+120 x1.5"}
@@ -88,6 +94,67 @@ async def test_skewed_worker_clocks_never_start_a_job_early_or_change_rescue(
     )
     report.assert_clean()
     assert {e.worker for e in read_events(fleet.history)} >= set(SKEWS)
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+@pytest.mark.timeout(120)
+async def test_bumped_and_strobed_worker_clocks_change_nothing(
+    fleet: ChaosFleet, store: Store, tmp_path: Path, seed: int
+) -> None:
+    if faketime.library() is None:
+        pytest.skip(faketime.INSTALL_HINT)
+    clocks = [faketime.FakeTime(tmp_path / f"w{index}.rc", "+0") for index in range(3)]
+    workers = [fleet.start(f"w{index}", env=clock.env()) for index, clock in enumerate(clocks)]
+    for worker in workers:
+        await fleet.wait_ready(worker)
+    nemesis = Nemesis(seed, ["bump", "strobe"], every_s=1.5, count=10, targets=len(clocks))
+    rng = nemesis.rng("clocks")
+
+    async def act(fault: Fault) -> None:
+        clock = clocks[fault.target]  # one worker at a time
+        step_s = 2 ** rng.randint(2, 18) / 1000  # 4 ms to 262 s
+        if fault.kind == "bump":
+            clock.set(f"{rng.choice('+-')}{step_s:.3f}")
+            await asyncio.sleep(1.0)  # the fault's length
+        else:
+            until = time.monotonic() + rng.uniform(0.5, 2.0)
+            for flip in range(1000):  # bounded in count and time
+                if time.monotonic() >= until:
+                    break
+                clock.set(f"{'+-'[flip % 2]}{step_s:.3f}")
+                await asyncio.sleep(rng.uniform(0.001, 0.2))
+        clock.set("+0")
+
+    ids: list[int] = []
+    faults_done = asyncio.Event()
+
+    async def feed() -> None:  # work arrives all through the faults
+        for _ in range(120):  # bounded: at most 60 s
+            specs = [
+                JobSpec(kind="work", payload={"s": round(rng.uniform(0.05, 0.3), 3)})
+                for _ in range(20)
+            ]
+            ids.extend(r.job.id for r in await store.enqueue(specs))
+            if faults_done.is_set():
+                return
+            await asyncio.sleep(0.5)
+
+    feeding = asyncio.create_task(feed())
+    try:
+        await nemesis.run(act, limit_s=30)
+    finally:
+        faults_done.set()
+        await feeding
+    print(nemesis.describe())
+    await all_terminal(store, len(ids), within_s=60)
+    report = await check_store(
+        store, fleet.history, enqueued=ids, expected=dict.fromkeys(ids, JobState.SUCCEEDED)
+    )
+    report.assert_clean()
+    retried = [job_id for job_id in ids if (await store.get(job_id)).attempt != 1]
+    assert retried == [], f"jobs that needed another attempt: {retried[:10]}"
+    assert {e.worker for e in read_events(fleet.history)} == {w.name for w in workers}
 
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
