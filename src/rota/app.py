@@ -30,7 +30,7 @@ from rota.domain.retry import RetryPolicy
 from rota.domain.schedule import Misfire, Overlap, Rule, ScheduleSpec
 from rota.observability.metrics import Metrics
 from rota.runtime.registry import Handler, Registry
-from rota.runtime.scheduler import Scheduler
+from rota.runtime.scheduler import MAX_WAIT, PUSHED_MAX_WAIT, Scheduler
 from rota.runtime.services import Service
 from rota.runtime.worker import Worker, WorkerSettings
 from rota.store import JobFilter, Page, Store, open_store, redact_url
@@ -206,7 +206,13 @@ class App:
             log.warning(
                 "schedules enqueue kinds with no handler in this app: %s", ", ".join(unknown)
             )
-        return Scheduler(self.store, specs=specs, metrics=self.metrics)
+        pushed = self.store.pushes_schedule_changes
+        return Scheduler(
+            self.store,
+            specs=specs,
+            metrics=self.metrics,
+            max_wait=PUSHED_MAX_WAIT if pushed else MAX_WAIT,
+        )
 
     def add_service(self, factory: Callable[[Store, Worker], Service]) -> None:
         """Run an extra background service in every worker this App starts."""

@@ -17,6 +17,7 @@ from rota.domain.schedule import Misfire, Overlap, Rule, ScheduleSpec
 from rota.domain.schedule_state import Schedule
 from rota.observability.metrics import Metrics
 from rota.runtime.scheduler import MAX_WAIT, MIN_WAIT, Scheduler
+from rota.runtime.services import run_service
 from rota.store import JobFilter
 from rota.store.memory import MemoryStore
 from rota.testing import FakeClock, drain
@@ -324,3 +325,35 @@ async def test_every_worker_runs_the_schedule_firer_as_a_service() -> None:
         schedule = await app.store.get_schedule("now")
 
     assert schedule.last_job_state is JobState.SUCCEEDED
+
+
+async def test_a_nudge_makes_the_service_loop_tick_at_once(store: MemoryStore) -> None:
+    # The firer would sleep its whole interval; a nudge (a schedule changed elsewhere) cuts
+    # the wait short. The test never waits on time: a tick sets an event.
+    firer = Scheduler(store, max_wait=timedelta(hours=1), min_wait=timedelta(hours=1))
+    ticked = asyncio.Event()
+    real_tick = firer.tick
+
+    async def tick() -> list[Any]:
+        ticked.set()
+        return await real_tick()
+
+    firer.tick = tick  # type: ignore[method-assign]
+    stop = asyncio.Event()
+    loop = asyncio.create_task(run_service(firer, stop, store._clock))
+    try:
+        await asyncio.wait_for(ticked.wait(), 10)  # the first tick
+        ticked.clear()
+        await asyncio.sleep(0)  # the loop is now waiting out its hour
+        assert not ticked.is_set()
+        firer.nudge()
+        await asyncio.wait_for(ticked.wait(), 10)
+    finally:
+        stop.set()
+        await asyncio.wait_for(loop, 10)
+
+
+async def test_firers_sleep_long_only_where_schedule_changes_are_pushed() -> None:
+    async with rota.App("memory://") as app:
+        assert not app.store.pushes_schedule_changes
+        assert app.scheduler().interval_s() <= MAX_WAIT.total_seconds()

@@ -3,12 +3,15 @@
 Every worker runs one. That is safe because the store does the deciding: ``fire_due`` locks
 each due schedule, inserts its slot's job under the unique (schedule, slot) key and advances the
 schedule in one transaction, so any number of firers produce one job per slot. Between ticks the
-firer sleeps until the earliest schedule is due (read from the store, by the store's clock), but
-never longer than a second, so a schedule added by another process is seen promptly.
+firer sleeps until the earliest schedule is due (read from the store, by the store's clock). On
+a store that pushes schedule changes (PostgreSQL) the worker nudges it when a schedule is
+created, changed or resumed anywhere, so it sleeps up to ``PUSHED_MAX_WAIT``; elsewhere it
+looks at least every second, so a schedule added by another process is seen promptly.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -24,6 +27,8 @@ log = logging.getLogger("rota.scheduler")
 #: and a schedule created elsewhere within a second, long enough not to spin.
 MIN_WAIT = timedelta(milliseconds=10)
 MAX_WAIT = timedelta(seconds=1)
+#: The longest wait where changes are pushed: only a safety net for a lost notification.
+PUSHED_MAX_WAIT = timedelta(seconds=30)
 #: Up to this many slots of one firing are logged one by one; more are summed up in one line.
 LOGGED_SLOTS = 5
 
@@ -54,6 +59,12 @@ class Scheduler:
         self._min_s = min_wait.total_seconds()
         self._max_s = max_wait.total_seconds()
         self._wait_s = self._min_s
+        #: Set by ``nudge``: the service loop ticks at once instead of waiting out its interval.
+        self.nudged = asyncio.Event()
+
+    def nudge(self) -> None:
+        """Schedules changed somewhere: look again now (call on the worker's loop)."""
+        self.nudged.set()
 
     def interval_s(self) -> float:
         """Seconds until the earliest schedule is due, as of the last tick, within the bounds."""

@@ -76,7 +76,12 @@ async def run_service(service: Service, stop: asyncio.Event, clock: Clock) -> No
                 errors.recovered(service.name)
             failures = 0
             wait = service.interval_s()
-        await wait_or_stop(stop, wait)
+        nudged: asyncio.Event | None = getattr(service, "nudged", None)
+        if nudged is None:
+            await wait_or_stop(stop, wait)
+        else:  # a service that can be told to tick early (the schedule firer)
+            await wait_or_stop(stop, wait, nudged)
+            nudged.clear()
 
 
 async def bounded(call: Awaitable[T], seconds: float, what: str) -> T:
@@ -104,9 +109,21 @@ def _consume(task: asyncio.Future[Any]) -> None:
         task.exception()  # retrieved, so asyncio does not warn about it
 
 
-async def wait_or_stop(stop: asyncio.Event, seconds: float) -> None:
-    """Wait ``seconds`` or until ``stop`` is set, whichever comes first."""
+async def wait_or_stop(
+    stop: asyncio.Event, seconds: float, nudged: asyncio.Event | None = None
+) -> None:
+    """Wait ``seconds`` or until ``stop`` (or ``nudged``) is set, whichever comes first."""
     if seconds <= 0 or stop.is_set():
         return
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), timeout=seconds)
+    if nudged is None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=seconds)
+        return
+    if nudged.is_set():
+        return
+    waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(nudged.wait())]
+    try:
+        await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()

@@ -373,7 +373,13 @@ class Worker:
         watch = getattr(self._store, "watch", None)
         if watch is None:
             return
-        await watch(self.wake)
+        await watch(self.wake, on_schedules=self._schedules_changed)
+
+    def _schedules_changed(self) -> None:
+        for service in self._services:
+            nudge = getattr(service, "nudge", None)
+            if nudge is not None:
+                nudge()
 
     async def _claim_loop(self) -> None:
         errors = ErrorLog(self._clock)
@@ -404,7 +410,11 @@ class Worker:
             if failures:
                 errors.recovered("claiming")
                 failures = 0
-            if not jobs:
+            if jobs:
+                # Let the handlers just started take their first step before the next claim
+                # is built and sent: a job's start should not wait on the claim after it.
+                await asyncio.sleep(0)
+            else:
                 # Nothing is due. (A short batch is no proof of that: rows locked by other
                 # claimers, limits and per-tenant quotas all shorten a batch; so claim again.)
                 self.idle.set()

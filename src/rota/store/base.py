@@ -171,6 +171,9 @@ class WorkerInfo:
 class Store(Protocol):
     """What every backend guarantees. Fenced verbs raise ``LeaseLost`` instead of writing."""
 
+    #: Whether ``watch`` reports schedule changes made by any process (see ``watch``).
+    pushes_schedule_changes: bool
+
     async def migrate(self) -> list[str]:
         """Bring the schema up to date; return the migrations applied. Safe to run concurrently."""
         ...
@@ -439,9 +442,17 @@ class Store(Protocol):
         """Jobs running with a live lease, per tenant (jobs without a tenant not counted)."""
         ...
 
-    async def watch(self, on_due: Callable[[datetime | None], None]) -> None:
+    async def watch(
+        self,
+        on_due: Callable[[datetime | None], None],
+        *,
+        on_schedules: Callable[[], None] | None = None,
+    ) -> None:
         """Until cancelled, call ``on_due(run_at)`` when jobs may have arrived: ``run_at`` is
         the earliest run_at among them, or None when unknown (e.g. after a reconnect). A hint
         only; it may come from any thread, late, twice, or not at all, so workers also poll.
+        Where ``pushes_schedule_changes`` is true, ``on_schedules()`` is called on the
+        watching loop when a schedule was created, changed or resumed by any process (and
+        after a reconnect), so schedule firers may sleep until the next slot.
         """
         ...

@@ -60,6 +60,8 @@ from rota.store.base import (
 class MemoryStore:
     """An in-process store for tests and demos; it loses everything when the process exits."""
 
+    pushes_schedule_changes = False
+
     def __init__(self, *, clock: Clock | None = None) -> None:
         self._clock = clock or SystemClock()
         self._lock = threading.RLock()
@@ -150,9 +152,15 @@ class MemoryStore:
                     counts[job.tenant] = counts.get(job.tenant, 0) + 1
             return dict(sorted(counts.items()))
 
-    async def watch(self, on_due: Callable[[datetime | None], None]) -> None:
+    async def watch(
+        self,
+        on_due: Callable[[datetime | None], None],
+        *,
+        on_schedules: Callable[[], None] | None = None,
+    ) -> None:
         """Until cancelled, call ``on_due(run_at)`` (from the enqueuing thread) after every
-        enqueue with the earliest run_at it inserted. In-process only: nothing else can write."""
+        enqueue with the earliest run_at it inserted. In-process only: nothing else can write.
+        Schedule changes are not pushed (``pushes_schedule_changes`` is False): firers poll."""
         with self._lock:
             self._wakeups.append(on_due)
         try:

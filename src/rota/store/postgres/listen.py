@@ -1,4 +1,5 @@
-"""The listener: one dedicated connection LISTENing for new jobs, kept alive through faults."""
+"""The listener: one dedicated connection LISTENing for new jobs and schedule changes, kept
+alive through faults."""
 
 from __future__ import annotations
 
@@ -17,16 +18,24 @@ from rota.store.postgres.rows import micros
 log = logging.getLogger("rota.store.postgres")
 
 LISTEN_CHANNEL = "rota_jobs"
+#: Announced when a schedule is created, changed or resumed (not when one fires).
+SCHEDULES_CHANNEL = "rota_schedules"
 
 
 async def listen(
-    conninfo: str, on_due: Callable[[datetime | None], None], *, check_every_s: float = 5.0
+    conninfo: str,
+    on_due: Callable[[datetime | None], None],
+    *,
+    on_schedules: Callable[[], None] | None = None,
+    check_every_s: float = 5.0,
 ) -> None:
-    """LISTEN for new jobs on a dedicated connection until cancelled.
+    """LISTEN for new jobs (and, with ``on_schedules``, schedule changes) on a dedicated
+    connection until cancelled.
 
     Calls ``on_due(run_at)`` for each notification (the earliest run_at of the jobs it
-    announces), and ``on_due(None)`` after every (re)connect, since jobs may have arrived
-    while nobody listened. A connection that stops answering a periodic
+    announces), ``on_schedules()`` for each schedule change, and both after every
+    (re)connect, since anything may have happened while nobody listened. A connection that
+    stops answering a periodic
     probe is treated as dead (half-open TCP); reconnects back off up to 5 s with jitter.
     """
     delay = 0.1
@@ -50,13 +59,20 @@ async def listen(
         try:
             async with conn:
                 await conn.execute(f"LISTEN {LISTEN_CHANNEL}")
+                if on_schedules is not None:
+                    await conn.execute(f"LISTEN {SCHEDULES_CHANNEL}")
                 if failures:
                     log.info("listener reconnected after %d failed attempt(s)", failures)
                 delay, failures = 0.1, 0
                 on_due(None)
+                if on_schedules is not None:
+                    on_schedules()
                 while True:
                     async for notice in conn.notifies(timeout=check_every_s):
-                        on_due(due_at(notice.payload))
+                        if notice.channel == SCHEDULES_CHANNEL and on_schedules is not None:
+                            on_schedules()
+                        else:
+                            on_due(due_at(notice.payload))
                     await probe(conn, timeout_s=min(3.0, check_every_s))
         except (psycopg.Error, OSError, TimeoutError) as error:
             failures += 1

@@ -75,7 +75,7 @@ from rota.store.postgres.enqueue import (
 )
 from rota.store.postgres.filters import where
 from rota.store.postgres.limits import claim_limited, limits_in_use
-from rota.store.postgres.listen import listen, tcp_defaults
+from rota.store.postgres.listen import SCHEDULES_CHANNEL, listen, tcp_defaults
 from rota.store.postgres.queries import JOB_COLUMNS, migrations, query
 from rota.store.postgres.rows import Row, micros, row_to_job, us
 
@@ -106,6 +106,9 @@ async def _generic_plans(conn: psycopg.AsyncConnection[Any]) -> None:
 class PostgresStore:
     """The Store contract on PostgreSQL; see the module docstring."""
 
+    #: Schedule changes from any process reach ``watch``'s ``on_schedules``.
+    pushes_schedule_changes = True
+
     def __init__(
         self,
         conninfo: str,
@@ -119,8 +122,10 @@ class PostgresStore:
         self._clock = clock
         self._connect_kwargs: dict[str, Any] = {
             "autocommit": True,
-            # None disables server-side prepared statements (PgBouncer in transaction mode).
-            "prepare_threshold": 5 if prepare else None,
+            # Prepared at first use: rota runs a small fixed set of statements, and a claim
+            # planned afresh costs more than it takes to run. None disables server-side
+            # prepared statements (PgBouncer in transaction mode).
+            "prepare_threshold": 0 if prepare else None,
             **tcp_defaults(conninfo),
         }
         self._pool = AsyncConnectionPool(
@@ -195,9 +200,12 @@ class PostgresStore:
             cursor = await conn.execute(query(name), params)
             return await cursor.fetchall() if cursor.description else []
 
-    async def _run_flow(self, flow: Flow) -> Any:
+    async def _run_flow(self, flow: Flow, *, announce_schedules: bool = False) -> Any:
         async with self._connection() as conn, conn.transaction():
-            return await drive_async(conn, flow)
+            result = await drive_async(conn, flow)
+            if announce_schedules:  # sent on commit: firers elsewhere re-read their next due
+                await conn.execute("SELECT pg_notify(%s, '')", [SCHEDULES_CHANNEL])
+            return result
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -220,7 +228,7 @@ class PostgresStore:
             for version, text in migrations():
                 if version in done:
                     continue
-                await conn.execute(text)
+                await conn.execute(text, prepare=False)  # many statements: never prepared
                 await conn.execute("INSERT INTO rota_migrations (version) VALUES (%s)", [version])
                 applied.append(version)
         return applied
@@ -664,13 +672,15 @@ class PostgresStore:
 
     async def create_schedule(self, spec: ScheduleSpec, *, now: datetime | None = None) -> Schedule:
         schedule: Schedule = await self._run_flow(
-            schedules.upsert_flow(spec, self._now(now), create_only=True)
+            schedules.upsert_flow(spec, self._now(now), create_only=True),
+            announce_schedules=True,
         )
         return schedule
 
     async def upsert_schedule(self, spec: ScheduleSpec, *, now: datetime | None = None) -> Schedule:
         schedule: Schedule = await self._run_flow(
-            schedules.upsert_flow(spec, self._now(now), create_only=False)
+            schedules.upsert_flow(spec, self._now(now), create_only=False),
+            announce_schedules=True,
         )
         return schedule
 
@@ -687,7 +697,10 @@ class PostgresStore:
         return await self._set_paused(name, True, now)
 
     async def resume_schedule(self, name: str, *, now: datetime | None = None) -> Schedule:
-        return await self._set_paused(name, False, now)
+        schedule = await self._set_paused(name, False, now)
+        async with self._connection() as conn:
+            await conn.execute("SELECT pg_notify(%s, '')", [SCHEDULES_CHANNEL])
+        return schedule
 
     async def _set_paused(self, name: str, paused: bool, now: datetime | None) -> Schedule:
         rows = await self._fetch(
@@ -765,7 +778,12 @@ class PostgresStore:
     # ------------------------------------------------------------------ wake-ups
 
     async def watch(
-        self, on_due: Callable[[datetime | None], None], *, check_every_s: float = 5.0
+        self,
+        on_due: Callable[[datetime | None], None],
+        *,
+        on_schedules: Callable[[], None] | None = None,
+        check_every_s: float = 5.0,
     ) -> None:
-        """LISTEN for new jobs on a dedicated connection until cancelled (see listen)."""
-        await listen(self._conninfo, on_due, check_every_s=check_every_s)
+        """LISTEN for new jobs (and schedule changes) on a dedicated connection until
+        cancelled (see listen)."""
+        await listen(self._conninfo, on_due, on_schedules=on_schedules, check_every_s=check_every_s)

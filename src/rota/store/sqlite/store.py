@@ -53,6 +53,8 @@ class SqliteStore:
     locked". Raises ``MigrationsPending`` until ``migrate()`` has created the schema.
     """
 
+    pushes_schedule_changes = False
+
     def __init__(
         self,
         path: str | os.PathLike[str],
@@ -109,9 +111,14 @@ class SqliteStore:
         return self._clock.now()
 
     async def watch(
-        self, on_due: Callable[[datetime | None], None], *, check_every_s: float = 0.1
+        self,
+        on_due: Callable[[datetime | None], None],
+        *,
+        on_schedules: Callable[[], None] | None = None,
+        check_every_s: float = 0.1,
     ) -> None:
-        """Until cancelled, call ``on_due(run_at)`` when jobs may have arrived.
+        """Until cancelled, call ``on_due(run_at)`` when jobs may have arrived. Schedule
+        changes are not pushed (``pushes_schedule_changes`` is False): firers poll.
 
         An enqueue through this store calls it at once after its commit (from the enqueuing
         task's thread) with the earliest run_at it inserted. Jobs inserted by other processes
