@@ -94,15 +94,6 @@ _MIGRATION_LOCK = 0x726F7461  # "rota": the advisory lock that serialises migrat
 _COPY_NULL = "\\N"
 
 
-async def _generic_plans(conn: psycopg.AsyncConnection[Any]) -> None:
-    """Plan each prepared statement once. Left to itself, PostgreSQL keeps re-planning the
-    claim for every execution (its generic plan's estimate looks dearer than the custom
-    ones), and planning that statement costs more than running it. Every statement rota
-    prepares walks an index by keys, so the generic plan is the plan; the claim's test over a
-    million-row backlog holds it to that."""
-    await conn.execute("SET plan_cache_mode = force_generic_plan")
-
-
 class PostgresStore:
     """The Store contract on PostgreSQL; see the module docstring."""
 
@@ -122,9 +113,8 @@ class PostgresStore:
         self._clock = clock
         self._connect_kwargs: dict[str, Any] = {
             "autocommit": True,
-            # Prepared at first use: rota runs a small fixed set of statements, and a claim
-            # planned afresh costs more than it takes to run. None disables server-side
-            # prepared statements (PgBouncer in transaction mode).
+            # Prepared at first use: rota runs a small fixed set of statements. None disables
+            # server-side prepared statements (PgBouncer in transaction mode).
             "prepare_threshold": 0 if prepare else None,
             **tcp_defaults(conninfo),
         }
@@ -133,7 +123,6 @@ class PostgresStore:
             min_size=pool_min,
             max_size=pool_max,
             kwargs=self._connect_kwargs,
-            configure=_generic_plans if prepare else None,
             open=False,
             # Callers wait this long for a connection during an outage, then get
             # StoreUnavailable (an API answers 503) instead of hanging.
