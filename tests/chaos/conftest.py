@@ -47,6 +47,19 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return str(request.getfixturevalue("pg_url"))
 
 
+#: For the tests that drive a FakeClock through the store itself: every backend.
+FAKE_CLOCK_BACKENDS = ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+@pytest.fixture(params=FAKE_CLOCK_BACKENDS)
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "memory":
+        return "memory://"
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'rota.db'}"
+    return str(request.getfixturevalue("pg_url"))
+
+
 @pytest.fixture
 async def store(database_url: str) -> AsyncIterator[Store]:
     store = open_store(database_url)

@@ -159,16 +159,6 @@ async def test_bumped_and_strobed_worker_clocks_change_nothing(
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 LEASE = timedelta(seconds=10)
-BACKENDS = ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
-
-
-@pytest.fixture(params=BACKENDS)
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "memory":
-        return "memory://"
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'rota.db'}"
-    return str(request.getfixturevalue("pg_url"))
 
 
 @pytest.fixture

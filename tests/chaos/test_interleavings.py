@@ -16,7 +16,6 @@ import asyncio
 import itertools
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,16 +30,6 @@ LEASE = timedelta(seconds=10)
 T1 = T0 + LEASE + timedelta(seconds=1)
 OPS = ("A.heartbeat", "A.complete", "A.fail", "B.heartbeat", "B.complete", "rescuer.run")
 ORDERS = list(itertools.permutations(OPS))
-BACKENDS = ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
-
-
-@pytest.fixture(params=BACKENDS)
-def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "memory":
-        return "memory://"
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'rota.db'}"
-    return str(request.getfixturevalue("pg_url"))
 
 
 @pytest.fixture

@@ -8,9 +8,6 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
-import subprocess
-import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +17,7 @@ from rota.domain.errors import StoreUnavailable
 from rota.domain.job import JobState
 from rota.store import Store
 from tests.support.effects import EFFECTS_ENV, PG_EFFECTS_SCHEMA, SQLITE_EFFECTS_SCHEMA
-from tests.support.history import HISTORY_ENV
-from tests.support.processes import REPO_ROOT, Fleet, WorkerProcess, eventually
+from tests.support.processes import Fleet, WorkerProcess, eventually
 
 CHAOS_APP = "tests.support.chaosapp:app"
 PROBES_ENV = "ROTA_CHAOS_PROBES"  # read by chaosapp
@@ -47,41 +43,13 @@ class ChaosFleet(Fleet):
         self,
         name: str,
         *,
-        database_url: str | None = None,
         env: dict[str, str] | None = None,
-        prefix: list[str] | None = None,
         app: str = CHAOS_APP,
-        **overrides: Any,
+        **kwargs: Any,
     ) -> WorkerProcess:
-        options = replace(self.options, **overrides)
-        environment = {
-            **os.environ,
-            "ROTA_DATABASE_URL": database_url or self.database_url,
-            HISTORY_ENV: str(self.history),
-            EFFECTS_ENV: self.effects,
-            PROBES_ENV: str(self.probes),
-            "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "src"), str(REPO_ROOT)]),
-            "PYTHONUNBUFFERED": "1",
-            **(env or {}),
-        }
-        stderr_path = self.directory / f"{name}.stderr"
-        with stderr_path.open("ab") as stderr:
-            popen = subprocess.Popen(
-                [
-                    *(prefix or []),
-                    sys.executable,
-                    *("-m", "rota", "worker", "--app", app, "--name", name),
-                    *options.flags(),
-                ],
-                cwd=REPO_ROOT,
-                env=environment,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=stderr,
-            )
-        worker = WorkerProcess(name, popen, stderr_path)
-        self.workers.append(worker)
-        return worker
+        """Fleet.start for a chaosapp worker, told where the fenced store and probes live."""
+        chaos_env = {EFFECTS_ENV: self.effects, PROBES_ENV: str(self.probes), **(env or {})}
+        return super().start(name, env=chaos_env, app=app, **kwargs)
 
     def effect_log(self) -> list[tuple[int, str, int, bool]]:
         """(seq, key, fence, accepted) of every write to the fenced store, in order."""

@@ -162,26 +162,38 @@ class Fleet:
         self.options = options or WorkerOptions()
         self.workers: list[WorkerProcess] = []
 
-    def start(self, name: str, **overrides: Any) -> WorkerProcess:
-        """Start `rota worker` named ``name``; ``overrides`` replace WorkerOptions fields."""
+    def start(
+        self,
+        name: str,
+        *,
+        database_url: str | None = None,
+        env: dict[str, str] | None = None,
+        prefix: list[str] | None = None,
+        app: str = APP_REF,
+        **overrides: Any,
+    ) -> WorkerProcess:
+        """Start `rota worker --app app` named ``name`` (behind ``prefix``, e.g. a netns exec),
+        with ``env`` added to its environment; ``overrides`` replace WorkerOptions fields."""
         options = replace(self.options, **overrides)
-        env = {
+        environment = {
             **os.environ,
-            "ROTA_DATABASE_URL": self.database_url,
+            "ROTA_DATABASE_URL": database_url or self.database_url,
             HISTORY_ENV: str(self.history),
             "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "src"), str(REPO_ROOT)]),
             "PYTHONUNBUFFERED": "1",
+            **(env or {}),
         }
         stderr_path = self.directory / f"{name}.stderr"
-        with stderr_path.open("wb") as stderr:
+        with stderr_path.open("ab") as stderr:
             popen = subprocess.Popen(
                 [
+                    *(prefix or []),
                     sys.executable,
-                    *("-m", "rota", "worker", "--app", APP_REF, "--name", name),
+                    *("-m", "rota", "worker", "--app", app, "--name", name),
                     *options.flags(),
                 ],
                 cwd=REPO_ROOT,
-                env=env,
+                env=environment,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=stderr,
