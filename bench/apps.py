@@ -142,6 +142,13 @@ def pgqueuer_driver_name() -> str:
         return "psycopg"
 
 
+def pgqueuer_loop_name() -> str:
+    """The loop ``pgq run`` picks: uvloop when installed (the bench extra installs it)."""
+    from pgqueuer.adapters.cli import cli
+
+    return "uvloop" if getattr(cli, "HAS_UVLOOP", False) else "the stock asyncio loop"
+
+
 # ---------------------------------------------------------------------- Procrastinate
 
 

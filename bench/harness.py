@@ -21,8 +21,11 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
+
+from bench.cluster import server_cpu_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
 SYSTEMS = ("rota", "pgqueuer", "procrastinate")
@@ -75,19 +78,40 @@ class Measurement:
 class Settings:
     """What a run measures and how big each load is (``quick`` shrinks every load)."""
 
-    host: str = "127.0.0.1"
-    port: int = 5432
-    user: str = "postgres"
+    #: A URL of the server's ``postgres`` database: the run's own cluster, or --database-url.
+    server_url: str = ""
+    #: True when the server was given (--database-url) rather than started by the run.
+    given_server: bool = False
+    #: The server's postmaster PID, for its CPU; None when it is not visible from here.
+    postmaster: int | None = None
     runs: int = 3
     quick: bool = False
     systems: tuple[str, ...] = SYSTEMS
+    #: Worker settings found best in this run (Procrastinate's concurrency), by system.
+    tuned: dict[str, dict[str, str]] = field(default_factory=dict)
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="rota-bench-")))
 
     def dsn(self, database: str) -> str:
-        return f"postgresql://{self.user}@{self.host}:{self.port}/{database}"
+        return with_database(self.server_url, database)
 
     def size(self, full: int, quick: int) -> int:
         return quick if self.quick else full
+
+    def server_cpu(self, exclude: tuple[int, ...] = ()) -> float | None:
+        """CPU seconds the whole server has used so far (None: not visible from here)."""
+        if self.postmaster is None:
+            return None
+        return server_cpu_seconds(self.postmaster, exclude=exclude)
+
+
+def with_database(url: str, database: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path="/" + database))
+
+
+def progress(text: str) -> None:
+    """Progress goes to stderr, so stdout can be piped."""
+    print(text, file=sys.stderr, flush=True)
 
 
 class Bench:
@@ -98,6 +122,8 @@ class Bench:
         self.measurements: list[Measurement] = []
         self.skipped: list[tuple[str, str]] = []
         self.notes: list[tuple[str, str]] = []
+        #: What the server reported about itself (``report.read_server``).
+        self.server: dict[str, Any] = {}
 
     @property
     def runs(self) -> int:
@@ -127,14 +153,15 @@ class Bench:
         else:
             found = Measurement(scenario, metric, system, unit, [value], better, note)
             self.measurements.append(found)
-        print(f"  {scenario:10} {system:13} {metric:34} {_fmt(value)} {unit}", flush=True)
+        progress(f"  {scenario:10} {system:13} {metric:40} {_fmt(value)} {unit}")
 
     def skip(self, scenario: str, why: str) -> None:
         self.skipped.append((scenario, why))
-        print(f"  {scenario:10} skipped: {why}", flush=True)
+        progress(f"  {scenario:10} skipped: {why}")
 
     def note(self, scenario: str, text: str) -> None:
-        self.notes.append((scenario, text))
+        if (scenario, text) not in self.notes:
+            self.notes.append((scenario, text))
 
     def find(self, scenario: str, metric: str, system: str) -> Measurement | None:
         for found in self.measurements:
@@ -158,9 +185,7 @@ async def recreate_database(settings: Settings, name: str) -> str:
     """Drop (if present) and create the database ``name``; return its DSN."""
     if not name.startswith(DB_PREFIX):
         raise ValueError(f"benchmark databases start with {DB_PREFIX}")
-    async with await psycopg.AsyncConnection.connect(
-        settings.dsn("postgres"), autocommit=True
-    ) as conn:
+    async with await psycopg.AsyncConnection.connect(settings.server_url, autocommit=True) as conn:
         await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         await conn.execute(f'CREATE DATABASE "{name}"')
     return settings.dsn(name)
@@ -169,9 +194,7 @@ async def recreate_database(settings: Settings, name: str) -> str:
 async def drop_database(settings: Settings, name: str) -> None:
     if not name.startswith(DB_PREFIX):
         raise ValueError(f"benchmark databases start with {DB_PREFIX}")
-    async with await psycopg.AsyncConnection.connect(
-        settings.dsn("postgres"), autocommit=True
-    ) as conn:
+    async with await psycopg.AsyncConnection.connect(settings.server_url, autocommit=True) as conn:
         await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
@@ -197,6 +220,8 @@ class Poller:
 
     async def __aenter__(self) -> Poller:
         self._conn = await psycopg.AsyncConnection.connect(self._dsn, autocommit=True)
+        #: This connection's backend, left out of the server's CPU per job.
+        self.backend_pid = self._conn.info.backend_pid
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -253,8 +278,21 @@ class WorkerGroup:
         # The ready mark is written just before the worker's loop starts claiming.
         await asyncio.sleep(0.5)
 
+    def pause(self) -> None:
+        """Hold the workers (SIGSTOP): warm and connected, claiming nothing until ``resume``."""
+        self._signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self._signal(signal.SIGCONT)
+
+    def _signal(self, sig: signal.Signals) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.send_signal(sig)
+
     async def stop(self, *, grace_s: float = 15.0) -> None:
         """SIGTERM, wait for a graceful exit (records are written then), then SIGKILL."""
+        self.resume()  # a held worker cannot act on SIGTERM
         for process in self.processes:
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
@@ -354,17 +392,6 @@ def cpu_seconds(pids: list[int]) -> float:
             fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
             total += int(fields[11]) + int(fields[12])
     return total / tick
-
-
-def postgres_pids() -> list[int]:
-    """Every process of the PostgreSQL server (backends and helpers), for CPU accounting."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                if (entry / "comm").read_text().strip() in ("postgres", "postmaster"):
-                    found.append(int(entry.name))
-    return found
 
 
 @contextlib.contextmanager

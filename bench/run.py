@@ -2,26 +2,41 @@
 
     python -m bench.run                       # everything, 3 runs each (about half an hour)
     python -m bench.run --only drain,latency  # a subset
-    python -m bench.run --quick --runs 1      # a smoke check with small loads (a few minutes)
+    python -m bench.run --quick --runs 1      # a check of the harness with small loads
     python -m bench.run --systems rota        # rota alone
+    python -m bench.run --database-url postgresql://user@host:5432/postgres   # a given server
 
-Scenarios run one after another, never two at once (the machine has two cores). A scenario
-that cannot run here (a feature not built yet) is reported as skipped with its reason.
+By default the run starts its own PostgreSQL cluster, configured as production
+(``bench/cluster.py``), and stops it at the end, also on Ctrl-C or failure. Scenarios run one
+after another, never two at once (the machine has two cores). A scenario that cannot run
+here is reported as skipped with its reason. Progress goes to stderr.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib
 import json
 import shlex
+import signal
 import sys
 import time
 import traceback
 
 from bench import report
-from bench.harness import ROOT, SYSTEMS, Bench, Settings, Skip, drop_database, summary_line
+from bench.cluster import Cluster, postmaster_of
+from bench.harness import (
+    ROOT,
+    SYSTEMS,
+    Bench,
+    Settings,
+    Skip,
+    drop_database,
+    progress,
+    summary_line,
+)
 
 SCENARIOS = (
     "enqueue",
@@ -41,13 +56,15 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n")[0])
     parser.add_argument("--only", help=f"comma-separated scenarios, of: {','.join(SCENARIOS)}")
     parser.add_argument("--runs", type=int, default=3, help="runs of each scenario (default 3)")
-    parser.add_argument("--quick", action="store_true", help="small loads: a smoke check")
+    parser.add_argument("--quick", action="store_true", help="small loads: a harness check")
     parser.add_argument(
         "--systems", default=",".join(SYSTEMS), help="comma-separated, default all three"
     )
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=5432)
-    parser.add_argument("--user", default="postgres")
+    parser.add_argument(
+        "--database-url",
+        help="measure on this server instead of a cluster of the run's own: a URL of a "
+        "database there (the suite creates and drops rota_bench_* databases on it)",
+    )
     parser.add_argument(
         "--no-write", action="store_true", help="print only; leave docs/benchmarks.* alone"
     )
@@ -61,28 +78,52 @@ def parse(argv: list[str]) -> argparse.Namespace:
         parser.error(f"systems are {', '.join(SYSTEMS)} and must include rota")
     if not 1 <= args.runs <= 20:
         parser.error("--runs must be between 1 and 20")
+    if args.database_url and not args.database_url.startswith(("postgresql://", "postgres://")):
+        parser.error("--database-url must be a postgresql:// URL")
     args.scenarios = chosen
     args.system_list = systems
     return args
 
 
-async def main(argv: list[str]) -> int:
-    args = parse(argv)
-    settings = Settings(
-        host=args.host,
-        port=args.port,
-        user=args.user,
-        runs=args.runs,
-        quick=args.quick,
-        systems=args.system_list,
-    )
+def _postmaster(url: str) -> int | None:
+    """The given server's postmaster, when it runs on this machine (for its CPU)."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        backend = conn.info.backend_pid
+        parent = postmaster_of(backend)
+    if parent is None:
+        return None
+    with contextlib.suppress(OSError), open(f"/proc/{parent}/comm") as handle:
+        if handle.read().strip() in ("postgres", "postmaster"):
+            return parent
+    return None
+
+
+async def main(args: argparse.Namespace, argv: list[str], cluster: Cluster | None) -> int:
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    if cluster is not None:
+        settings = Settings(server_url=cluster.url, postmaster=cluster.pid)
+    else:
+        settings = Settings(
+            server_url=args.database_url,
+            given_server=True,
+            postmaster=_postmaster(args.database_url),
+        )
+    settings.runs = args.runs
+    settings.quick = args.quick
+    settings.systems = args.system_list
     bench = Bench(settings)
+    bench.server = report.read_server(settings)
     started = time.time()
-    print(f"rota benchmarks: {', '.join(args.scenarios)}; {settings.runs} run(s) each", flush=True)
+    progress(f"rota benchmarks: {', '.join(args.scenarios)}; {settings.runs} run(s) each")
     failed = 0
     for name in args.scenarios:
         module = importlib.import_module(f"bench.scenarios.{name}")
-        print(f"\n== {module.TITLE}", flush=True)
+        progress(f"\n== {module.TITLE}")
         began = time.monotonic()
         try:
             await module.run(bench)
@@ -92,32 +133,74 @@ async def main(argv: list[str]) -> int:
             failed += 1
             traceback.print_exc()
             bench.skip(name, f"failed: {type(error).__name__}: {error}")
-        print(f"   ({time.monotonic() - began:.0f} s)", flush=True)
+        progress(
+            f"   ({time.monotonic() - began:.0f} s; {(time.time() - started) / 60:.1f} min so far)"
+        )
     for system in SYSTEMS:
         await drop_database(settings, f"rota_bench_{system}")
     print("\n== Summary (median, min-max over runs)")
     for m in bench.measurements:
-        print(f"  {m.scenario:10} {m.system:13} {m.metric:40} {summary_line(m)} {m.unit}")
-    command = "python -m bench.run " + " ".join(shlex.quote(a) for a in argv)
+        print(f"  {m.scenario:10} {m.system:13} {m.metric:44} {summary_line(m)} {m.unit}")
+    command = ("python -m bench.run " + " ".join(shlex.quote(a) for a in _public(argv))).strip()
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(
         json.dumps(
             {
-                "command": command.strip(),
+                "command": command,
                 "started": started,
                 "seconds": time.time() - started,
                 "measurements": [m.to_json() for m in bench.measurements],
                 "skipped": bench.skipped,
                 "notes": bench.notes,
+                "server": bench.server,
+                "tuned": settings.tuned,
+                "quick": settings.quick,
+                "runs": settings.runs,
+                "systems": list(settings.systems),
             },
             indent=1,
         )
     )
     if not args.no_write:
-        report.write(bench, command=command.strip(), started=started)
-        print(f"\nwrote {report.MARKDOWN.relative_to(ROOT)} and {report.PLOT.relative_to(ROOT)}")
+        report.write(bench, command=command, started=started, seconds=time.time() - started)
+        progress(f"\nwrote {report.MARKDOWN.relative_to(ROOT)} and {report.PLOT.relative_to(ROOT)}")
     return 1 if failed else 0
 
 
+def _public(argv: list[str]) -> list[str]:
+    """The command line as recorded: a given URL's password, if any, is not."""
+    from urllib.parse import urlsplit
+
+    shown = []
+    for arg in argv:
+        if arg.startswith(("postgresql://", "postgres://", "--database-url=")):
+            prefix, _, url = arg.rpartition("=") if arg.startswith("--") else ("", "", arg)
+            parts = urlsplit(url)
+            if parts.password:
+                netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+                url = parts._replace(netloc=netloc).geturl()
+            arg = f"{prefix}={url}" if prefix else url
+        shown.append(arg)
+    return shown
+
+
+def entry(argv: list[str]) -> int:
+    args = parse(argv)
+    cluster = None
+    try:
+        if not args.database_url:
+            progress("starting a throwaway PostgreSQL cluster (production settings)...")
+            cluster = Cluster.start()
+            progress(f"  PostgreSQL {cluster.pid} on {cluster.root} port {cluster.port}")
+        return asyncio.run(main(args, argv, cluster))
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        progress("\ninterrupted: stopping")
+        return 130
+    finally:
+        if cluster is not None:
+            cluster.stop()
+            progress(f"stopped PostgreSQL {cluster.pid} and removed {cluster.root}")
+
+
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main(sys.argv[1:])))
+    sys.exit(entry(sys.argv[1:]))

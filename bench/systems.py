@@ -25,11 +25,16 @@ class System:
     #: Worker processes' environment for the drain-type scenarios: the best settings found.
     drain_env: dict[str, str] = {}
     running_sql = ""
+    #: The table the system keeps its queued jobs in.
+    table = ""
+    #: The store's instant (epoch seconds) of the last successful completion.
+    last_finished_sql = ""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.database = f"{DB_PREFIX}{self.name}"
         self.dsn = settings.dsn(self.database)
+        self.drain_env = {**type(self).drain_env, **settings.tuned.get(self.name, {})}
 
     async def setup(self) -> None:
         await recreate_database(self.settings, self.database)
@@ -77,6 +82,14 @@ class System:
     async def vacuum(self, *tables: str) -> None:
         await execute(self.dsn, *(f"VACUUM ANALYZE {table}" for table in tables))
 
+    async def analyze(self) -> None:
+        await execute(self.dsn, f"ANALYZE {self.table}")
+
+    async def last_finished(self) -> float | None:
+        """When the last job succeeded, by the store's clock (the host's clock: same machine)."""
+        value = await scalar(self.dsn, self.last_finished_sql)
+        return float(value) if value is not None else None
+
     def settings_text(self) -> str:
         return ""
 
@@ -85,6 +98,10 @@ class Rota(System):
     name = "rota"
     drain_env = {"BENCH_CONCURRENCY": "500", "BENCH_CLAIM_BATCH": "250"}
     running_sql = "SELECT count(*) FROM rota_jobs WHERE state = 'running'"
+    table = "rota_jobs"
+    last_finished_sql = (
+        "SELECT extract(epoch FROM max(finished_at)) FROM rota_jobs WHERE state = 'succeeded'"
+    )
     # The per-minute tally is kept by the completing statement itself: a tiny table.
     _tally = "SELECT coalesce(sum(n), 0) FROM rota_finished_per_minute WHERE state = 'succeeded'"
 
@@ -150,7 +167,8 @@ class Rota(System):
         env = self.drain_env
         return (
             f"`App.run_worker`, concurrency {env['BENCH_CONCURRENCY']}, "
-            f"claim_batch {env['BENCH_CLAIM_BATCH']}, stock asyncio loop"
+            f"claim_batch {env['BENCH_CLAIM_BATCH']}, fair claims on (the default), "
+            "stock asyncio loop, psycopg 3 with its pool"
         )
 
 
@@ -158,6 +176,11 @@ class PgQueuer(System):
     name = "pgqueuer"
     drain_env = {"BENCH_BATCH_SIZE": "100"}
     running_sql = "SELECT count(*) FROM pgqueuer WHERE status = 'picked'"
+    table = "pgqueuer"
+    # A finished job's row is deleted and its outcome logged, stamped when it was logged.
+    last_finished_sql = (
+        "SELECT extract(epoch FROM max(created)) FROM pgqueuer_log WHERE status = 'successful'"
+    )
 
     async def watermark(self) -> int:
         return int(await scalar(self.dsn, _LAST_ID.format(sequence="pgqueuer_id_seq")))
@@ -231,11 +254,12 @@ class PgQueuer(System):
         await self.vacuum("pgqueuer_log")
 
     def settings_text(self) -> str:
-        from bench.apps import pgqueuer_driver_name
+        from bench.apps import pgqueuer_driver_name, pgqueuer_loop_name
 
         return (
-            f"`pgqueuer.run` (what `pgq run` runs) on uvloop, {pgqueuer_driver_name()} driver, "
-            "batch size 100, no concurrency cap"
+            f"`pgqueuer.run` (what `pgq run` runs) on {pgqueuer_loop_name()}, "
+            f"{pgqueuer_driver_name()} driver, batch size {self.drain_env['BENCH_BATCH_SIZE']}, "
+            "no concurrency cap (its defaults otherwise)"
         )
 
 
@@ -243,6 +267,10 @@ class Procrastinate(System):
     name = "procrastinate"
     drain_env = {"BENCH_CONCURRENCY": "10"}
     running_sql = "SELECT count(*) FROM procrastinate_jobs WHERE status = 'doing'"
+    table = "procrastinate_jobs"
+    last_finished_sql = (
+        "SELECT extract(epoch FROM max(at)) FROM procrastinate_events WHERE type = 'succeeded'"
+    )
 
     async def watermark(self) -> int:
         return int(await scalar(self.dsn, _LAST_ID.format(sequence="procrastinate_jobs_id_seq")))
@@ -309,9 +337,11 @@ class Procrastinate(System):
         await self.vacuum("procrastinate_jobs")
 
     def settings_text(self) -> str:
+        tuned = self.settings.tuned.get(self.name, {}).get("BENCH_TUNED_FROM")
+        how = f", the best of {tuned} measured in this run" if tuned else ""
         return (
-            f"`App.run_worker_async`, concurrency {self.drain_env['BENCH_CONCURRENCY']}, "
-            "LISTEN/NOTIFY on (defaults otherwise)"
+            f"`App.run_worker_async`, concurrency {self.drain_env['BENCH_CONCURRENCY']}{how}, "
+            "PsycopgConnector pool of concurrency + 2, LISTEN/NOTIFY on (defaults otherwise)"
         )
 
 

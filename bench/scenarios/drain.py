@@ -1,48 +1,127 @@
-"""Drain: no-op jobs through 1 and 2 worker processes of each system (PostgreSQL)."""
+"""Drain: no-op jobs through 1 and 2 worker processes of each system (PostgreSQL), by both
+methods of ``bench.drains`` (a burst into idle workers, a steady backlog), systems alternating
+run by run (rota, PgQueuer, Procrastinate, rota, ...) so drift on the machine hits each alike.
+
+Procrastinate takes one job per fetch, so its best concurrency depends on the machine: a short
+calibration drains the same batch at each of ``PROCRASTINATE_CONCURRENCY`` first, and the
+best is used for every Procrastinate figure of the run (the report says which).
+"""
 
 from __future__ import annotations
 
-from bench.drains import drain
-from bench.harness import Bench
-from bench.systems import make
+import statistics
+
+from bench.drains import METHODS, drain, label
+from bench.harness import Bench, progress
+from bench.systems import System, make
 
 NAME = "drain"
 TITLE = "Drain no-op jobs on PostgreSQL"
 
 #: Procrastinate finishes some hundreds of jobs a second: a twentieth of the batch keeps its runs
-#: within a minute and measures the same rate.
+#: within seconds and measures the same rate.
 FRACTION = {"procrastinate": 20}
+PROCRASTINATE_CONCURRENCY = (10, 25, 50, 100)
+
+
+async def tune_procrastinate(bench: Bench, system: System) -> None:
+    """Set the run's Procrastinate concurrency to the best of a few (burst, 1 process)."""
+    if "BENCH_CONCURRENCY" in bench.settings.tuned.get(system.name, {}):
+        return
+    count = bench.settings.size(2_000, 500)
+    rates: dict[int, float] = {}
+    for concurrency in PROCRASTINATE_CONCURRENCY:
+        await system.reset()
+        result = await drain(
+            bench,
+            system,
+            method="burst",
+            processes=1,
+            count=count,
+            env={"BENCH_CONCURRENCY": str(concurrency)},
+        )
+        rates[concurrency] = result.jobs_per_s
+        progress(f"  procrastinate concurrency {concurrency}: {result.jobs_per_s:,.0f} jobs/s")
+    best = max(rates, key=lambda c: rates[c])
+    tried = ", ".join(str(c) for c in PROCRASTINATE_CONCURRENCY)
+    bench.settings.tuned[system.name] = {
+        "BENCH_CONCURRENCY": str(best),
+        "BENCH_TUNED_FROM": tried,
+    }
+    system.drain_env["BENCH_CONCURRENCY"] = str(best)
+    bench.note(
+        NAME,
+        f"Procrastinate's concurrency: {best}, the fastest of {tried} on a {count:,}-job burst "
+        "drain with 1 process ("
+        + ", ".join(f"{c}: {rates[c]:,.0f} jobs/s" for c in PROCRASTINATE_CONCURRENCY)
+        + ")",
+    )
 
 
 async def run(bench: Bench) -> None:
-    for name in bench.settings.systems:
-        system = make(name, bench.settings)
-        count = bench.settings.size(100_000, 5_000) // FRACTION.get(name, 1)
+    systems = [make(name, bench.settings) for name in bench.settings.systems]
+    for system in systems:
         await system.setup()
-        try:
-            for processes in (1, 2):
-                metric = f"drain, {processes} process{'es' if processes > 1 else ''}"
-                for _ in range(bench.runs):
-                    await system.reset()
-                    result = await drain(bench, system, processes=processes, count=count)
-                    bench.record(
-                        NAME, metric, name, result.jobs_per_s, unit="jobs/s", note=f"{count:,} jobs"
-                    )
-                    bench.record(
-                        "drain-cpu",
-                        f"worker CPU per job, {processes} proc",
-                        name,
-                        result.worker_cpu_ms_per_job * 1000,
-                        unit="µs",
-                        better="lower",
-                    )
-                    bench.record(
-                        "drain-cpu",
-                        f"PostgreSQL CPU per job, {processes} proc",
-                        name,
-                        result.postgres_cpu_ms_per_job * 1000,
-                        unit="µs",
-                        better="lower",
-                    )
-        finally:
+    try:
+        for system in systems:
+            if system.name == "procrastinate":
+                await tune_procrastinate(bench, system)
+        for processes in (1, 2):
+            for method in METHODS:
+                for index in range(bench.runs):
+                    progress(f"  -- {label(method, processes)}, run {index + 1} of {bench.runs}")
+                    for system in systems:
+                        await one(bench, system, method, processes)
+        for processes in (1, 2):
+            for method in METHODS:
+                _ratio(bench, label(method, processes))
+    finally:
+        for system in systems:
             await system.close()
+
+
+async def one(bench: Bench, system: System, method: str, processes: int) -> None:
+    count = bench.settings.size(100_000, 5_000) // FRACTION.get(system.name, 1)
+    await system.reset()
+    result = await drain(bench, system, method=method, processes=processes, count=count)
+    bench.record(
+        NAME,
+        label(method, processes),
+        system.name,
+        result.jobs_per_s,
+        unit="jobs/s",
+        note=f"{count:,} jobs",
+    )
+    short = f"{method}, {processes} proc"
+    bench.record(
+        "drain-cpu",
+        f"worker CPU per job, {short}",
+        system.name,
+        result.worker_cpu_us,
+        unit="µs",
+        better="lower",
+    )
+    if result.postgres_cpu_us is not None:
+        bench.record(
+            "drain-cpu",
+            f"PostgreSQL CPU per job, {short}",
+            system.name,
+            result.postgres_cpu_us,
+            unit="µs",
+            better="lower",
+        )
+
+
+def _ratio(bench: Bench, metric: str) -> None:
+    """rota / PgQueuer of each run pair (the runs alternate, so run i of each is paired)."""
+    ours = bench.find(NAME, metric, "rota")
+    theirs = bench.find(NAME, metric, "pgqueuer")
+    if ours is None or theirs is None:
+        return
+    for a, b in zip(ours.values, theirs.values, strict=False):
+        bench.record(NAME, f"{metric}: rota / PgQueuer", "rota", a / b, unit="x")
+    if ours.values and theirs.values:
+        progress(
+            f"  {metric}: rota / PgQueuer median "
+            f"{statistics.median(ours.values) / statistics.median(theirs.values):.2f}x"
+        )

@@ -22,11 +22,13 @@ _ENV = {
 
 
 async def run(bench: Bench) -> None:
-    for name in bench.settings.systems:
-        system = make(name, bench.settings)
+    systems = [make(name, bench.settings) for name in bench.settings.systems]
+    for system in systems:
         await system.setup()
-        try:
-            for _ in range(bench.runs):
+    try:
+        for _ in range(bench.runs):
+            for system in systems:
+                name = system.name
                 await system.reset()
                 async with workers(
                     bench.settings,
@@ -58,5 +60,6 @@ async def run(bench: Bench) -> None:
                     unit="MiB",
                     better="lower",
                 )
-        finally:
+    finally:
+        for system in systems:
             await system.close()
