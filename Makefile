@@ -65,9 +65,21 @@ ci: ## What CI runs on a clean clone (.ci/run): packages, PostgreSQL, lint, type
 serve: setup ## Run the service with the demo jobs on http://127.0.0.1:8080
 	$(BIN)/rota serve
 
+# BENCH_ARGS: e.g. --quick --runs 1 (a harness check), --only drain, or
+# --database-url postgresql://user@host:5432/postgres (a given server instead of its own).
+BENCH_ARGS ?=
+
 .PHONY: bench
-bench: setup-bench ## Run the benchmarks and rewrite docs/benchmarks.md
-	$(PY) -m bench.run
+bench: setup-bench ## Benchmarks on a throwaway production-configured PostgreSQL (~30 min); rewrites docs/benchmarks.md
+	$(PY) -m bench.run $(BENCH_ARGS)
+
+.PHONY: bench-quick
+bench-quick: setup-bench ## Check the benchmark harness end to end with small loads (figures not publishable)
+	$(PY) -m bench.run --quick --runs 1 $(BENCH_ARGS)
+
+.PHONY: bench-profile
+bench-profile: setup-bench ## Profile the worker on a no-op drain (py-spy; pg_stat_statements) into bench/results/profile.md
+	$(PY) -m bench.profile
 
 .PHONY: clean
 clean: ## Remove caches and build output

@@ -1,15 +1,22 @@
-"""Profile rota's drain: where the time goes, in the worker (py-spy) and in PostgreSQL.
+"""Profile rota's no-op drain: where the worker's CPU per job goes, and what each statement
+costs the server, with fair claims on and off.
 
-    python -m bench.profile                 # 1 and 2 worker processes, 100,000 jobs
-    python -m bench.profile --jobs 20000    # smaller
+    python -m bench.profile                  # 50,000 jobs, 1 process, fairness on and off
+    python -m bench.profile --jobs 20000 --fair on
 
-For each process count: the drain runs with py-spy attached to every worker (``--idle``, so
-time spent waiting on the socket shows as waiting), the CPU used by the workers and by the
-PostgreSQL server is read from /proc, and transactions and row writes per job from
-``pg_stat_database``. Then ``EXPLAIN ANALYZE`` of one claim and one completion of a full batch
-on a table of the same size gives the server's own time per statement. Writes
-``bench/results/profile.md`` (included in docs/benchmarks.md) and the collapsed stacks
-beside it. Needs py-spy (``pip install py-spy``).
+Runs on a throwaway cluster with the benchmark's production settings plus
+``pg_stat_statements`` (loaded for this command only: the benchmark's cluster does not load
+it). For each fairness setting: one worker process (the drain settings of ``bench.run``) is
+started and warmed up, py-spy attaches to it (``py-spy record --threads``, 250 Hz, samples of
+threads on CPU only), and a burst of no-op jobs is drained. Reported:
+
+- the worker's and the server's CPU per job (``/proc``);
+- py-spy's samples, as µs per job: by the leaf frame's module (where the CPU burns), and
+  inclusive for the parts of the worker's hot path (what each step costs with its callees);
+- per statement (``pg_stat_statements``): calls per 1,000 jobs and server time per job.
+
+Writes ``bench/results/profile.md`` and the raw stacks beside it; prints the markdown. Needs
+py-spy (in the ``bench`` extra).
 """
 
 from __future__ import annotations
@@ -22,49 +29,59 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
-from bench.harness import (
-    ROOT,
-    Poller,
-    Settings,
-    cpu_seconds,
-    drop_database,
-    postgres_pids,
-    start_workers,
-)
+from bench.cluster import Cluster
+from bench.harness import ROOT, Bench, Poller, Settings, cpu_seconds, progress, start_workers
 from bench.systems import Rota
 
 OUT = ROOT / "bench" / "results"
+RATE_HZ = 250
 
-#: Leaf frames that mean "the event loop is waiting" (for PostgreSQL or for work).
-_IDLE_LEAVES = ("select (selectors.py", "poll (selectors.py")
-#: Frames whose inclusive share is worth reporting, by a readable name.
-_WATCHED = {
-    "claim (rota/store/postgres/store.py": "PostgresStore.claim",
-    "complete_many (rota/store/postgres/store.py": "PostgresStore.complete_many",
-    "heartbeat (rota/store/postgres/store.py": "PostgresStore.heartbeat",
-    "row_to_job (rota/store/postgres/store.py": "row_to_job (building Job objects)",
-    "claim_tick (rota/runtime/worker.py": "Worker.claim_tick",
-    "_start (rota/runtime/worker.py": "Worker._start (task per job)",
-    "run (rota/runtime/executor.py": "Executor.run (per job)",
-    "_complete (rota/runtime/executor.py": "Executor._complete",
-    "_flush (rota/runtime/completions.py": "Completer._flush",
-    "job_context (rota/observability/logging.py": "job_context (log context per job)",
-    "labels (prometheus_client/metrics.py": "prometheus labels()",
-    "observe (prometheus_client/metrics.py": "prometheus observe()",
-    "inc (prometheus_client/metrics.py": "prometheus inc()",
-    "fetchall (psycopg/cursor_async.py": "psycopg fetchall (row decoding)",
-    "execute (psycopg/cursor_async.py": "psycopg execute",
-    "connection (psycopg_pool/pool_async.py": "pool checkout/return",
-    "__init__ (rota/runtime/context.py": "JobContext()",
-    "__init__ (<string>": "dataclass __init__ (Job, Execution...)",
-    "create_task (asyncio/base_events.py": "asyncio.create_task",
-}
+#: Leaf frames by where they live, first match wins: "where the CPU burns".
+_MODULES = (
+    ("prometheus_client/", "prometheus_client (metrics)"),
+    ("logging/", "logging"),
+    ("rota/observability/", "rota.observability (log context, metrics)"),
+    ("json/", "json"),
+    ("psycopg_pool/", "psycopg_pool"),
+    ("psycopg/", "psycopg (Python side: execute, adapt, load rows)"),
+    ("asyncio/", "asyncio (event loop, tasks, futures)"),
+    ("concurrent/", "concurrent.futures / threads"),
+    ("threading.py", "threading"),
+    ("rota/runtime/", "rota.runtime (worker, executor, completer)"),
+    ("rota/store/", "rota.store (claim, complete, rows)"),
+    ("rota/domain/", "rota.domain (Job, Lease objects)"),
+    ("<string>", "dataclass __init__ (Job, Lease...)"),
+    ("dataclasses.py", "dataclasses"),
+    ("enum.py", "enum"),
+    ("datetime", "datetime"),
+    ("bench/", "the benchmark's no-op handler"),
+)
+
+#: Inclusive: a sample counts for a step when any frame of its stack matches.
+_STEPS = (
+    ("claim (rota/store/postgres/store.py", "PostgresStore.claim (send, wait, decode rows)"),
+    ("row_to_job (rota/store/postgres/rows.py", "row_to_job (a Job per claimed row)"),
+    ("_start (rota/runtime/worker.py", "Worker._start (Execution, JobContext, timer, task)"),
+    ("run (rota/runtime/executor.py", "Executor.run (one job's task, handler included)"),
+    ("job_context (rota/observability/logging.py", "job_context (log context per job)"),
+    ("_kind_metrics (rota/runtime/executor.py", "metric children lookup"),
+    ("prometheus_client/", "prometheus_client calls (inc, dec, observe)"),
+    ("complete (rota/runtime/completions.py", "Completer.complete (future per job)"),
+    ("_flush (rota/runtime/completions.py", "Completer._flush (batch, settle futures)"),
+    ("complete_many (rota/store/postgres/store.py", "PostgresStore.complete_many"),
+    (
+        "_retrying (rota/runtime/executor.py",
+        "Executor._retrying + bounded (a task and asyncio.wait per job)",
+    ),
+    ("heartbeat (rota/store/postgres/store.py", "PostgresStore.heartbeat"),
+    ("psycopg_pool/", "pool checkout and return"),
+    ("_run_once (asyncio/base_events.py", "event loop (all callbacks, with their callees)"),
+)
 
 
 def parse_stacks(path: Path) -> collections.Counter[tuple[str, ...]]:
@@ -76,247 +93,168 @@ def parse_stacks(path: Path) -> collections.Counter[tuple[str, ...]]:
     return stacks
 
 
-def summarize(stacks: collections.Counter[tuple[str, ...]]) -> dict[str, Any]:
-    """Main-thread shares: waiting, self time by function, inclusive time of watched frames."""
-    main = {s: n for s, n in stacks.items() if (s and "MainThread" in s[0]) or _is_main(s)}
-    total = sum(main.values()) or 1
-    idle = sum(n for s, n in main.items() if _is_idle(s[-1]))
+def _where(frame: str) -> str:
+    return frame.partition(" (")[2]
+
+
+#: Leaf frames that mean a thread waits (py-spy can count a runnable thread waiting for a
+#: core as active, on a busy machine): left out before shares are taken.
+_WAITING = ("select (selectors.py", "poll (selectors.py", "wait (threading.py", "_worker (")
+
+
+def summarize(stacks: collections.Counter[tuple[str, ...]], cpu_us: float) -> dict[str, Any]:
+    """µs per job by leaf module and by step (inclusive), and the top leaf functions: each
+    a share of the samples spent running, times the worker's CPU per job from /proc (so the
+    figures add up to what the kernel counted, whatever the sampler's own overhead)."""
+    modules: collections.Counter[str] = collections.Counter()
+    steps: collections.Counter[str] = collections.Counter()
     leaves: collections.Counter[str] = collections.Counter()
-    inclusive: collections.Counter[str] = collections.Counter()
-    for stack, n in main.items():
-        if _is_idle(stack[-1]):
+    total = 0
+    for stack, n in stacks.items():
+        frames = [f for f in stack if not f.startswith(("thread ", "process "))]
+        if not frames or any(key in frames[-1] for key in _WAITING):
             continue
-        leaves[_short(stack[-1])] += n
-        seen = set()
-        for frame in stack:
-            for prefix, name in _WATCHED.items():
-                if prefix in frame and name not in seen:
-                    inclusive[name] += n
-                    seen.add(name)
+        total += n
+        leaf = frames[-1]
+        where = _where(leaf)
+        name = next((label for key, label in _MODULES if key in where), "other")
+        modules[name] += n
+        leaves[_short(leaf)] += n
+        for key, label in _STEPS:
+            if any(key in frame for frame in frames):
+                steps[label] += n
+    scale = cpu_us / total if total else 0.0
     return {
         "samples": total,
-        "idle": idle / total,
-        "self": [(name, n / total) for name, n in leaves.most_common(15)],
-        "inclusive": [(name, n / total) for name, n in inclusive.most_common()],
+        "modules": [(name, n * scale) for name, n in modules.most_common()],
+        "steps": [(label, steps[label] * scale) for _, label in _STEPS if steps[label]],
+        "leaves": [(name, n * scale) for name, n in leaves.most_common(20)],
     }
-
-
-def _is_idle(frame: str) -> bool:
-    return any(leaf in frame for leaf in _IDLE_LEAVES)
-
-
-def _is_main(stack: tuple[str, ...]) -> bool:
-    return bool(stack) and stack[0].startswith("thread") and "main" in stack[0].lower()
 
 
 def _short(frame: str) -> str:
     name, _, where = frame.partition(" (")
-    where = where.rstrip(")")
-    parts = where.split("/")
+    parts = where.rstrip(")").split("/")
     return f"{name} ({'/'.join(parts[-2:])})"
 
 
 def _spy(pid: int, output: Path) -> subprocess.Popen[bytes]:
-    """py-spy recording ``pid`` until interrupted, idle samples and thread names kept."""
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    command = [spy, "record", "--pid", str(pid), "--rate", "200", "--format", "raw"]
-    command += ["--idle", "--threads", "--output", str(output)]
+    command = [spy, "record", "--pid", str(pid), "--rate", str(RATE_HZ), "--format", "raw"]
+    command += ["--threads", "--nonblocking", "--output", str(output)]
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-async def stats(dsn: str) -> dict[str, int]:
+async def statements(dsn: str) -> list[tuple[str, int, float, int]]:
+    """(query start, calls, total ms, rows) of this database's statements since the reset."""
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-        row = await (
+        rows = await (
             await conn.execute(
-                "SELECT xact_commit, tup_inserted, tup_updated, tup_deleted, blks_hit + blks_read"
-                " FROM pg_stat_database WHERE datname = current_database()"
+                "SELECT query, calls, total_exec_time, rows FROM pg_stat_statements s "
+                "JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = current_database() "
+                "ORDER BY total_exec_time DESC"
             )
-        ).fetchone()
-    assert row is not None
-    keys = ("commits", "inserted", "updated", "deleted", "blocks")
-    return dict(zip(keys, (int(v) for v in row), strict=True))
+        ).fetchall()
+    merged: dict[str, list[float]] = {}
+    for query, calls, total, count in rows:
+        entry = merged.setdefault(_label(query), [0, 0.0, 0])
+        entry[0] += int(calls)
+        entry[1] += float(total)
+        entry[2] += int(count)
+    found = [(label, int(c), t, int(r)) for label, (c, t, r) in merged.items()]
+    return sorted(found, key=lambda s: -s[2])
 
 
-async def profile_drain(settings: Settings, processes: int, jobs: int) -> dict[str, Any]:
+def _label(query: str) -> str:
+    text = " ".join(query.split())
+    if "rota_finished_per_minute" in text and "UPDATE rota_jobs" in text:
+        return "complete (a batch of leases)"
+    if "WITH RECURSIVE open_queues" in text:
+        return "claim (fair walk, lock, lease)"
+    if "lease_until = " in text and "UPDATE rota_jobs" in text:
+        return "heartbeat"
+    if text.startswith("COPY rota_jobs"):
+        return "enqueue: COPY of the batch"
+    if "store's clock for a bulk COPY" in text or "reserve" in text.lower():
+        return "enqueue: reserve ids"
+    if "rota_finished_per_minute" in text and text.startswith("SELECT coalesce(sum(n)"):
+        return "the harness's poll"
+    return text[:70]
+
+
+async def profile_drain(bench: Bench, jobs: int, fair: bool) -> dict[str, Any]:
+    settings = bench.settings
     system = Rota(settings)
     await system.setup()
     try:
         await system.reset()
-        env = system.drain_env
+        env = {**system.drain_env, "BENCH_FAIR": "1" if fair else "0"}
         group = start_workers(
             settings,
             "rota",
             system.dsn,
-            processes=processes,
+            processes=1,
             concurrency=int(env["BENCH_CONCURRENCY"]),
             extra=env,
         )
-        spies: list[subprocess.Popen[bytes]] = []
-        outputs: list[Path] = []
+        output = OUT / f"profile-fair-{'on' if fair else 'off'}.txt"
+        spy = None
         try:
             await group.wait_ready()
             mark = await system.watermark()
-            async with Poller(system.dsn, system.done_sql(mark, 20)) as warm:
-                await system.enqueue_bulk("noop", 20)
-                await warm.until(bool, timeout_s=60)
+            async with Poller(system.dsn, system.done_sql(mark, 1000)) as warm:
+                await system.enqueue_bulk("noop", 1000)
+                await warm.until(bool, timeout_s=120)
             mark = await system.watermark()
-            for index, pid in enumerate(group.pids):
-                output = OUT / f"profile-{processes}proc-{index}.txt"
-                outputs.append(output)
-                spies.append(_spy(pid, output))
-            await asyncio.sleep(1.0)  # py-spy attaches
-            before = await stats(system.dsn)
-            pg_before = {pid: cpu_seconds([pid]) for pid in postgres_pids()}
-            worker_before = cpu_seconds(group.pids)
+            spy = _spy(group.pids[0], output)
+            await asyncio.sleep(1.5)  # py-spy attaches
+            async with await psycopg.AsyncConnection.connect(system.dsn, autocommit=True) as c:
+                await c.execute("SELECT pg_stat_statements_reset()")
             async with Poller(system.dsn, system.done_sql(mark, jobs)) as poller:
+                exclude = (poller.backend_pid,)
                 await system.enqueue_bulk("noop", jobs)
                 started = time.time()
-                ended = await poller.until(bool, timeout_s=max(120.0, jobs / 100))
-            worker_cpu = cpu_seconds(group.pids) - worker_before
-            pg_cpu = sum(cpu_seconds([pid]) - pg_before.get(pid, 0.0) for pid in postgres_pids())
-            after = await stats(system.dsn)
-            for spy in spies:
-                spy.send_signal(signal.SIGINT)
-            for spy in spies:
-                spy.wait(timeout=60)
+                pg_before = settings.server_cpu(exclude)
+                worker_before = cpu_seconds(group.pids)
+                seen = await poller.until(bool, timeout_s=max(120.0, jobs / 100), every_s=0.1)
+                worker_cpu = cpu_seconds(group.pids) - worker_before
+                pg_after = settings.server_cpu(exclude)
+            spy.send_signal(signal.SIGINT)
+            spy.wait(timeout=60)
+            found = await statements(system.dsn)
         finally:
-            for spy in spies:
-                if spy.poll() is None:
-                    spy.kill()
+            if spy is not None and spy.poll() is None:
+                spy.kill()
             await group.stop()
-        seconds = ended - started
-        stacks: collections.Counter[tuple[str, ...]] = collections.Counter()
-        for output in outputs:
-            if output.exists():
-                stacks.update(parse_stacks(output))
-        per_job = {key: (after[key] - before[key]) / jobs for key in before}
-        # The server's own time for one claim and one completion of a full batch.
-        await system.reset()
-        await system.enqueue_bulk("noop", jobs)
-        await system.vacuum("rota_jobs")
-        explain = await explain_batch(system.dsn, int(env["BENCH_CLAIM_BATCH"]))
+        finished = await system.last_finished()
+        ended = finished if finished is not None and started < finished <= seen else seen
+        stacks = parse_stacks(output) if output.exists() else collections.Counter()
         return {
-            "processes": processes,
+            "fair": fair,
             "jobs": jobs,
-            "jobs_per_s": jobs / seconds,
+            "jobs_per_s": jobs / (ended - started),
             "worker_cpu_us": 1e6 * worker_cpu / jobs,
-            "postgres_cpu_us": 1e6 * pg_cpu / jobs,
-            "wall_us": 1e6 * seconds / jobs,
-            "per_job": per_job,
-            "profile": summarize(stacks) if stacks else None,
-            "explain": explain,
+            "postgres_cpu_us": (
+                1e6 * (pg_after - pg_before) / jobs
+                if pg_after is not None and pg_before is not None
+                else None
+            ),
+            "profile": summarize(stacks, 1e6 * worker_cpu / jobs),
+            "statements": found,
         }
     finally:
         await system.close()
 
 
-async def explain_batch(dsn: str, batch: int) -> dict[str, float]:
-    """Execution time (ms) of one claim and one complete of ``batch`` jobs, rolled back."""
-    from rota.store.postgres.queries import query
-
-    found: dict[str, float] = {}
-    async with await psycopg.AsyncConnection.connect(dsn) as conn:
-        params = {
-            "now": None,
-            "queues": ["default"],
-            "limit": batch,
-            "lease": timedelta(seconds=30),
-            "worker": "explain",
-        }
-        plan = await (
-            await conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + query("claim"), params)
-        ).fetchone()
-        assert plan is not None
-        found["claim"] = float(plan[0][0]["Execution Time"])
-        rows = await (await conn.execute(query("claim"), params)).fetchall()
-        leases = {"now": None, "ids": [r[0] for r in rows], "tokens": [r[13] for r in rows]}
-        plan = await (
-            await conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + query("complete"), leases)
-        ).fetchone()
-        assert plan is not None
-        found["complete"] = float(plan[0][0]["Execution Time"])
-        await conn.rollback()
-    return found
-
-
-async def profile_enqueue(settings: Settings, count: int) -> list[tuple[str, float, float]]:
-    """cProfile of one ``App.enqueue_many`` of ``count`` jobs, in this process: the top
-    functions by cumulative time (name, seconds cumulative, seconds own)."""
-    import cProfile
-    import pstats
-
-    system = Rota(settings)
-    await system.setup()
-    try:
-        await system.reset()
-        profiler = cProfile.Profile()
-        profiler.enable()
-        await system.enqueue_bulk("noop", count)
-        profiler.disable()
-    finally:
-        await system.close()
-    table = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
-    rows = []
-    for (filename, line, name), (_, _, own, cumulative, _) in table.items():
-        where = "/".join(Path(filename).parts[-2:])
-        rows.append((f"{name} ({where}:{line})", cumulative, own))
-    rows.sort(key=lambda row: -row[1])
-    return rows[:25]
-
-
-async def explain_backlog(settings: Settings, background: int, batch: int) -> dict[str, Any]:
-    """The claim's plan and server time with ``background`` jobs not yet due: with ``batch``
-    due jobs, and with none due (the last claims of every drain, and every idle poll)."""
-    system = Rota(settings)
-    await system.setup()
-    try:
-        await system.reset()
-        await system.load_future(background)
-        from rota.store.postgres.queries import query
-
-        params = {
-            "now": None,
-            "queues": ["default"],
-            "limit": batch,
-            "lease": timedelta(seconds=30),
-            "worker": "explain",
-        }
-        found: dict[str, Any] = {}
-        async with await psycopg.AsyncConnection.connect(system.dsn) as conn:
-            for label in ("none due", f"{batch} due"):
-                if label != "none due":
-                    await system.enqueue_bulk("noop", batch)
-                    await system.vacuum("rota_jobs")
-                plan = await (
-                    await conn.execute(
-                        "EXPLAIN (ANALYZE, BUFFERS, FORMAT TEXT) " + query("claim"), params
-                    )
-                ).fetchall()
-                await conn.rollback()
-                text = [row[0] for row in plan]
-                found[label] = {
-                    "ms": next(
-                        (float(t.split(":")[1].split()[0]) for t in text if "Execution Time" in t),
-                        0.0,
-                    ),
-                    "due_scan": [
-                        t.strip() for t in text if "rota_jobs_due" in t or "Rows Removed" in t
-                    ][:4],
-                }
-        return found
-    finally:
-        await system.close()
-
-
-def markdown(results: list[dict[str, Any]]) -> str:
+def markdown(results: list[dict[str, Any]], command: str) -> str:
+    heads = [f"fair claims {'on' if r['fair'] else 'off'}" for r in results]
     lines = [
-        "## Profile of rota's drain",
+        f"`{command}` ({time.strftime('%Y-%m-%d %H:%M %Z')}): one worker process, "
+        f"{results[0]['jobs']:,} no-op jobs in a burst, py-spy at {RATE_HZ} Hz on the worker "
+        "(threads on CPU only; its shares are scaled to the CPU the kernel counted), "
+        "`pg_stat_statements` on the server (its times are wall time inside the server).",
         "",
-        "`python -m bench.profile`: py-spy (200 Hz, idle samples kept) on every worker while "
-        "it drains no-op jobs; CPU from /proc; statements and row writes from "
-        "`pg_stat_database`; server time per statement from `EXPLAIN ANALYZE` of one batch.",
-        "",
-        "| | " + " | ".join(f"{r['processes']} process(es)" for r in results) + " |",
+        "| | " + " | ".join(heads) + " |",
         "|---|" + "---|" * len(results),
     ]
 
@@ -324,79 +262,78 @@ def markdown(results: list[dict[str, Any]]) -> str:
         lines.append(f"| {label} | " + " | ".join(values) + " |")
 
     row("jobs/s while profiled", [f"{r['jobs_per_s']:,.0f}" for r in results])
-    row("wall time per job (µs)", [f"{r['wall_us']:.0f}" for r in results])
-    row("worker CPU per job (µs)", [f"{r['worker_cpu_us']:.0f}" for r in results])
-    row("PostgreSQL CPU per job (µs)", [f"{r['postgres_cpu_us']:.0f}" for r in results])
-    row("transactions per job", [f"{r['per_job']['commits']:.3f}" for r in results])
-    row("rows updated per job", [f"{r['per_job']['updated']:.2f}" for r in results])
-    row("rows inserted per job", [f"{r['per_job']['inserted']:.2f}" for r in results])
-    row("buffer accesses per job", [f"{r['per_job']['blocks']:.1f}" for r in results])
+    row("worker CPU per job, /proc (µs)", [f"{r['worker_cpu_us']:.0f}" for r in results])
+    row("py-spy samples of running code", [f"{r['profile']['samples']:,}" for r in results])
     row(
-        "claim of one batch, server time (ms)",
-        [f"{r['explain']['claim']:.1f}" for r in results],
+        "PostgreSQL CPU per job (µs)",
+        [f"{r['postgres_cpu_us']:.0f}" if r["postgres_cpu_us"] else "—" for r in results],
     )
-    row(
-        "complete of one batch, server time (ms)",
-        [f"{r['explain']['complete']:.1f}" for r in results],
-    )
-    for r in results:
-        p = r["profile"]
-        if p is None:
-            continue
-        lines += [
+
+    def table(title: str, key: str) -> None:
+        names: list[str] = []
+        for r in results:
+            names += [name for name, _ in r["profile"][key] if name not in names]
+        lines.extend(["", f"| {title} | " + " | ".join(heads) + " |"])
+        lines.append("|---|" + "---|" * len(results))
+        for name in names:
+            values = [dict(r["profile"][key]).get(name) for r in results]
+            lines.append(
+                f"| {name} | " + " | ".join("—" if v is None else f"{v:.1f}" for v in values) + " |"
+            )
+
+    table("worker µs per job, by the leaf frame's module", "modules")
+    table("worker µs per job, inclusive, by step of the hot path", "steps")
+    table("worker µs per job, top leaf functions", "leaves")
+    lines.extend(
+        [
             "",
-            f"**{r['processes']} process(es), main thread** ({p['samples']:,} samples): "
-            f"{100 * p['idle']:.0f}% waiting in the event loop's select (for PostgreSQL or "
-            "for work), the rest running Python.",
-            "",
-            "| inclusive share of samples | % |",
-            "|---|---|",
-            *(f"| {name} | {100 * share:.1f} |" for name, share in p["inclusive"]),
-            "",
-            "| self time (leaf frame) | % |",
-            "|---|---|",
-            *(f"| `{name}` | {100 * share:.1f} |" for name, share in p["self"]),
+            "| statement | "
+            + " | ".join(f"{h}: calls / 1,000 jobs, server µs / job" for h in heads)
+            + " |",
         ]
+    )
+    lines.append("|---|" + "---|" * len(results))
+    labels: list[str] = []
+    for r in results:
+        labels += [s[0] for s in r["statements"][:8] if s[0] not in labels]
+    for label in labels:
+        cells = []
+        for r in results:
+            match = next((s for s in r["statements"] if s[0] == label), None)
+            cells.append(
+                "—"
+                if match is None
+                else f"{1000 * match[1] / r['jobs']:.1f}, {1000 * match[2] / r['jobs']:.1f}"
+            )
+        lines.append(f"| `{label}` | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 async def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.profile")
-    parser.add_argument("--jobs", type=int, default=100_000)
-    parser.add_argument("--processes", default="1,2")
-    parser.add_argument("--background", type=int, default=1_000_000)
+    parser.add_argument("--jobs", type=int, default=50_000)
+    parser.add_argument("--fair", default="on,off", help="on, off or on,off")
     args = parser.parse_args(argv)
-    settings = Settings()
+    fairness = [f.strip() == "on" for f in args.fair.split(",") if f.strip()]
     OUT.mkdir(parents=True, exist_ok=True)
-    results = []
-    for processes in (int(p) for p in args.processes.split(",")):
-        print(f"profiling the drain with {processes} process(es)...", flush=True)
-        results.append(await profile_drain(settings, processes, args.jobs))
-    print("profiling one bulk enqueue...", flush=True)
-    enqueue = await profile_enqueue(settings, args.jobs)
-    print("explaining the claim beside a backlog...", flush=True)
-    backlog = await explain_backlog(settings, args.background, 250)
-    await drop_database(settings, "rota_bench_rota")
-    text = markdown(results)
-    text += "\n\n" + "\n".join(
-        [
-            f"**One `App.enqueue_many` of {args.jobs:,} jobs** (cProfile, in process; "
-            "cumulative and own seconds; cProfile itself slows Python down):",
-            "",
-            "| function | cumulative s | own s |",
-            "|---|---|---|",
-            *(f"| `{name}` | {cum:.2f} | {own:.2f} |" for name, cum, own in enqueue[:18]),
-            "",
-            f"**The claim beside {args.background:,} jobs not yet due** "
-            "(`EXPLAIN (ANALYZE, BUFFERS)`, batch 250):",
-            "",
-            *(
-                f"- {label}: {found['ms']:.1f} ms; "
-                + "; ".join(f"`{line}`" for line in found["due_scan"])
-                for label, found in backlog.items()
-            ),
-        ]
+    cluster = Cluster.start(
+        extra={"shared_preload_libraries": "pg_stat_statements", "pg_stat_statements.max": "1000"}
     )
+    try:
+        settings = Settings(server_url=cluster.url, postmaster=cluster.pid)
+        # In the template, so the benchmark's fresh database has the view too.
+        async with await psycopg.AsyncConnection.connect(
+            settings.dsn("template1"), autocommit=True
+        ) as conn:
+            await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        bench = Bench(settings)
+        results = []
+        for fair in fairness:
+            progress(f"profiling a drain of {args.jobs:,} jobs, fair claims {fair}...")
+            results.append(await profile_drain(bench, args.jobs, fair))
+    finally:
+        cluster.stop()
+    text = markdown(results, "python -m bench.profile " + " ".join(argv))
     (OUT / "profile.md").write_text(text + "\n")
     print(text)
 
