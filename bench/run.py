@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import importlib
 import json
+import os
 import shlex
 import signal
 import sys
@@ -101,10 +102,6 @@ def _postmaster(url: str) -> int | None:
 
 
 async def main(args: argparse.Namespace, argv: list[str], cluster: Cluster | None) -> int:
-    loop = asyncio.get_running_loop()
-    task = asyncio.current_task()
-    assert task is not None
-    loop.add_signal_handler(signal.SIGTERM, task.cancel)
     if cluster is not None:
         settings = Settings(server_url=cluster.url, postmaster=cluster.pid)
     else:
@@ -186,6 +183,9 @@ def _public(argv: list[str]) -> list[str]:
 
 def entry(argv: list[str]) -> int:
     args = parse(argv)
+    # SIGTERM takes the Ctrl-C path: asyncio cancels the run, every `finally` stops its
+    # workers, and the cluster is stopped below.
+    signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
     cluster = None
     try:
         if not args.database_url:
