@@ -32,6 +32,7 @@ from rota.observability.metrics import Metrics
 from rota.runtime.registry import Handler, Registry
 from rota.runtime.scheduler import MAX_WAIT, PUSHED_MAX_WAIT, Scheduler
 from rota.runtime.services import Service
+from rota.runtime.signals import stop_signals
 from rota.runtime.worker import Worker, WorkerSettings
 from rota.store import JobFilter, Page, Store, open_store, redact_url
 from rota.store.base import LimitInfo, QueueInfo
@@ -479,14 +480,14 @@ class App:
         ready: Callable[[Worker], None] | None = None,
         **options: Any,
     ) -> None:
-        """Run a worker until it is stopped (SIGTERM/SIGINT when ``handle_signals``: the first
-        stops gracefully, the second at once)."""
+        """Run a worker until it is stopped (SIGTERM, SIGINT or SIGHUP when ``handle_signals``:
+        the first stops gracefully, the second at once; see ``rota.runtime.signals``)."""
         await self.open()
         worker = self.worker(settings, **options)
         loop = asyncio.get_running_loop()
         installed: list[signal.Signals] = []
         if handle_signals:
-            for signum in (signal.SIGTERM, signal.SIGINT):
+            for signum in stop_signals():
                 with contextlib.suppress(NotImplementedError, RuntimeError):
                     loop.add_signal_handler(signum, worker.request_stop)
                     installed.append(signum)
