@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import logging
 import signal
@@ -551,6 +552,10 @@ class _SyncBridge:
 
     PostgreSQL pools belong to the loop that opened them, so the bridge opens a store of its
     own; memory and SQLite stores are shared, being safe across threads.
+
+    A sync script seldom closes its App, so the bridge also closes itself at interpreter exit:
+    left to the interpreter's teardown, its pool's tasks are destroyed mid-wait and each prints
+    "Task was destroyed but it is pending!".
     """
 
     def __init__(self, app: App) -> None:
@@ -561,6 +566,7 @@ class _SyncBridge:
         )
         self._thread.start()
         self._store: Store | None = None
+        atexit.register(self.close)
 
     async def store(self) -> Store:
         if self._store is None:
@@ -576,10 +582,23 @@ class _SyncBridge:
         return future.result()
 
     def close(self) -> None:
-        if self._store is not None and self._store is not self._app._store:
-            with contextlib.suppress(Exception):
-                self.call(self._store.close())
+        atexit.unregister(self.close)
+        if self._loop.is_closed():
+            return
+        with contextlib.suppress(Exception):
+            self.call(self._shutdown())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
         if not self._thread.is_alive():
             self._loop.close()
+
+    async def _shutdown(self) -> None:
+        """Close the bridge's own store, then end whatever else still runs on its loop."""
+        if self._store is not None and self._store is not self._app._store:
+            with contextlib.suppress(Exception):
+                await self._store.close()
+        others = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in others:
+            task.cancel()
+        await asyncio.gather(*others, return_exceptions=True)
+        await self._loop.shutdown_asyncgens()
