@@ -4,6 +4,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
+SOAK_LOG := .soak.log
+SOAK_SHOWN := 500
+SOAK_TMP := .soak-tmp
 
 .DEFAULT_GOAL := help
 
@@ -51,10 +54,23 @@ test-fast: setup ## Unit and contract tests (seconds)
 
 .PHONY: test
 test: setup ## The whole test suite (PostgreSQL tests skip with a hint when no server is found)
-	@# The soak (10 minutes under CI=true, skipped otherwise) runs beside everything else.
-	@$(BIN)/pytest -q -m soak -p no:cacheprovider $(PYTEST_ARGS) > .soak.log 2>&1 & soak=$$!; \
+	@# The soak (10 minutes under CI=true, skipped otherwise) runs beside everything else. A
+	@# pass prints one line; a failure prints its log (the last $(SOAK_SHOWN) lines) and keeps
+	@# it, with the workers' logs and history in its own temporary directory.
+	@rm -rf $(SOAK_TMP); \
+	$(BIN)/pytest -q -m soak -p no:cacheprovider --basetemp=$(SOAK_TMP) $(PYTEST_ARGS) \
+		> $(SOAK_LOG) 2>&1 & soak=$$!; \
 	$(BIN)/pytest -q -m "not soak" $(PYTEST_ARGS); rest=$$?; \
-	wait $$soak; soaked=$$?; echo "== soak"; tail -n 30 .soak.log; rm -f .soak.log; \
+	wait $$soak; soaked=$$?; \
+	if [ $$soaked -eq 0 ]; then \
+		echo "== soak: $$(tail -n 1 $(SOAK_LOG))"; rm -rf $(SOAK_LOG) $(SOAK_TMP); \
+	else \
+		echo "== soak FAILED (exit $$soaked): the last $(SOAK_SHOWN) of its" \
+			"$$(wc -l < $(SOAK_LOG)) lines"; \
+		tail -n $(SOAK_SHOWN) $(SOAK_LOG); \
+		echo "== soak FAILED: whole log in $(CURDIR)/$(SOAK_LOG)," \
+			"worker logs and history under $(CURDIR)/$(SOAK_TMP)"; \
+	fi; \
 	test $$rest -eq 0 -a $$soaked -eq 0
 
 .PHONY: ci

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import logging
 import signal
@@ -32,6 +33,7 @@ from rota.observability.metrics import Metrics
 from rota.runtime.registry import Handler, Registry
 from rota.runtime.scheduler import MAX_WAIT, PUSHED_MAX_WAIT, Scheduler
 from rota.runtime.services import Service
+from rota.runtime.signals import stop_signals
 from rota.runtime.worker import Worker, WorkerSettings
 from rota.store import JobFilter, Page, Store, open_store, redact_url
 from rota.store.base import LimitInfo, QueueInfo
@@ -479,14 +481,14 @@ class App:
         ready: Callable[[Worker], None] | None = None,
         **options: Any,
     ) -> None:
-        """Run a worker until it is stopped (SIGTERM/SIGINT when ``handle_signals``: the first
-        stops gracefully, the second at once)."""
+        """Run a worker until it is stopped (SIGTERM, SIGINT or SIGHUP when ``handle_signals``:
+        the first stops gracefully, the second at once; see ``rota.runtime.signals``)."""
         await self.open()
         worker = self.worker(settings, **options)
         loop = asyncio.get_running_loop()
         installed: list[signal.Signals] = []
         if handle_signals:
-            for signum in (signal.SIGTERM, signal.SIGINT):
+            for signum in stop_signals():
                 with contextlib.suppress(NotImplementedError, RuntimeError):
                     loop.add_signal_handler(signum, worker.request_stop)
                     installed.append(signum)
@@ -550,6 +552,10 @@ class _SyncBridge:
 
     PostgreSQL pools belong to the loop that opened them, so the bridge opens a store of its
     own; memory and SQLite stores are shared, being safe across threads.
+
+    A sync script seldom closes its App, so the bridge also closes itself at interpreter exit:
+    left to the interpreter's teardown, its pool's tasks are destroyed mid-wait and each prints
+    "Task was destroyed but it is pending!".
     """
 
     def __init__(self, app: App) -> None:
@@ -560,6 +566,7 @@ class _SyncBridge:
         )
         self._thread.start()
         self._store: Store | None = None
+        atexit.register(self.close)
 
     async def store(self) -> Store:
         if self._store is None:
@@ -575,10 +582,23 @@ class _SyncBridge:
         return future.result()
 
     def close(self) -> None:
-        if self._store is not None and self._store is not self._app._store:
-            with contextlib.suppress(Exception):
-                self.call(self._store.close())
+        atexit.unregister(self.close)
+        if self._loop.is_closed():
+            return
+        with contextlib.suppress(Exception):
+            self.call(self._shutdown())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
         if not self._thread.is_alive():
             self._loop.close()
+
+    async def _shutdown(self) -> None:
+        """Close the bridge's own store, then end whatever else still runs on its loop."""
+        if self._store is not None and self._store is not self._app._store:
+            with contextlib.suppress(Exception):
+                await self._store.close()
+        others = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in others:
+            task.cancel()
+        await asyncio.gather(*others, return_exceptions=True)
+        await self._loop.shutdown_asyncgens()

@@ -118,13 +118,6 @@ async def finish_and_check(fleet: ChaosFleet, store: Store) -> None:
     report.assert_clean()
 
 
-TICK_GRANULARITY = (
-    "Heartbeater checks the local deadline only at tick boundaries; after failures the ticks "
-    "are spaced by the jittered backoff of run_service (0.2-2.4 s), so the stop can land after "
-    "lease expiry (about one trial in four here: flaky until fixed, hence not strict)"
-)
-
-
 @pytest.mark.parametrize(
     ("mode", "fault"),
     [

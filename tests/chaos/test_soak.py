@@ -1,16 +1,21 @@
 """T46: the soak. Mixed load on a throwaway PostgreSQL cluster for ROTA_SOAK_SECONDS (600 s
 by default under CI=true; skipped otherwise), with a fault about every 60 s rotating SIGKILL,
 SIGSTOP, PostgreSQL restart, partition (the worker's proxy blackholed), listener kill and a
-clock bump (the worker's libfaketime file). Load: 10% of jobs fail once, 1% are poison, 1%
-run longer than the lease on heartbeats, and a schedule fires every 10 s when App.schedule
-exists. Pass: every checker property, the fenced store, RSS growth of each never-killed worker
-under 10% after warm-up, each worker's connections within its pool bound (counted at its
-proxy), and every job terminal within lease + rescue + backoff after the last fault.
+clock bump (the worker's libfaketime file), each on a worker drawn from the seed. Load: 10% of
+jobs fail once, 1% are poison, 1% run longer than the lease on heartbeats, and a schedule fires
+every 10 s. Pass: every checker property (the schedule's jobs included, one per slot), the
+fenced store, RSS growth of each never-killed worker under 10% after warm-up, each worker's
+connections within its pool bound (counted at its proxy), every job terminal within lease +
+rescue + backoff after the last fault, and a graceful stop of every worker at the end.
+
+The end is taken in order, so the checker sees one consistent picture: the schedule is paused,
+every job becomes terminal, the workers stop, and only then is the store read, once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -19,17 +24,16 @@ from pathlib import Path
 import psycopg
 import pytest
 
-import rota
 from rota.domain.errors import StoreUnavailable
 from rota.domain.job import JobSpec, JobState
-from rota.store import JobFilter, Store, open_store
+from rota.store import Store, open_store
 from tests.chaos.conftest import CHAOS_OPTIONS, IN_CI, MARGIN_S, proxied, through
 from tests.support import faketime
-from tests.support.chaosfleet import ChaosFleet, all_terminal
-from tests.support.history import check_store
+from tests.support.chaosfleet import SCHEDULE, SCHEDULE_ENV, ChaosFleet, all_terminal
+from tests.support.history import check_snapshot, snapshot
 from tests.support.nemesis import Fault, Nemesis
 from tests.support.postgres import Cluster
-from tests.support.processes import WorkerProcess
+from tests.support.processes import WorkerProcess, eventually
 from tests.support.proxy import BLACKHOLE, PASS, ChaosProxy
 
 pytestmark = [pytest.mark.soak, pytest.mark.postgres, pytest.mark.slow]
@@ -40,6 +44,8 @@ FAULTS = ["kill", "stop", "pg_restart", "partition", "listener_kill", "clock"]
 LIVENESS_S = CHAOS_OPTIONS.lease_s + CHAOS_OPTIONS.rescue_s + 5.0
 POOL_BOUND = 10 + 1  # pool_max + the LISTEN connection
 WORKERS = 3
+#: The schedule's period: the soak's "recurring every 10 s".
+SCHEDULE_EVERY_S = 10
 
 
 def rss_kib(pid: int) -> int:
@@ -63,7 +69,21 @@ def soak_fleet(cluster_url: str, soak_store: Store, tmp_path: Path) -> Iterator[
         yield fleet
     finally:
         fleet.close()
-        print(fleet.logs(tail=80))
+        # Shown by pytest when the test failed: short, so the failure stays in view.
+        print(fleet.logs(tail=25))
+        print(f"every worker's whole log: {tmp_path}/*.stderr")
+
+
+async def pause_schedule(store: Store, name: str) -> None:
+    """Stop the schedule firing (the test's connection may be reconnecting after a fault)."""
+
+    async def paused() -> bool:
+        try:
+            return (await store.pause_schedule(name)).paused
+        except StoreUnavailable:
+            return False
+
+    await eventually(paused, within_s=60, every_s=0.5, what=f"schedule {name} paused")
 
 
 @pytest.mark.skipif(not SECONDS, reason="the soak runs under CI=true or with ROTA_SOAK_SECONDS")
@@ -81,8 +101,10 @@ async def test_soak_mixed_load_under_rotating_faults(
         pytest.skip(faketime.INSTALL_HINT)
     fleet, store = soak_fleet, soak_store
     every_s = min(60.0, SECONDS / 8)
-    nemesis = Nemesis(seed, FAULTS, every_s=every_s, count=int(SECONDS / every_s), rotate=True)
-    schedule_env = {"ROTA_CHAOS_SCHEDULE_EVERY": "10"} if hasattr(rota.App, "schedule") else {}
+    nemesis = Nemesis(
+        seed, FAULTS, every_s=every_s, count=int(SECONDS / every_s), targets=WORKERS, rotate=True
+    )
+    schedule_env = {SCHEDULE_ENV: str(SCHEDULE_EVERY_S)}
     slots: dict[int, tuple[ChaosProxy, faketime.FakeTime, WorkerProcess]] = {}
     killed: set[str] = set()
 
@@ -103,25 +125,33 @@ async def test_soak_mixed_load_under_rotating_faults(
 
     rng = nemesis.rng("load")
     acknowledged: list[int] = []
+    #: Tags (payload "n") of jobs whose enqueue failed or timed out: each may or may not exist.
+    ambiguous: set[int] = set()
+    tags = itertools.count()
     stop_feeding = asyncio.Event()
 
     async def feed() -> None:
         while not stop_feeding.is_set():
             specs = []
             for _ in range(10):
-                roll = rng.random()
+                roll, tag = rng.random(), next(tags)
                 if roll < 0.01:
-                    specs.append(JobSpec(kind="poison", max_attempts=3))
+                    specs.append(JobSpec(kind="poison", payload={"n": tag}, max_attempts=3))
                 elif roll < 0.02:
-                    specs.append(JobSpec(kind="long", payload={"s": 1.5 * CHAOS_OPTIONS.lease_s}))
+                    payload = {"s": 1.5 * CHAOS_OPTIONS.lease_s, "n": tag}
+                    specs.append(JobSpec(kind="long", payload=payload))
                 else:
-                    payload = {"s": round(rng.uniform(0, 0.2), 3), "fail": rng.random() < 0.1}
+                    payload = {
+                        "s": round(rng.uniform(0, 0.2), 3),
+                        "fail": rng.random() < 0.1,
+                        "n": tag,
+                    }
                     specs.append(JobSpec(kind="work", payload=payload, max_attempts=10))
             try:
                 results = await asyncio.wait_for(store.enqueue(specs), 15)
                 acknowledged.extend(r.job.id for r in results)
             except (StoreUnavailable, TimeoutError):
-                pass  # not acknowledged: may or may not exist (checked below)
+                ambiguous.update(spec.payload["n"] for spec in specs)
             await asyncio.sleep(0.5)
 
     async def act(fault: Fault) -> None:
@@ -182,32 +212,13 @@ async def test_soak_mixed_load_under_rotating_faults(
         stop_feeding.set()
         await feeding
         await sampler
-    print(nemesis.describe())
+        print(nemesis.describe())
 
+    # From here on nothing new may appear: no slot fires once the pause is stored, and no job
+    # runs once the workers are gone; the store and the history are then read once.
+    await pause_schedule(store, SCHEDULE)
     await all_terminal(store, 1, within_s=LIVENESS_S + MARGIN_S + 30)
     print(f"all terminal {time.monotonic() - last_fault:.0f}s after the last fault")
-    ids: list[int] = []
-    cursor = None
-    while True:
-        page = await store.list_jobs(JobFilter(), cursor=cursor, limit=500)
-        ids += [job.id for job in page.jobs]
-        if page.next_cursor is None:
-            break
-        cursor = page.next_cursor
-    known = set(acknowledged)
-    extra = [j for j in ids if j not in known]  # schedule slots and ambiguous enqueues
-    report = await check_store(store, fleet.history, enqueued=sorted(known | set(extra)))
-    report.assert_clean()
-    jobs = {j: await store.get(j) for j in ids}
-    fleet.check_fenced_effects(
-        {
-            j: job.lease_token or 0
-            for j, job in jobs.items()
-            if job.state is JobState.SUCCEEDED and job.kind == "work"  # only work writes effects
-        }
-    )
-    poison = [j for j, job in jobs.items() if job.kind == "poison"]
-    assert all(jobs[j].state is JobState.DEAD for j in poison)
     assert max(connections) <= POOL_BOUND, f"connections per worker: max {max(connections)}"
     for name, before in warm_rss.items():
         # Only workers that lived through the whole soak: a killed one was replaced.
@@ -216,3 +227,28 @@ async def test_soak_mixed_load_under_rotating_faults(
             after = rss_kib(worker.pid)
             print(f"{name}: RSS {before} -> {after} KiB")
             assert after <= before * 1.10, f"{name}: RSS grew {before} -> {after} KiB"
+    codes = await fleet.stop()
+    assert set(codes.values()) == {0}, f"a worker did not stop gracefully: exit codes {codes}"
+
+    final = await snapshot(store)
+    maybe = {
+        job.id
+        for job in final.jobs.values()
+        if job.schedule is None and job.payload.get("n") in ambiguous
+    }
+    print(
+        f"{len(final.jobs)} jobs: {len(acknowledged)} acknowledged, {len(maybe)} of "
+        f"{len(ambiguous)} unacknowledged ones written, "
+        f"{sum(job.schedule == SCHEDULE for job in final.jobs.values())} fired by {SCHEDULE}"
+    )
+    report = check_snapshot(final, fleet.history, enqueued=[*acknowledged, *maybe])
+    report.assert_clean()
+    fleet.check_fenced_effects(
+        {
+            j: job.lease_token or 0
+            for j, job in final.jobs.items()
+            if job.state is JobState.SUCCEEDED and job.kind == "work"  # only work writes effects
+        }
+    )
+    poison = [job for job in final.jobs.values() if job.kind == "poison"]
+    assert all(job.state is JobState.DEAD for job in poison)

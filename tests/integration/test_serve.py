@@ -1,14 +1,18 @@
-"""`rota serve` as a real process: zero setup, crash recovery on another worker, clean stop."""
+"""`rota serve` as a real process: zero setup, crash recovery on another worker, clean stop
+(SIGTERM or SIGHUP), and a busy port refused before anything starts."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from rota.store import open_store
 from tests.support.serve import REPO, serving
 
 pytestmark = pytest.mark.slow
@@ -65,3 +69,63 @@ def test_serve_refuses_a_public_bind_without_auth(tmp_path: Path) -> None:
     assert "refusing to listen on '0.0.0.0' without authentication" in result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "rota.db").exists(), "nothing was created"
+
+
+def serve_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "rota", "serve", *args]
+
+
+def clean_env() -> dict[str, str]:
+    return {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO / "src")}
+
+
+async def registered_workers(database: Path) -> list[str]:
+    store = open_store(f"sqlite:///{database}")
+    try:
+        return [info.name for info in await store.list_workers()]
+    finally:
+        await store.close()
+
+
+async def test_sighup_stops_serve_gracefully_and_its_workers_leave_the_registry(
+    tmp_path: Path,
+) -> None:
+    """SIGHUP (the terminal or SSH session went away) stops like SIGTERM: by default it
+    would kill the process on the spot and leave its workers registered as alive."""
+    with serving(tmp_path) as served:
+        await asyncio.to_thread(
+            served.wait_until,
+            lambda: len(served.get("/api/workers")["workers"]) == 3,
+            timeout=30,
+            what="the three workers to register",
+        )
+        assert await asyncio.to_thread(served.stop, signal.SIGHUP) == 0
+    assert "stopping: finishing running jobs" in served.log.read_text()
+    assert await registered_workers(tmp_path / "rota.db") == []
+
+
+async def test_serve_on_a_busy_port_says_so_in_one_line_and_registers_nothing(
+    tmp_path: Path,
+) -> None:
+    database = tmp_path / "rota.db"
+    store = open_store(f"sqlite:///{database}")
+    await store.migrate()
+    await store.close()
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = await asyncio.to_thread(
+            subprocess.run,
+            serve_command("--port", str(port)),
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=clean_env(),
+        )
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        f"error: could not listen on 127.0.0.1:{port}: address already in use"
+    ]
+    assert await registered_workers(database) == []

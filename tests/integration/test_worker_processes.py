@@ -315,6 +315,39 @@ async def test_a_second_sigterm_exits_at_once_and_leaves_the_lease_to_expire(
     (await check_store(store, fleet.history, enqueued=[job.id])).assert_clean()
 
 
+async def test_sighup_stops_gracefully_like_sigterm(fleet: Fleet, store: Store) -> None:
+    """A closed terminal or SSH session sends SIGHUP, whose default action killed the worker on
+    the spot and left its running job to wait out its lease."""
+    grace_s = 3.0
+    a = await fleet.start_ready("a", concurrency=2, shutdown_timeout_s=grace_s)
+    short = await enqueue(store, "sleep", 1.5)
+    long = await enqueue(store, "sleep", {"s": 60, "then": 0.1})
+    await started(fleet, short.id, worker="a")
+    await started(fleet, long.id, worker="a")
+
+    a.signal(signal.SIGHUP)
+    await a.wait_log("stopping: no new claims")
+    assert await a.wait_exit(within_s=grace_s + 10) == 0
+    done = await store.get(short.id)
+    assert (done.state, done.attempt, done.worker) == (JobState.SUCCEEDED, 1, "a")
+    released = await store.get(long.id)
+    assert (released.state, released.attempt) == (JobState.PENDING, 0), "handed back at once"
+    assert await outcomes(store, long.id) == [("a", Outcome.RELEASED)]
+    assert "a" not in {info.name for info in await store.list_workers()}
+
+
+async def test_a_worker_started_under_nohup_keeps_working_after_sighup(
+    fleet: Fleet, store: Store
+) -> None:
+    a = await fleet.start_ready("a", prefix=["nohup"])
+    a.signal(signal.SIGHUP)
+    job = await enqueue(store, "sleep", 0.1)
+    assert (await finished(store, job.id)).worker == "a", "still claiming after the hangup"
+    assert a.alive
+    a.terminate()
+    assert await a.wait_exit(within_s=15) == 0
+
+
 # ---------------------------------------------------------------------- outcomes
 
 

@@ -4,7 +4,8 @@ Environment: ``ROTA_DATABASE_URL`` (the store, possibly through a chaos proxy),
 ``ROTA_TEST_HISTORY`` (the shared history file) and ``ROTA_CHAOS_EFFECTS`` (the fenced
 downstream store: a ``postgresql://`` URL reached directly, never through the proxy, or a
 SQLite file path). ``ROTA_CHAOS_PROBES`` names a directory where ``probe`` jobs write the
-worker's ``sys.modules``.
+worker's ``sys.modules``; ``ROTA_CHAOS_SCHEDULE_EVERY`` (seconds) defines schedule
+``chaos-tick``, a ``work`` job per slot.
 
 Kinds:
 
@@ -28,10 +29,9 @@ from typing import Any
 
 import rota
 from rota import JobContext, Permanent, RetryPolicy
+from tests.support.chaosfleet import PROBES_ENV, SCHEDULE, SCHEDULE_ENV
 from tests.support.effects import EFFECTS_ENV, FencedEffects
 from tests.support.history import HISTORY_ENV, Recorder
-
-PROBES_ENV = "ROTA_CHAOS_PROBES"
 
 app = rota.App(os.environ["ROTA_DATABASE_URL"])
 recorder = Recorder(os.environ[HISTORY_ENV])
@@ -67,7 +67,6 @@ async def probe(ctx: JobContext, payload: Any) -> None:
     (folder / f"{payload['name']}.json").write_text(json.dumps(sorted(sys.modules)))
 
 
-if hasattr(app, "schedule"):
-    every = os.environ.get("ROTA_CHAOS_SCHEDULE_EVERY")
-    if every:
-        app.schedule("chaos-tick", kind="work", every=float(every), payload={"s": 0.01})
+every = os.environ.get(SCHEDULE_ENV)
+if every:
+    app.schedule(SCHEDULE, kind="work", every=float(every), payload={"s": 0.01})

@@ -21,6 +21,9 @@ from tests.support.processes import Fleet, WorkerProcess, eventually
 
 CHAOS_APP = "tests.support.chaosapp:app"
 PROBES_ENV = "ROTA_CHAOS_PROBES"  # read by chaosapp
+#: Seconds between the slots of chaosapp's schedule ``SCHEDULE``; unset, it has none.
+SCHEDULE_ENV = "ROTA_CHAOS_SCHEDULE_EVERY"
+SCHEDULE = "chaos-tick"
 
 
 class ChaosFleet(Fleet):

@@ -13,8 +13,11 @@ The checker (TESTPLAN section 6) reads those lines, the final job rows and each 
 history from the store, and names every violation of the guarantees it finds (TESTPLAN's
 properties in brackets):
 
-- ``lost`` [P-loss]: an acknowledged enqueue not terminal (or with no row) at the end.
-- ``unexpected`` [P-unexpected]: a job in the store or the history that nobody enqueued.
+- ``lost`` [P-loss]: an acknowledged enqueue, or a job a schedule fired, not terminal (or with
+  no row) at the end.
+- ``unexpected`` [P-unexpected]: a job in the store or the history that nobody enqueued: not
+  acknowledged to the test, and not fired by one of the run's schedules.
+- ``duplicate_slot`` [C5, T27]: a second job for one (schedule, slot).
 - ``duplicate_success`` [P-accept]: more than one attempt of a job accepted as succeeded.
 - ``stale_accept`` [P-accept]: a success accepted from an attempt that was not the job's
   latest claim.
@@ -31,7 +34,12 @@ properties in brackets):
 - ``attempts_exceeded`` [P-attempts]: an attempt numbered above the job's max_attempts.
 - ``wrong_state``: the job ended in another state than the test expected.
 
-Schedule slots (a slot run twice) are not covered yet: no schedule runs in these tests.
+The jobs a schedule fired are taken from the store itself (their ``schedule`` field names one of
+the run's schedules): the test cannot know them, as the firers in its workers make them.
+
+The checker needs one consistent picture: take it once nothing runs any more (workers stopped,
+or at least no schedule firing and no job left to run). A job fired or run while the store is
+being read is in one half of the picture and not the other, and is flagged ``unexpected``.
 """
 
 from __future__ import annotations
@@ -43,8 +51,9 @@ import json
 import os
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +70,7 @@ ENDS = frozenset({END_OK, END_ERR, CANCELLED})
 
 LOST = "lost"
 UNEXPECTED = "unexpected"
+DUPLICATE_SLOT = "duplicate_slot"
 DUPLICATE_SUCCESS = "duplicate_success"
 STALE_ACCEPT = "stale_accept"
 PHANTOM_SUCCESS = "phantom_success"
@@ -73,6 +83,7 @@ WRONG_STATE = "wrong_state"
 VIOLATIONS = (
     LOST,
     UNEXPECTED,
+    DUPLICATE_SLOT,
     DUPLICATE_SUCCESS,
     STALE_ACCEPT,
     PHANTOM_SUCCESS,
@@ -222,6 +233,8 @@ class Report:
 
     violations: list[Violation]
     runs: dict[int, list[Execution]] = field(default_factory=dict)
+    #: The final job rows the check was made against (by id).
+    jobs: dict[int, Job] = field(default_factory=dict)
 
     @property
     def names(self) -> set[str]:
@@ -263,10 +276,13 @@ def check(
     jobs: Mapping[int, Job],
     attempts: Mapping[int, Sequence[Attempt]],
     expected: Mapping[int, JobState] | None = None,
+    schedules: Collection[str] = (),
 ) -> Report:
-    """Check a run: ``enqueued`` ids acknowledged to the test, the handlers' ``events``, and
-    the store's final ``jobs`` and ``attempts`` (per job, oldest first)."""
-    acknowledged = set(enqueued)
+    """Check a run: ``enqueued`` ids acknowledged to the test, the handlers' ``events``, the
+    store's final ``jobs`` and ``attempts`` (per job, oldest first), and the names of the run's
+    ``schedules``, whose jobs count as enqueued (by their firer)."""
+    fired = {job_id for job_id, job in jobs.items() if job.schedule in schedules}
+    acknowledged = set(enqueued) | fired
     runs = executions(events)
     found: list[Violation] = []
 
@@ -280,7 +296,12 @@ def check(
         elif not job.state.is_terminal:
             flag(LOST, job_id, f"still {job.state.value} (attempt {job.attempt})")
     for job_id in sorted((set(jobs) | set(runs) | set(attempts)) - acknowledged):
-        flag(UNEXPECTED, job_id, "in the store or the history but never enqueued")
+        stray = jobs.get(job_id)
+        if stray is not None and stray.schedule is not None:
+            flag(UNEXPECTED, job_id, f"fired by schedule {stray.schedule!r}, not one of the run's")
+        else:
+            flag(UNEXPECTED, job_id, "in the store or the history but never enqueued")
+    _check_slots(jobs, flag)
 
     for job_id in sorted(set(jobs) | set(attempts)):
         job = jobs.get(job_id)
@@ -294,7 +315,21 @@ def check(
             if expected is not None and job_id in expected and job.state is not expected[job_id]:
                 flag(WRONG_STATE, job_id, f"ended {job.state.value}, expected {expected[job_id]}")
         _check_runs(job_id, job_runs, by_token, flag)
-    return Report(found, runs)
+    return Report(found, runs, dict(jobs))
+
+
+def _check_slots(jobs: Mapping[int, Job], flag: Any) -> None:
+    by_slot: dict[tuple[str, datetime | None], list[int]] = defaultdict(list)
+    for job_id in sorted(jobs):
+        job = jobs[job_id]
+        if job.schedule is not None:
+            by_slot[(job.schedule, job.slot_at)].append(job_id)
+    for (schedule, slot), ids in by_slot.items():
+        for job_id in ids[1:]:
+            at = "?" if slot is None else slot.isoformat()
+            flag(
+                DUPLICATE_SLOT, job_id, f"schedule {schedule!r} slot {at} already had job {ids[0]}"
+            )
 
 
 def _check_tokens(job_id: int, history: Sequence[Attempt], flag: Any) -> None:
@@ -398,10 +433,18 @@ def _intersect(one: Execution, other: Execution) -> bool:
     return one.start_ns < other_end and other.start_ns < one_end
 
 
-async def collect(
-    store: Store, *, concurrency: int = 8
-) -> tuple[dict[int, Job], dict[int, list[Attempt]]]:
-    """Every job in the store and each one's attempts, for ``check``."""
+@dataclass(slots=True)
+class Snapshot:
+    """The store's final state, read once for ``check``: every job, each one's attempts (oldest
+    first), and the names of the schedules whose firers may have made jobs."""
+
+    jobs: dict[int, Job]
+    attempts: dict[int, list[Attempt]]
+    schedules: set[str]
+
+
+async def snapshot(store: Store, *, concurrency: int = 8) -> Snapshot:
+    """Every job in the store, each one's attempts and the store's schedules."""
     jobs: dict[int, Job] = {}
     cursor: str | None = None
     while True:
@@ -418,7 +461,27 @@ async def collect(
             attempts[job_id] = await store.attempts(job_id)
 
     await asyncio.gather(*(fetch(job_id) for job_id in jobs))
-    return jobs, attempts
+    schedules = {schedule.name for schedule in await store.list_schedules()}
+    return Snapshot(jobs, attempts, schedules)
+
+
+def check_snapshot(
+    final: Snapshot,
+    history: str | os.PathLike[str],
+    *,
+    enqueued: Iterable[int],
+    expected: Mapping[int, JobState] | None = None,
+) -> Report:
+    """``check`` the history file against a snapshot of the store (its schedules' jobs need not
+    be in ``enqueued``)."""
+    return check(
+        enqueued=enqueued,
+        events=read_events(history),
+        jobs=final.jobs,
+        attempts=final.attempts,
+        expected=expected,
+        schedules=final.schedules,
+    )
 
 
 async def check_store(
@@ -428,12 +491,6 @@ async def check_store(
     enqueued: Iterable[int],
     expected: Mapping[int, JobState] | None = None,
 ) -> Report:
-    """``check`` the history file against the store's final state."""
-    jobs, attempts = await collect(store)
-    return check(
-        enqueued=enqueued,
-        events=read_events(history),
-        jobs=jobs,
-        attempts=attempts,
-        expected=expected,
-    )
+    """``check_snapshot`` of the store as it is now. Call it once nothing runs any more."""
+    final = await snapshot(store)
+    return check_snapshot(final, history, enqueued=enqueued, expected=expected)

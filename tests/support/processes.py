@@ -222,18 +222,30 @@ class Fleet:
 
         await eventually(registered, within_s=within_s, what=f"{worker.name} to register")
 
+    async def stop(self, *, within_s: float | None = None) -> dict[str, int]:
+        """Stop every live worker gracefully (SIGTERM) and wait until each has exited; the exit
+        codes of those that were alive, by name."""
+        alive = [worker for worker in self.workers if worker.alive]
+        for worker in alive:
+            worker.terminate()
+        limit = within_s if within_s is not None else self.options.shutdown_timeout_s + 30
+        return {worker.name: await worker.wait_exit(within_s=limit) for worker in alive}
+
     def close(self) -> None:
         for worker in self.workers:
             worker.reap()
 
     def logs(self, tail: int | None = None) -> str:
-        """Every worker's stderr (its last ``tail`` lines), for a failure's report."""
+        """Every worker's stderr (its last ``tail`` lines), for a failure's report; each
+        headed by how many warnings and errors it logged in all."""
         parts = []
         for worker in self.workers:
             lines = worker.stderr().splitlines()
             shown = lines[-tail:] if tail else lines
+            levels = [fields[2] for line in lines if len(fields := line.split(maxsplit=3)) > 3]
             parts.append(
                 f"----- {worker.name} (pid {worker.pid}, exit {worker.returncode}, "
+                f"{levels.count('WARNING')} warnings, {levels.count('ERROR')} errors; "
                 f"last {len(shown)} of {len(lines)} lines) -----"
             )
             parts.extend(shown)

@@ -256,6 +256,13 @@ class ChaosProxy:
             self.links.remove(link)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # Only ``_stop`` cancels a connection's task, and it must end quietly: asyncio's server
+        # (Python 3.11) asks a cancelled handler task for its exception, which raises
+        # CancelledError inside a callback and logs a traceback per open connection.
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._serve(reader, writer)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.accepted += 1
         link = Link(client=writer)
         self.links.append(link)
@@ -272,12 +279,14 @@ class ChaosProxy:
             self._drop(link)
             return
         link.upstream = up_writer
-        await asyncio.gather(
-            self._pump(link, reader, up_writer, from_client=True),
-            self._pump(link, up_reader, writer, from_client=False),
-            return_exceptions=True,
-        )
-        self._drop(link)
+        try:
+            await asyncio.gather(
+                self._pump(link, reader, up_writer, from_client=True),
+                self._pump(link, up_reader, writer, from_client=False),
+                return_exceptions=True,
+            )
+        finally:
+            self._drop(link)
 
     async def _pump(
         self,

@@ -4,6 +4,8 @@ nemesis's replayable plans, libfaketime's control file and the network-namespace
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import os
 import socket
 import struct
@@ -30,9 +32,10 @@ from tests.support.proxy import (
 @pytest.fixture
 async def echo() -> AsyncIterator[int]:
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while data := await reader.read(65536):
-            writer.write(data)
-            await writer.drain()
+        with contextlib.suppress(ConnectionResetError):  # the proxy's RSTs reach this end too
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
         writer.close()
 
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
@@ -107,6 +110,27 @@ async def test_close_after_n_bytes_forwards_exactly_n_then_closes(proxy: ChaosPr
     assert got == b"abc"
     assert await asyncio.wait_for(reader.read(100), 2) == b""
     writer.close()
+
+
+async def test_closing_with_connections_open_ends_them_without_a_traceback(
+    echo: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    proxy = ChaosProxy("127.0.0.1", echo).start()
+    clients = [await asyncio.open_connection("127.0.0.1", proxy.port) for _ in range(3)]
+    for reader, writer in clients:
+        writer.write(b"x")
+        await writer.drain()
+        assert await asyncio.wait_for(reader.readexactly(1), 2) == b"x"
+    proxy.set(BLACKHOLE)  # one connection in each state: passing, and swallowing bytes
+    clients[0][1].write(b"lost")
+    await clients[0][1].drain()
+    with caplog.at_level(logging.DEBUG, logger="asyncio"):
+        await asyncio.to_thread(proxy.close)
+    for reader, writer in clients:
+        with pytest.raises(ConnectionResetError):  # closed with the proxy, by an RST
+            await asyncio.wait_for(reader.read(), 2)
+        writer.close()
+    assert [record.getMessage() for record in caplog.records if record.name == "asyncio"] == []
 
 
 def pg_message(kind: bytes, body: bytes) -> bytes:

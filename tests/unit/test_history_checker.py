@@ -16,6 +16,8 @@ import pytest
 from rota import JobContext
 from rota.domain.errors import LeaseLost
 from rota.domain.job import Attempt, Job, JobSpec, JobState, Outcome
+from rota.domain.schedule import Rule, ScheduleSpec
+from rota.store import JobFilter
 from rota.store.memory import MemoryStore
 from rota.testing import FakeClock
 from tests.support import history as h
@@ -80,6 +82,7 @@ class Run:
     jobs: dict[int, Job] = field(default_factory=dict)
     attempts: dict[int, list[Attempt]] = field(default_factory=dict)
     expected: dict[int, JobState] = field(default_factory=dict)
+    schedules: list[str] = field(default_factory=list)
 
     def check(self) -> h.Report:
         return check(
@@ -88,6 +91,7 @@ class Run:
             jobs=self.jobs,
             attempts=self.attempts,
             expected=self.expected,
+            schedules=self.schedules,
         )
 
 
@@ -97,7 +101,8 @@ def clean_run() -> Run:
     1 succeeded at once; 2 failed, then succeeded; 3 killed mid-run, lease expired, re-run
     elsewhere (the dead run never ended); 4 released at shutdown and finished elsewhere with the
     same attempt number; 5 dead by a permanent error; 6 cancelled while running; 7 paused past
-    its lease: re-run elsewhere while the paused handler was still running (its result refused).
+    its lease: re-run elsewhere while the paused handler was still running (its result refused);
+    8 and 9 fired by schedule "tick" for two slots (never acknowledged to the test).
     """
     run = Run()
 
@@ -160,6 +165,15 @@ def clean_run() -> Run:
         a_run(7, 1, 10, "w1", 0, 4500, h.CANCELLED),  # resumed at 4.5 s, after the re-run began
         a_run(7, 2, 11, "w2", 3000, 6000, h.END_OK),
     )
+    run.schedules.append("tick")
+    for job_id, slot, token in ((8, 10.0, 12), (9, 20.0, 13)):
+        run.jobs[job_id] = a_job(
+            job_id, JobState.SUCCEEDED, 1, token, "w1", schedule="tick", slot_at=at(slot)
+        )
+        run.attempts[job_id] = [an_attempt(1, token, "w1", Outcome.SUCCEEDED, slot, slot + 1)]
+        run.events.extend(
+            a_run(job_id, 1, token, "w1", int(slot * 1000), int(slot * 1000) + 9, h.END_OK)
+        )
     return run
 
 
@@ -167,6 +181,7 @@ def test_a_clean_history_passes() -> None:
     report = clean_run().check()
     assert report.violations == [], report.summary()
     assert report.reexecuted() == [2, 3, 4, 7]
+    assert set(report.jobs) == set(range(1, 10))
 
 
 def _swap_attempts(run: Run, job_id: int, *attempts: Attempt) -> None:
@@ -189,6 +204,24 @@ def seed_unexpected_row(run: Run) -> None:
 
 def seed_unexpected_execution(run: Run) -> None:
     run.events.extend(a_run(31, 1, 99, "w1", 0, 100, h.END_OK))
+
+
+def seed_unfinished_slot(run: Run) -> None:
+    # A job a schedule fired must end like any enqueued job.
+    run.jobs[9] = replace(run.jobs[9], state=JobState.PENDING)
+
+
+def seed_unknown_schedule(run: Run) -> None:
+    # A slot job of a schedule the run never defined.
+    run.jobs[32] = a_job(32, JobState.PENDING, 0, None, None, schedule="other", slot_at=at(1))
+    run.attempts[32] = []
+
+
+def seed_duplicate_slot(run: Run) -> None:
+    # A second job for schedule tick's slot at 10 s, which job 8 holds.
+    run.jobs[33] = replace(run.jobs[8], id=33, lease_token=14, worker="w2")
+    run.attempts[33] = [an_attempt(1, 14, "w2", Outcome.SUCCEEDED, 10, 11)]
+    run.events.extend(a_run(33, 1, 14, "w2", 10_000, 10_009, h.END_OK))
 
 
 def seed_duplicate_success(run: Run) -> None:
@@ -264,6 +297,9 @@ SEEDS: list[tuple[Callable[[Run], None], str, int]] = [
     (seed_lost_row, h.LOST, 20),
     (seed_unexpected_row, h.UNEXPECTED, 30),
     (seed_unexpected_execution, h.UNEXPECTED, 31),
+    (seed_unfinished_slot, h.LOST, 9),
+    (seed_unknown_schedule, h.UNEXPECTED, 32),
+    (seed_duplicate_slot, h.DUPLICATE_SLOT, 33),
     (seed_duplicate_success, h.DUPLICATE_SUCCESS, 1),
     (seed_stale_accept, h.STALE_ACCEPT, 3),
     (seed_phantom_success, h.PHANTOM_SUCCESS, 1),
@@ -382,3 +418,33 @@ async def test_check_store_reads_jobs_and_attempts_from_a_store(tmp_path: Path) 
 
     unacknowledged = await check_store(store, path, enqueued=[])
     assert unacknowledged.names == {h.UNEXPECTED}
+
+
+async def test_check_store_knows_the_jobs_a_schedule_fired_after_the_test_listed_its_own(
+    tmp_path: Path,
+) -> None:
+    """The soak's race: the test listed the jobs, a firer in a worker then enqueued a slot and
+    ran it, and only then did the checker read the store and the history. The slot's job was
+    "unexpected". The checker takes a schedule's jobs from the store itself."""
+    clock = FakeClock(T0)
+    store = MemoryStore(clock=clock)
+    await store.upsert_schedule(
+        ScheduleSpec(name="tick", kind="k", rule=Rule.every(timedelta(seconds=10)))
+    )
+    [result] = await store.enqueue([JobSpec(kind="k")])
+    listed = [job.id for job in (await store.list_jobs(JobFilter())).jobs]
+    [fired] = [r.job.id for firing in await store.fire_due() for r in firing.inserted]
+    path = tmp_path / "history.jsonl"
+    recorder = Recorder(path)
+    while claimed := await store.claim("w1", queues=["default"], limit=10, lease=timedelta(1)):
+        for job in claimed:
+            with recorder.execution(JobContext(job=job, worker="w1")):
+                pass
+            await store.complete(job.lease)
+    recorder.close()
+
+    report = await check_store(store, path, enqueued=listed)
+    report.assert_clean()
+    assert listed == [result.job.id]
+    assert sorted(report.jobs) == [result.job.id, fired]
+    assert {job.schedule for job in report.jobs.values()} == {None, "tick"}

@@ -166,6 +166,80 @@ async def test_a_handlers_own_timeout_error_is_an_ordinary_failure(app: App) -> 
     assert (await app.get(job.id)).last_error == "TimeoutError: the API did not answer"
 
 
+class Unprintable(RuntimeError):
+    """An exception whose ``__str__`` raises (a broken library error)."""
+
+    def __str__(self) -> str:
+        raise ValueError("no text for you")
+
+
+class UnprintablePermanent(Permanent):
+    def __str__(self) -> str:
+        raise ValueError("no text for you")
+
+
+class Unformattable(RuntimeError):
+    """An exception that even ``traceback.format_exception`` cannot format."""
+
+    @property
+    def __notes__(self) -> list[str]:
+        raise ValueError("no notes for you")
+
+    def __str__(self) -> str:
+        raise ValueError("no text for you")
+
+
+@pytest.mark.parametrize("handler_kind", ["async", "sync"])
+async def test_an_exception_that_cannot_be_printed_is_recorded_like_any_failure(
+    app: App, clock: FakeClock, handler_kind: str
+) -> None:
+    raised = iter([Unprintable(), Unformattable()])
+
+    def fail() -> None:
+        raise next(raised)
+
+    if handler_kind == "async":
+
+        @app.job("broken", max_attempts=3, retry=NO_JITTER)
+        async def handle(ctx: JobContext, payload: Any) -> None:
+            fail()
+
+    else:
+
+        @app.job("broken", max_attempts=3, retry=NO_JITTER)
+        def handle_sync(ctx: JobContext, payload: Any) -> None:
+            fail()
+
+    @app.job("broken-for-good", max_attempts=3)
+    async def handle_permanent(ctx: JobContext, payload: Any) -> None:
+        raise UnprintablePermanent()
+
+    job = (await app.enqueue("broken")).job
+    dead = (await app.enqueue("broken-for-good")).job
+    await drain(app)
+    retried = await app.get(job.id)
+    assert (retried.state, retried.attempt) == (JobState.PENDING, 1), "failed, not left running"
+    assert retried.last_error == "Unprintable: unprintable error"
+    assert retried.run_at == clock.now() + timedelta(seconds=10)
+    clock.advance(timedelta(seconds=10))
+    await drain(app)
+    again = await app.get(job.id)
+    assert (again.state, again.attempt) == (JobState.PENDING, 2)
+    assert again.last_error == "Unformattable: unprintable error"
+    first, second = await app.store.attempts(job.id)
+    assert (first.outcome, second.outcome) == (Outcome.FAILED, Outcome.FAILED)
+    assert first.traceback is not None and "Unprintable" in first.traceback
+    assert second.traceback is not None
+    assert "in fail" in second.traceback, "the frames are kept"
+    assert second.traceback.endswith("Unformattable: unprintable error\n")
+    permanent = await app.get(dead.id)
+    assert (permanent.state, permanent.attempt, permanent.last_error) == (
+        JobState.DEAD,
+        1,
+        "UnprintablePermanent: unprintable error",
+    )
+
+
 async def test_claims_never_exceed_free_slots(app: App) -> None:
     release = asyncio.Event()
 

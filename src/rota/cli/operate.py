@@ -99,7 +99,7 @@ def worker(
     shutdown_timeout: float,
     retention: str,
 ) -> None:
-    """Run a worker for your app's kinds until SIGTERM or SIGINT.
+    """Run a worker for your app's kinds until SIGTERM, SIGINT or SIGHUP.
 
     The first signal stops claiming, lets running jobs finish within --shutdown-timeout and
     hands the rest back (the attempt is not counted); a second signal exits at once.

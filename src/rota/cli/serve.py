@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
+import socket
 import sys
 from collections.abc import Generator
 from typing import Any
@@ -133,12 +133,14 @@ def serve(
         heartbeat_interval_seconds=heartbeat.total_seconds() if heartbeat else 10.0,
     )
     check_bind(host, settings)
+    # Bound before anything else: a busy port must fail before a worker registers or a
+    # database is touched.
+    listener = _listen(host, port)
     aborted = run(
         _serve(
             app,
             settings,
-            host=host,
-            port=port,
+            listener=listener,
             workers=workers,
             concurrency=concurrency,
             demo=demo,
@@ -156,8 +158,7 @@ async def _serve(
     app: Any,
     settings: Any,
     *,
-    host: str,
-    port: int,
+    listener: socket.socket,
     workers: int,
     concurrency: int,
     demo: bool,
@@ -167,6 +168,7 @@ async def _serve(
     import uvicorn
 
     from rota.api import create_app
+    from rota.runtime.signals import stop_signals
     from rota.runtime.worker import default_worker_name
 
     await app.open()
@@ -185,6 +187,7 @@ async def _serve(
         def capture_signals(self) -> Generator[None, None, None]:
             yield
 
+    host, port = listener.getsockname()[:2]
     server = QuietServer(
         uvicorn.Config(
             api,
@@ -219,15 +222,13 @@ async def _serve(
         for worker in pool:
             worker.request_stop()
 
-    for signum in (signal.SIGTERM, signal.SIGINT):
+    for signum in stop_signals():
         loop.add_signal_handler(signum, on_signal)
     tasks = [asyncio.create_task(worker.run(), name=worker.name) for worker in pool]
     try:
-        await server.serve()
-        if not server.started and signals == 0:
-            raise InvalidInput(
-                f"could not listen on {host}:{port} (in use, or not an address here)"
-            )
+        shown = f"[{host}]" if ":" in host else host
+        log.info("listening on http://%s:%d", shown, port)
+        await server.serve(sockets=[listener])
         if signals == 0:  # the server stopped on its own: stop the workers too
             for worker in pool:
                 worker.request_stop()
@@ -238,6 +239,16 @@ async def _serve(
         await asyncio.gather(*tasks, return_exceptions=True)
         await app.close()
     return any(worker.aborted for worker in pool)
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port; InvalidInput saying why when it cannot be had."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family, backlog=2048)
+    except OSError as error:
+        reason = os.strerror(error.errno).lower() if error.errno else str(error)
+        raise InvalidInput(f"could not listen on {host}:{port}: {reason}") from None
 
 
 def _basic_auth(value: str | None) -> tuple[str, str] | None:

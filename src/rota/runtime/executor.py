@@ -9,6 +9,7 @@ cancelled, reports nothing: its result is discarded.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import logging
 import traceback as tb
@@ -35,6 +36,8 @@ from rota.store.base import Store
 log = logging.getLogger("rota.worker")
 
 DEFAULT_RETRY = RetryPolicy()
+#: What a failure records when the handler's exception cannot be turned into text.
+UNPRINTABLE = "unprintable error"
 
 
 class Stop(Enum):
@@ -332,9 +335,24 @@ async def _with_timeout(awaitable: Awaitable[Any], limit: timedelta | None) -> A
 
 
 def _describe(error: BaseException) -> str:
-    text = str(error)
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+    """``Type: message`` of a handler's exception; ``Type: unprintable error`` when its
+    ``__str__`` raises, so the failure is still recorded like any other."""
+    name = type(error).__name__
+    try:
+        text = str(error)
+    except Exception:
+        return f"{name}: {UNPRINTABLE}"
+    return f"{name}: {text}" if text else name
 
 
-def _trace(error: BaseException) -> str:
-    return "".join(tb.format_exception(error))
+def _trace(error: BaseException) -> str | None:
+    """The exception's traceback; its frames alone (or None) when formatting it fails, as a
+    raising ``__notes__`` property makes it."""
+    with contextlib.suppress(Exception):
+        return "".join(tb.format_exception(error))
+    with contextlib.suppress(Exception):
+        frames = "".join(tb.format_tb(error.__traceback__))
+        return (
+            f"Traceback (most recent call last):\n{frames}{type(error).__name__}: {UNPRINTABLE}\n"
+        )
+    return None
