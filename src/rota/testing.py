@@ -124,8 +124,13 @@ async def drain(app: App, *, max_jobs: int | None = None, concurrency: int = 10)
 
 
 def drain_sync(app: App, *, max_jobs: int | None = None, concurrency: int = 10) -> int:
-    """``drain`` for synchronous tests (Flask, Django views); refused inside a running event
-    loop, where ``await drain(app)`` is the way."""
+    """``drain`` for synchronous tests (Flask, Django views), on memory:// and SQLite.
+
+    Refused inside a running event loop, where ``await drain(app)`` is the way, and on
+    PostgreSQL, whose connection pool belongs to the event loop that opened it.
+    """
+    if app.scheme in ("postgresql", "postgres"):
+        raise InvalidInput("drain_sync() runs on memory:// and SQLite: use await drain(app)")
     try:
         asyncio.get_running_loop()
     except RuntimeError:

@@ -136,6 +136,11 @@ async def test_drain_sync_is_refused_inside_a_running_loop(tmp_path: Path) -> No
         drain_sync(make_app(tmp_path))
 
 
+def test_drain_sync_is_refused_on_postgresql() -> None:
+    with pytest.raises(InvalidInput, match="memory:// and SQLite"):
+        drain_sync(App("postgresql://127.0.0.1/rota"))
+
+
 async def test_run_job_reports_each_outcome_without_touching_the_app_store(
     tmp_path: Path,
 ) -> None:
