@@ -26,19 +26,27 @@ $(VENV)/.installed: pyproject.toml | $(PY)
 .PHONY: setup
 setup: $(VENV)/.installed ## Create .venv and install rota with its development dependencies
 
+$(VENV)/.installed-docs: pyproject.toml | $(VENV)/.installed
+	$(BIN)/pip install --quiet -e '.[dev,docs]'
+	touch $@
+
+.PHONY: docs
+docs: $(VENV)/.installed-docs ## Build the documentation site into build/site (warnings are errors)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
 .PHONY: setup-bench
 setup-bench: setup ## Also install the peers measured by the benchmarks
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
 
 .PHONY: fmt
 fmt: ## Format and autofix the code
-	$(BIN)/ruff format src tests bench examples
-	$(BIN)/ruff check --fix src tests bench examples
+	$(BIN)/ruff format src tests bench examples docs/hooks
+	$(BIN)/ruff check --fix src tests bench examples docs/hooks
 
 .PHONY: lint
 lint: ## ruff, format check, import layers
-	$(BIN)/ruff check src tests bench examples
-	$(BIN)/ruff format --check src tests bench examples
+	$(BIN)/ruff check src tests bench examples docs/hooks
+	$(BIN)/ruff format --check src tests bench examples docs/hooks
 	$(BIN)/lint-imports
 
 .PHONY: typecheck

@@ -73,6 +73,8 @@ class App:
         self.metrics = metrics or Metrics()
         self._clock = clock
         self._store = store
+        #: A store the App opened from its URL is the App's to forget on close.
+        self._owns_store = store is None
         self.auto_migrate = auto_migrate
         self._open_lock: asyncio.Lock | None = None
         self._client: Client | None = None
@@ -227,6 +229,22 @@ class App:
         self.database_url = database_url
         return self
 
+    @property
+    def clock(self) -> Clock | None:
+        """The clock this App's store and workers read, or None for the store's own."""
+        return self._clock
+
+    def with_clock(self, clock: Clock | None) -> App:
+        """Drive this App's store and workers by ``clock`` (before it opens); returns self.
+
+        Tests pass a ``rota.testing.FakeClock`` to an App defined at module level; None goes
+        back to the store's own clock. Raises InvalidInput once the store is open.
+        """
+        if self._store is not None:
+            raise InvalidInput("the App's store is already open")
+        self._clock = clock
+        return self
+
     # ------------------------------------------------------------------ store lifecycle
 
     @property
@@ -257,11 +275,17 @@ class App:
         return self._store
 
     async def close(self) -> None:
+        """Close the store. A store the App opened from its URL is forgotten, so the App may
+        be pointed elsewhere (``with_database``, ``with_clock``) and opened again."""
         if self._bridge is not None:
             self._bridge.close()
             self._bridge = None
         if self._store is not None:
             await self._store.close()
+            if self._owns_store:
+                self._store = None
+                self._client = None
+                self._open_lock = None
 
     async def __aenter__(self) -> App:
         await self.open()

@@ -1,0 +1,1 @@
+"""A small shop that sends emails through rota."""
