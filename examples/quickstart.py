@@ -1,6 +1,7 @@
 """A small rota app: run it with `rota worker --app examples.quickstart:app`.
 
-Enqueue from another shell with `rota enqueue email --payload '{"to": "ada@example.com"}'`,
+Enqueue from another shell with
+`rota enqueue email --app examples.quickstart:app --payload '{"to": "ada@example.com"}'`,
 or from Python with `app.enqueue_sync("email", {...})`.
 """
 

@@ -26,7 +26,14 @@ from rota.client import (
 from rota.domain.clock import Clock
 from rota.domain.errors import InvalidInput, InvalidSchedule, MigrationsPending
 from rota.domain.flow import Limit
-from rota.domain.job import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, EnqueueResult, Job, JobSpec
+from rota.domain.job import (
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_QUEUE,
+    EnqueueResult,
+    Job,
+    JobSpec,
+    check_known_kind,
+)
 from rota.domain.retry import RetryPolicy
 from rota.domain.schedule import Misfire, Overlap, Rule, ScheduleSpec
 from rota.observability.metrics import Metrics
@@ -328,7 +335,12 @@ class App:
     # ------------------------------------------------------------------ enqueue and query
 
     def spec(self, kind: str, payload: Any = None, **options: Any) -> JobSpec:
-        """A validated JobSpec with this App's defaults for ``kind``, for ``enqueue_many``."""
+        """A validated JobSpec with this App's defaults for ``kind``, for ``enqueue_many``.
+
+        Once the App has handlers, a kind without one is refused (InvalidJob naming the
+        known kinds); an App with none accepts every kind, its handlers being elsewhere.
+        """
+        check_known_kind(kind, self.registry.accepted_kinds())
         return job_spec(kind, payload, defaults=self._defaults(kind), **options)
 
     async def enqueue(
@@ -374,8 +386,12 @@ class App:
     async def enqueue_many(
         self, specs: Iterable[JobSpec], *, connection: Any = None
     ) -> list[EnqueueResult]:
-        """Enqueue many jobs atomically (one round trip where the backend allows)."""
+        """Enqueue many jobs atomically (one round trip where the backend allows). A kind
+        this App has no handler for is refused as in ``spec``; nothing is written then."""
         batch = list(specs)
+        accepted = self.registry.accepted_kinds()
+        for spec in batch:
+            check_known_kind(spec.kind, accepted)
         store = await self.open()
         if connection is not None:
             return await _transactional(store).enqueue_on(connection, batch)
@@ -385,24 +401,23 @@ class App:
         self, kind: str, payload: Any = None, *, connection: Any = None, **options: Any
     ) -> EnqueueResult:
         """``enqueue`` for synchronous code (Django, Flask). With ``connection`` (a sync psycopg
-        Connection) the job joins that connection's transaction."""
+        Connection) the job joins that connection's transaction. Bad input (an unknown kind
+        included) raises InvalidInput before anything is opened or written."""
+        spec = self.spec(kind, payload, **options)
         if connection is not None:
-            spec = self.spec(kind, payload, **options)
             store = self._store or open_store(self.database_url, clock=self._clock)
             self._store = store
             [joined] = _transactional(store).enqueue_on_sync(connection, [spec])
             return joined
         if self._bridge is None:
             self._bridge = _SyncBridge(self)
-        result: EnqueueResult = self._bridge.call(self._enqueue_on_bridge(kind, payload, options))
+        result: EnqueueResult = self._bridge.call(self._enqueue_on_bridge(spec))
         return result
 
-    async def _enqueue_on_bridge(
-        self, kind: str, payload: Any, options: dict[str, Any]
-    ) -> EnqueueResult:
+    async def _enqueue_on_bridge(self, spec: JobSpec) -> EnqueueResult:
         assert self._bridge is not None
         store = await self._bridge.store()
-        [result] = await store.enqueue([self.spec(kind, payload, **options)])
+        [result] = await store.enqueue([spec])
         return result
 
     async def get(self, job_id: int) -> Job:

@@ -1,4 +1,4 @@
-"""Configuration read at the edges: durations, instants, and the `--app module:attr` loader.
+"""Configuration read at the edges: durations, instants, JSON, and the `--app module:attr` loader.
 
 Nothing below the CLI reads the environment; the CLI reads flags and their ``ROTA_*`` twins
 and passes plain values down.
@@ -7,11 +7,12 @@ and passes plain values down.
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import re
 import sys
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rota.domain.errors import InvalidInput
 
@@ -63,7 +64,27 @@ def parse_instant(text: str, *, what: str = "time") -> datetime:
         raise InvalidInput(f"{what}: {text!r} is not an ISO 8601 time") from None
     if instant.tzinfo is None:
         raise InvalidInput(f"{what}: {text!r} has no UTC offset (add Z or +02:00)")
-    return instant.astimezone(UTC)
+    try:
+        return instant.astimezone(UTC)
+    except OverflowError:  # 9999-12-31T23:00-05:00 lies past the last representable instant
+        raise InvalidInput(f"{what}: {text!r} is out of range") from None
+
+
+def parse_json(text: str, *, what: str = "--payload") -> Any:
+    """A JSON value from the command line; InvalidInput naming ``what`` for anything else:
+    malformed text, NaN or Infinity, or nesting too deep to parse."""
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except RecursionError:
+        raise InvalidInput(f"{what}: JSON nested too deeply") from None
+    except ValueError as error:
+        if isinstance(error, InvalidInput):
+            raise InvalidInput(f"{what}: {error}") from None
+        raise InvalidInput(f"{what} is not valid JSON: {error}") from None
+
+
+def _reject_constant(name: str) -> Any:
+    raise InvalidInput(f"{name} is not valid JSON")
 
 
 def load_app(reference: str) -> App:

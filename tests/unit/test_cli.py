@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from rota.cli import cli
+from tests.support.cli import migrated
 
 
 def run(*args: str, db: Path) -> tuple[int, str, str]:
@@ -90,7 +91,7 @@ def test_enqueue_list_show_cancel_retry_round_trip(tmp_path: Path) -> None:
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
-    db = tmp_path / "bad.db"
+    db = migrated(tmp_path / "bad.db")
     code, out, err = run(*args, db=db)
     assert code == 2, (out, err)
     assert message in err
@@ -102,6 +103,10 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], messa
 
 def test_migrate_check_reports_pending_then_up_to_date(tmp_path: Path) -> None:
     db = tmp_path / "m.db"
+    code, _, err = run("migrate", "--check", db=db)
+    assert code == 2 and "no database at" in err, "a check opens an existing database only"
+    assert not db.exists()
+    db.touch()
     code, _, err = run("migrate", "--check", db=db)
     assert code == 1
     assert "pending" in err

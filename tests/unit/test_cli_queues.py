@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from rota.cli import cli
+from tests.support.cli import migrated
 
 
 def run(*args: str, db: Path, **env: str) -> tuple[int, str, str]:
@@ -208,7 +209,7 @@ def test_the_worker_concurrency_variable_does_not_leak_into_limits(tmp_path: Pat
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
-    db = tmp_path / "bad.db"
+    db = migrated(tmp_path / "bad.db")
     code, out, err = run(*args, db=db)
 
     assert code == 2, (out, err)

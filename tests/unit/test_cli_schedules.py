@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from rota.cli import cli
+from tests.support.cli import migrated
 
 
 def run(*args: str, db: Path, **env: str) -> tuple[int, str, str]:
@@ -197,7 +198,7 @@ def test_add_replace_keeps_the_pause(tmp_path: Path) -> None:
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
-    db = tmp_path / "bad.db"
+    db = migrated(tmp_path / "bad.db")
     code, out, err = run("schedules", *args, db=db)
 
     assert code == 2, (out, err)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from rota.api.security import Authenticator
 from rota.api.settings import ApiSettings
@@ -26,6 +26,6 @@ class ApiContext:
         return await self.client.store.now()
 
     @property
-    def alive_within_seconds(self) -> float:
-        """A worker is alive while its last heartbeat is at most this old."""
-        return 3 * self.settings.heartbeat_interval_seconds
+    def heartbeat(self) -> timedelta:
+        """The workers' heartbeat interval, which says who is alive (WorkerInfo.is_alive)."""
+        return timedelta(seconds=self.settings.heartbeat_interval_seconds)

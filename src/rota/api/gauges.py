@@ -7,7 +7,7 @@ the rest are summed under ``_other`` (not a valid queue name, so it cannot colli
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from rota.api.settings import ApiSettings
 from rota.client import Client
@@ -36,12 +36,8 @@ class StoreGauges:
                 return
         counts = await self._client.counts()
         workers = await self._client.workers()
-        alive_within = 3 * self._settings.heartbeat_interval_seconds
-        alive = sum(
-            1
-            for worker in workers
-            if worker.beat_at is not None and (now - worker.beat_at).total_seconds() <= alive_within
-        )
+        heartbeat = timedelta(seconds=self._settings.heartbeat_interval_seconds)
+        alive = sum(1 for worker in workers if worker.is_alive(now, heartbeat))
         self._set_queue_depth(counts)
         self._metrics.dead_jobs.set(counts.total(JobState.DEAD))
         oldest = counts.oldest_due_at

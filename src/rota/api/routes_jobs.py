@@ -28,7 +28,7 @@ from rota.api.schemas import (
     errors,
     job_out,
 )
-from rota.domain.job import MAX_NAME_LENGTH, RETRYABLE_STATES, JobState
+from rota.domain.job import MAX_NAME_LENGTH, RETRYABLE_STATES, JobState, check_known_kind
 from rota.store.base import MAX_BULK, MAX_PAGE_SIZE, JobFilter
 
 #: Job ids are PostgreSQL bigints; anything larger cannot name a job.
@@ -115,8 +115,7 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
             request, max_bytes=settings.max_body_bytes, max_depth=settings.max_json_depth
         )
         body = JobCreate.model_validate(raw)
-        if ctx.kinds is not None and body.kind not in ctx.kinds:
-            raise ApiError(400, f"unknown kind: {quote_input(body.kind)!r}")
+        check_known_kind(body.kind, ctx.kinds)
         if body.every_seconds is not None:
             return await create_every_schedule(client, body)
         result = await client.enqueue(

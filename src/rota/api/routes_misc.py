@@ -37,9 +37,7 @@ def misc_router(ctx: ApiContext) -> APIRouter:
         """Registered workers, their heartbeat age and running jobs, and whether they are alive."""
         workers = await client.workers()
         now = await ctx.now()
-        return WorkerList(
-            now=now, workers=[worker_out(w, now, ctx.alive_within_seconds) for w in workers]
-        )
+        return WorkerList(now=now, workers=[worker_out(w, now, ctx.heartbeat) for w in workers])
 
     @router.get("/api/stats", response_model=Stats, responses=errors(401, 503), tags=["stats"])
     async def stats() -> Stats:
@@ -54,7 +52,7 @@ def misc_router(ctx: ApiContext) -> APIRouter:
         since = until - THROUGHPUT_BUCKETS * THROUGHPUT_BUCKET
         buckets = await client.store.throughput(since=since, bucket=THROUGHPUT_BUCKET, now=until)
         oldest = counts.oldest_due_at
-        views = [worker_out(w, now, ctx.alive_within_seconds) for w in workers]
+        views = [worker_out(w, now, ctx.heartbeat) for w in workers]
         return Stats(
             now=now,
             counts=CountsOut(

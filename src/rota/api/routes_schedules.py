@@ -12,7 +12,6 @@ from fastapi import APIRouter, Path, Request, Response
 
 from rota.api.body import read_json_object
 from rota.api.context import ApiContext
-from rota.api.errors import ApiError, quote_input
 from rota.api.routes_jobs import json_body
 from rota.api.schedule_models import (
     ScheduleCreate,
@@ -23,7 +22,7 @@ from rota.api.schedule_models import (
     spec_from_body,
 )
 from rota.api.schemas import JobCreated, job_out
-from rota.domain.job import MAX_NAME_LENGTH, NAME_PATTERN
+from rota.domain.job import MAX_NAME_LENGTH, NAME_PATTERN, check_known_kind
 
 ScheduleName = Annotated[
     str,
@@ -61,8 +60,7 @@ def schedules_router(ctx: ApiContext) -> APIRouter:
             request, max_bytes=settings.max_body_bytes, max_depth=settings.max_json_depth
         )
         body = ScheduleCreate.model_validate(raw)
-        if ctx.kinds is not None and body.kind not in ctx.kinds:
-            raise ApiError(400, f"kind: unknown kind {quote_input(body.kind)!r}")
+        check_known_kind(body.kind, ctx.kinds)
         spec = spec_from_body(ctx.client, body)
         return schedule_out(await store.create_schedule(spec))
 

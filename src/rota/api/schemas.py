@@ -7,7 +7,7 @@ domain enforces them with messages naming the field.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -275,8 +275,8 @@ def attempt_out(attempt: Attempt) -> AttemptOut:
     )
 
 
-def worker_out(info: WorkerInfo, now: datetime, alive_within_seconds: float) -> WorkerOut:
-    age = (now - info.beat_at).total_seconds() if info.beat_at is not None else None
+def worker_out(info: WorkerInfo, now: datetime, heartbeat: timedelta) -> WorkerOut:
+    age = info.heartbeat_age(now)
     return WorkerOut(
         name=info.name,
         host=info.host,
@@ -285,9 +285,9 @@ def worker_out(info: WorkerInfo, now: datetime, alive_within_seconds: float) -> 
         concurrency=info.concurrency,
         started_at=info.started_at,
         beat_at=info.beat_at,
-        heartbeat_age_seconds=age,
+        heartbeat_age_seconds=age.total_seconds() if age is not None else None,
         running=info.running,
-        alive=age is not None and age <= alive_within_seconds,
+        alive=info.is_alive(now, heartbeat),
     )
 
 

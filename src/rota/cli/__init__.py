@@ -2,6 +2,11 @@
 
 The group and the shared plumbing live here; each family of commands has its own module.
 
+Every command that works on a database takes ``--database-url`` and ``--app``: the app's kinds
+fill in how jobs of a kind are enqueued (queue, attempts, timeout) and refuse kinds it has no
+handler for, and its database is the default when no URL is given. Commands that only read,
+or change what must already exist, open an existing database only.
+
 Data goes to stdout, logs and progress to stderr. Bad input prints one line and exits 2; an
 unreachable store exits 1; no traceback reaches the user unless ROTA_DEBUG is set.
 """
@@ -9,14 +14,17 @@ unreachable store exits 1; no traceback reaches the user unless ROTA_DEBUG is se
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
+import re
 import sys
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from rota.config import DEFAULT_DATABASE_URL
+from rota.config import DEFAULT_DATABASE_URL, load_app
 from rota.domain.errors import (
     InvalidInput,
     MigrationsPending,
@@ -25,22 +33,54 @@ from rota.domain.errors import (
     StateConflict,
     StoreUnavailable,
 )
-from rota.observability.logging import configure_logging
+from rota.observability.logging import configure_logging, printable
+
+if TYPE_CHECKING:
+    from rota.app import App
+    from rota.client import Client
+    from rota.store import Store
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 
 LOG_LEVELS = click.Choice(["debug", "info", "warning", "error"], case_sensitive=False)
+#: What a command line decoded from bytes that are not UTF-8 holds (Python's surrogateescape).
+_UNDECODABLE = re.compile(r"[\udc80-\udcff]")
 
 
-def database_option(default: str | None = DEFAULT_DATABASE_URL) -> Callable[[F], F]:
+def database_option(func: F) -> F:
+    """--database-url with no default of its own: the --app's database, else rota.db."""
     return click.option(
         "--database-url",
         envvar="ROTA_DATABASE_URL",
-        default=default,
-        show_default=default is not None,
-        help="memory://, sqlite:///path.db or postgresql://... (prefer the environment "
-        "variable for URLs with a password: command lines are visible to other users).",
+        metavar="URL",
+        help="memory://, sqlite:///path.db or postgresql://... [default: the --app's database, "
+        f"else {DEFAULT_DATABASE_URL}] (prefer the environment variable for URLs with a "
+        "password: command lines are visible to other users).",
+    )(func)
+
+
+def app_option(func: F) -> F:
+    return click.option(
+        "--app",
+        "app_ref",
+        envvar="ROTA_APP",
+        metavar="MODULE:ATTR",
+        help="Your rota.App, e.g. myproject.jobs:app: its kinds' queue, attempts and timeout "
+        "apply, kinds it has no handler for are refused, and its database is the default.",
+    )(func)
+
+
+def heartbeat_option(help: str) -> Callable[[F], F]:
+    """--heartbeat-seconds: what a worker runs at, and what `rota workers` judges liveness by
+    (one flag and one variable, so both read the same interval)."""
+    return click.option(
+        "--heartbeat-seconds",
+        envvar="ROTA_HEARTBEAT_SECONDS",
+        type=click.FloatRange(0.05),
+        default=10.0,
+        show_default=True,
+        help=help,
     )
 
 
@@ -48,6 +88,49 @@ def json_option(func: F) -> F:
     return click.option(
         "--json", "as_json", is_flag=True, envvar="ROTA_JSON", help="Print JSON instead of a table."
     )(func)
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """What a command works on: a database, and the App named by --app (if any)."""
+
+    database_url: str
+    app: App | None = None
+    #: Whether the command may create the database (a SQLite file and its folders).
+    creates: bool = False
+
+    @classmethod
+    def resolve(cls, database_url: str | None, app_ref: str | None, *, creates: bool) -> Target:
+        """--database-url (or ROTA_DATABASE_URL) wins, then the app's database, then rota.db."""
+        app = load_app(app_ref) if app_ref else None
+        url = database_url or (app.database_url if app is not None else DEFAULT_DATABASE_URL)
+        return cls(url, app, creates)
+
+    @property
+    def accepted_kinds(self) -> frozenset[str] | None:
+        """The kinds jobs may be enqueued for: the app's, or any (None) without one."""
+        return self.app.registry.accepted_kinds() if self.app is not None else None
+
+
+def uses_database(*, creates: bool) -> Callable[[F], F]:
+    """Give a command --database-url and --app, and pass it the resolved ``target``.
+
+    ``creates``: the command may create the database; otherwise it opens an existing one only,
+    so a mistyped SQLite path is refused instead of leaving folders and an empty database.
+    """
+
+    def decorate(command: F) -> F:
+        @functools.wraps(command)
+        def resolved(
+            *args: Any, database_url: str | None, app_ref: str | None, **kwargs: Any
+        ) -> Any:
+            target = Target.resolve(database_url, app_ref, creates=creates)
+            return command(*args, target=target, **kwargs)
+
+        # The wrapper takes the two flags where the command takes target: not the same F.
+        return database_option(app_option(resolved))  # type: ignore[return-value]
+
+    return decorate
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -90,15 +173,32 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
 
 
-def with_client(database_url: str, use: Callable[[Any], Awaitable[T]]) -> T:
-    from rota.client import Client
+def open_target(target: Target) -> Store:
+    """The target's store, not yet opened; InvalidInput for a SQLite file that does not exist
+    when the command may not create it (the store would create it, and its folders, on first
+    use)."""
     from rota.store import open_store
 
+    store = open_store(target.database_url)
+    path: str | None = getattr(store, "path", None)
+    if not target.creates and path is not None and not os.path.isfile(path):
+        raise InvalidInput(
+            f"no database at {path}: this command opens an existing database only "
+            "(check --database-url or ROTA_DATABASE_URL)"
+        )
+    return store
+
+
+def with_client(target: Target, use: Callable[[Client], Awaitable[T]]) -> T:
+    """``use`` a Client on the target's store, migrated first where migrations are automatic."""
+    from rota.client import Client
+
     async def go() -> T:
-        store = open_store(database_url)
+        store = open_target(target)
         try:
-            if await store.pending_migrations():
-                await _migrate_if_embedded(store, database_url)
+            pending = await store.pending_migrations()
+            if pending:
+                await _migrate_if_embedded(store, target, pending)
             return await use(Client(store))
         finally:
             await store.close()
@@ -106,39 +206,72 @@ def with_client(database_url: str, use: Callable[[Any], Awaitable[T]]) -> T:
     return run(go())
 
 
-async def _migrate_if_embedded(store: Any, database_url: str) -> None:
-    if database_url.startswith(("sqlite:", "memory:")):
-        await store.migrate()
-    else:
+async def _migrate_if_embedded(store: Store, target: Target, pending: list[str]) -> None:
+    if not target.database_url.startswith(("sqlite:", "memory:")):
         raise MigrationsPending("the database needs migrations: run `rota migrate`")
+    path: str | None = getattr(store, "path", None)
+    if not target.creates and path is not None and _has_no_schema(pending):
+        # An existing file that rota never migrated: a read must not turn it into one.
+        raise InvalidInput(f"{path} is not a rota database (check --database-url)")
+    await store.migrate()
+
+
+def _has_no_schema(pending: list[str]) -> bool:
+    from rota.store.sqlite import migrations
+
+    return len(pending) == len(migrations.known())
 
 
 def main() -> None:
     """Entry point: run the CLI and turn every error into one line and an exit code."""
     try:
+        refuse_undecodable(sys.argv[1:], os.environ)
         cli.main(prog_name="rota", standalone_mode=False)
+    except click.exceptions.NoArgsIsHelpError as asked:
+        # `rota` or `rota jobs` alone: the help is the answer, not an error line.
+        click.echo(asked.format_message(), err=True)
+        sys.exit(asked.exit_code)
+    except click.UsageError as error:
+        command = error.ctx.command_path if error.ctx is not None else "rota"
+        fail(f"{error.format_message()} (see '{command} --help')", error.exit_code)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)
     except click.ClickException as error:
-        error.show()
-        sys.exit(error.exit_code)
+        fail(error.format_message(), error.exit_code)
     except (InvalidInput, NotFound, StateConflict) as error:
-        click.echo(f"error: {error}", err=True)
-        sys.exit(2)
+        fail(str(error), 2)
     except (StoreUnavailable, MigrationsPending, RotaError) as error:
-        click.echo(f"error: {error}", err=True)
-        sys.exit(1)
+        fail(str(error), 1)
     except KeyboardInterrupt:
         sys.exit(130)
     except Exception as error:  # the last line of defence: one line, no traceback
         if os.environ.get("ROTA_DEBUG"):
             raise
         click.echo(
-            f"internal error: {type(error).__name__}: {error} (set ROTA_DEBUG=1 for details)",
+            f"internal error: {type(error).__name__}: {printable(str(error))} "
+            "(set ROTA_DEBUG=1 for details)",
             err=True,
         )
         sys.exit(1)
+
+
+def fail(message: str, code: int) -> None:
+    """Print ``error: message`` as one escaped line on stderr and exit with ``code``."""
+    click.echo(f"error: {printable(message)}", err=True)
+    sys.exit(code)
+
+
+def refuse_undecodable(args: Sequence[str], environ: Mapping[str, str]) -> None:
+    """InvalidInput for an argument or ROTA_* variable that was not UTF-8: rota's names,
+    payloads and URLs are text, and such a value could be neither stored nor printed."""
+    for arg in args:
+        if _UNDECODABLE.search(arg):
+            raw = arg.encode("utf-8", "surrogateescape")
+            raise InvalidInput(f"argument {raw!r} is not valid UTF-8")
+    for name, value in environ.items():
+        if name.startswith("ROTA_") and _UNDECODABLE.search(value):
+            raise InvalidInput(f"{printable(name)} is not valid UTF-8")
 
 
 # Importing the command modules registers their commands on the group.

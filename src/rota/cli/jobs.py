@@ -3,22 +3,24 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import click
 
-from rota.cli import cli, database_option, json_option, with_client
-from rota.config import parse_duration, parse_instant
-from rota.domain.errors import InvalidInput
-from rota.domain.job import Attempt, Job, JobState
+from rota.cli import Target, cli, heartbeat_option, json_option, uses_database, with_client
+from rota.cli.terminal import console, shown, table
+from rota.config import parse_duration, parse_instant, parse_json
+from rota.domain.errors import InvalidInput, InvalidJob
+from rota.domain.job import Attempt, Job, JobState, validate_name
+from rota.store.base import WorkerInfo
 
 # ---------------------------------------------------------------------- enqueue and jobs
 
 
 @cli.command()
 @click.argument("kind")
-@database_option()
+@uses_database(creates=True)
 @click.option(
     "--payload",
     envvar="ROTA_PAYLOAD",
@@ -28,17 +30,22 @@ from rota.domain.job import Attempt, Job, JobState
 )
 @click.option("--delay", envvar="ROTA_DELAY", help="Run after a delay: 30s, 5m, 1h30m.")
 @click.option("--at", "at", envvar="ROTA_AT", help="Run at an ISO 8601 time with offset.")
-@click.option("--queue", envvar="ROTA_QUEUE", help="Queue (default: default).")
+@click.option("--queue", envvar="ROTA_QUEUE", help="Queue (default: the kind's, else default).")
 @click.option("--priority", envvar="ROTA_PRIORITY", type=int, help="Higher runs first (-100..100).")
 @click.option(
     "--unique-key", envvar="ROTA_UNIQUE_KEY", help="At most one active job holds this key."
 )
 @click.option("--tenant", envvar="ROTA_TENANT", help="Whose work this is (fairness, limits).")
-@click.option("--max-attempts", envvar="ROTA_MAX_ATTEMPTS", type=int, help="Attempts before dead.")
+@click.option(
+    "--max-attempts",
+    envvar="ROTA_MAX_ATTEMPTS",
+    type=int,
+    help="Attempts before dead (default: the kind's, else 3).",
+)
 @json_option
 def enqueue(
     kind: str,
-    database_url: str,
+    target: Target,
     payload: str,
     delay: str | None,
     at: str | None,
@@ -49,32 +56,35 @@ def enqueue(
     max_attempts: int | None,
     as_json: bool,
 ) -> None:
-    """Enqueue a job of KIND."""
+    """Enqueue a job of KIND.
+
+    With --app, the kind's registration supplies what is not given (queue, priority, attempts,
+    timeout) and a kind the app has no handler for is refused.
+    """
     from rota.client import Client, job_spec
 
     if delay and at:
         raise InvalidInput("give --delay or --at, not both")
-    try:
-        data = json.loads(payload, parse_constant=_reject_constant)
-    except ValueError as error:
-        raise InvalidInput(f"--payload is not valid JSON: {error}") from None
-    spec = job_spec(
-        kind,
-        data,
-        delay=parse_duration(delay, what="--delay") if delay else None,
-        run_at=parse_instant(at, what="--at") if at else None,
-        queue=queue,
-        priority=priority,
-        unique_key=unique_key,
-        tenant=tenant,
-        max_attempts=max_attempts,
-    )
+    options: dict[str, Any] = {
+        "delay": parse_duration(delay, what="--delay") if delay else None,
+        "run_at": parse_instant(at, what="--at") if at else None,
+        "queue": queue,
+        "priority": priority,
+        "unique_key": unique_key,
+        "tenant": tenant,
+        "max_attempts": max_attempts,
+    }
+    data = parse_json(payload)
+    if target.app is not None:
+        spec = target.app.spec(kind, data, **options)
+    else:
+        spec = job_spec(kind, data, **options)
 
     async def go(client: Client) -> Any:
         [result] = await client.enqueue_many([spec])
         return result
 
-    result = with_client(database_url, go)
+    result = with_client(target, go)
     if as_json:
         click.echo(json.dumps({**job_json(result.job), "duplicate": result.duplicate}))
     else:
@@ -82,7 +92,8 @@ def enqueue(
             " (duplicate: an active job already holds this unique key)" if result.duplicate else ""
         )
         click.echo(
-            f"job {result.job.id} {result.job.state} at {result.job.run_at.isoformat()}{note}"
+            f"job {result.job.id} {result.job.state} in queue {shown(result.job.queue)} at "
+            f"{result.job.run_at.isoformat()}{note}"
         )
 
 
@@ -91,8 +102,18 @@ def jobs() -> None:
     """List, show, retry and cancel jobs."""
 
 
+def name_filter(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A --kind, --queue or --tenant filter, checked like the names jobs are given."""
+    if value is None:
+        return None
+    try:
+        return validate_name(param.name or "name", value)
+    except InvalidJob as error:
+        raise InvalidInput(f"--{param.name}: {error.reason}") from None
+
+
 @jobs.command("list")
-@database_option()
+@uses_database(creates=False)
 @click.option(
     "--state",
     envvar="ROTA_STATE",
@@ -100,9 +121,11 @@ def jobs() -> None:
     multiple=True,
     help="Only jobs in this state (repeatable).",
 )
-@click.option("--kind", envvar="ROTA_KIND", help="Only jobs of this kind.")
-@click.option("--queue", envvar="ROTA_QUEUE", help="Only jobs in this queue.")
-@click.option("--tenant", envvar="ROTA_TENANT", help="Only this tenant's jobs.")
+@click.option("--kind", envvar="ROTA_KIND", callback=name_filter, help="Only jobs of this kind.")
+@click.option("--queue", envvar="ROTA_QUEUE", callback=name_filter, help="Only jobs in this queue.")
+@click.option(
+    "--tenant", envvar="ROTA_TENANT", callback=name_filter, help="Only this tenant's jobs."
+)
 @click.option(
     "--limit",
     envvar="ROTA_LIMIT",
@@ -114,7 +137,7 @@ def jobs() -> None:
 @click.option("--cursor", envvar="ROTA_CURSOR", help="Continue after a previous page.")
 @json_option
 def jobs_list(
-    database_url: str,
+    target: Target,
     state: tuple[str, ...],
     kind: str | None,
     queue: str | None,
@@ -132,113 +155,139 @@ def jobs_list(
         queue=queue,
         tenant=tenant,
     )
-    page = with_client(database_url, lambda c: c.list_jobs(filter, cursor=cursor, limit=limit))
+    page = with_client(target, lambda c: c.list_jobs(filter, cursor=cursor, limit=limit))
     if as_json:
         click.echo(
             json.dumps({"jobs": [job_json(j) for j in page.jobs], "next_cursor": page.next_cursor})
         )
         return
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(box=None, header_style="bold")
-    for column in ("id", "kind", "queue", "state", "attempt", "run_at", "worker", "last error"):
-        table.add_column(column, overflow="fold")
-    for job in page.jobs:
-        table.add_row(
-            str(job.id),
-            job.kind,
-            job.queue,
-            job.state.value,
-            f"{job.attempt}/{job.max_attempts}",
-            job.run_at.isoformat(timespec="seconds"),
-            job.worker or "",
-            (job.last_error or "")[:60],
+    out = console()
+    out.print(
+        table(
+            ("id", "kind", "queue", "state", "attempt", "run_at", "worker", "last error"),
+            (
+                (
+                    job.id,
+                    job.kind,
+                    job.queue,
+                    job.state.value,
+                    f"{job.attempt}/{job.max_attempts}",
+                    job.run_at.isoformat(timespec="seconds"),
+                    job.worker,
+                    (job.last_error or "")[:60],
+                )
+                for job in page.jobs
+            ),
         )
-    console = Console(highlight=False)
-    console.print(table)
+    )
     if page.next_cursor:
-        console.print(f"more: --cursor {page.next_cursor}", style="dim")
+        out.print(f"more: --cursor {shown(page.next_cursor)}", style="dim")
 
 
 @jobs.command("show")
 @click.argument("job_id", type=int)
-@database_option()
+@uses_database(creates=False)
 @json_option
-def jobs_show(job_id: int, database_url: str, as_json: bool) -> None:
+def jobs_show(job_id: int, target: Target, as_json: bool) -> None:
     """Show a job with every attempt."""
 
     async def go(client: Any) -> tuple[Job, list[Attempt]]:
         return await client.get(job_id), await client.attempts(job_id)
 
-    job, attempts = with_client(database_url, go)
+    job, attempts = with_client(target, go)
     if as_json:
         click.echo(json.dumps({**job_json(job), "attempts": [attempt_json(a) for a in attempts]}))
         return
     for key, value in job_json(job).items():
         if key != "payload":
-            click.echo(f"{key:>13}: {'' if value is None else value}")
-    click.echo(f"{'payload':>13}: {json.dumps(job.payload, ensure_ascii=False)}")
+            click.echo(f"{key:>13}: {shown(value)}")
+    click.echo(f"{'payload':>13}: {shown(json.dumps(job.payload, ensure_ascii=False))}")
     for attempt in attempts:
         click.echo(
-            f"attempt {attempt.attempt} token {attempt.token} on {attempt.worker}: "
+            f"attempt {attempt.attempt} token {attempt.token} on {shown(attempt.worker)}: "
             f"{attempt.outcome.value} ({attempt.started_at.isoformat()} -> "
             f"{attempt.finished_at.isoformat() if attempt.finished_at else '...'})"
         )
         if attempt.error:
-            click.echo(f"  error: {attempt.error}")
+            click.echo(f"  error: {shown(attempt.error)}")
         if attempt.traceback:
-            click.echo("  " + attempt.traceback.rstrip().replace("\n", "\n  "))
+            lines = shown(attempt.traceback.rstrip(), keep="\n").splitlines()
+            click.echo("\n".join(f"  {line}" for line in lines))
 
 
 @jobs.command("retry")
 @click.argument("job_id", type=int)
-@database_option()
+@uses_database(creates=False)
 @click.option("--max-attempts", type=click.IntRange(1, 1000), help="Raise the attempt limit.")
-def jobs_retry(job_id: int, database_url: str, max_attempts: int | None) -> None:
+def jobs_retry(job_id: int, target: Target, max_attempts: int | None) -> None:
     """Run a dead or cancelled job again, with fresh attempts."""
-    job = with_client(database_url, lambda c: c.retry(job_id, max_attempts=max_attempts))
+    job = with_client(target, lambda c: c.retry(job_id, max_attempts=max_attempts))
     click.echo(f"job {job.id} is pending again")
 
 
 @jobs.command("cancel")
 @click.argument("job_id", type=int)
-@database_option()
-def jobs_cancel(job_id: int, database_url: str) -> None:
+@uses_database(creates=False)
+def jobs_cancel(job_id: int, target: Target) -> None:
     """Cancel a pending or running job (a running handler is stopped at its next heartbeat)."""
-    job = with_client(database_url, lambda c: c.cancel(job_id))
+    job = with_client(target, lambda c: c.cancel(job_id))
     click.echo(f"job {job.id} cancelled")
 
 
 @cli.command()
-@database_option()
+@uses_database(creates=False)
+@heartbeat_option("The workers' heartbeat interval: alive means a beat within 3 of them.")
 @json_option
-def workers(database_url: str, as_json: bool) -> None:
-    """List registered workers and their last heartbeat."""
-    listed = with_client(database_url, lambda c: c.workers())
-    rows = [
-        {
-            "name": w.name,
-            "host": w.host,
-            "pid": w.pid,
-            "queues": list(w.queues),
-            "concurrency": w.concurrency,
-            "running": w.running,
-            "started_at": _iso(w.started_at),
-            "beat_at": _iso(w.beat_at),
-        }
-        for w in listed
-    ]
+def workers(target: Target, heartbeat_seconds: float, as_json: bool) -> None:
+    """List registered workers: alive or not, by the store's clock, and their last heartbeat."""
+    from rota.client import Client
+
+    async def go(client: Client) -> tuple[datetime, list[WorkerInfo]]:
+        return await client.store.now(), await client.workers()
+
+    now, listed = with_client(target, go)
+    heartbeat = timedelta(seconds=heartbeat_seconds)
     if as_json:
-        click.echo(json.dumps(rows))
+        rows = [worker_json(w, now, heartbeat) for w in listed]
+        click.echo(json.dumps({"now": now.isoformat(), "workers": rows}))
         return
-    for row in rows:
-        click.echo(
-            f"{row['name']}  queues={','.join(row['queues'])}  running={row['running']}/"
-            f"{row['concurrency']}  last beat {row['beat_at']}"
-        )
-    if not rows:
+    if not listed:
         click.echo("no workers registered", err=True)
+        return
+    console().print(
+        table(
+            ("name", "state", "host", "pid", "queues", "running", "last beat"),
+            (
+                (
+                    w.name,
+                    "alive" if w.is_alive(now, heartbeat) else "silent",
+                    w.host,
+                    w.pid,
+                    ",".join(w.queues),
+                    f"{w.running}/{w.concurrency}",
+                    _ago(w.heartbeat_age(now)),
+                )
+                for w in listed
+            ),
+        )
+    )
+
+
+def worker_json(worker: WorkerInfo, now: datetime, heartbeat: timedelta) -> dict[str, Any]:
+    """A worker as plain JSON values (the same fields as the HTTP API's)."""
+    age = worker.heartbeat_age(now)
+    return {
+        "name": worker.name,
+        "host": worker.host,
+        "pid": worker.pid,
+        "queues": list(worker.queues),
+        "concurrency": worker.concurrency,
+        "running": worker.running,
+        "started_at": _iso(worker.started_at),
+        "beat_at": _iso(worker.beat_at),
+        "heartbeat_age_seconds": age.total_seconds() if age is not None else None,
+        "alive": worker.is_alive(now, heartbeat),
+    }
 
 
 def job_json(job: Job) -> dict[str, Any]:
@@ -285,5 +334,13 @@ def _iso(instant: datetime | None) -> str | None:
     return instant.isoformat() if instant is not None else None
 
 
-def _reject_constant(name: str) -> Any:
-    raise InvalidInput(f"--payload: {name} is not valid JSON")
+def _ago(age: timedelta | None) -> str:
+    if age is None:
+        return "never"
+    seconds = age.total_seconds()
+    if seconds < 0:  # the beat was stamped by a clock ahead of the store's
+        return "just now"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit} ago"
+    return f"{int(seconds)}s ago"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from datetime import datetime
@@ -9,9 +10,19 @@ from typing import Any
 
 import click
 
-from rota.cli import cli, database_option, run, split
+from rota.cli import (
+    Target,
+    cli,
+    database_option,
+    heartbeat_option,
+    open_target,
+    run,
+    split,
+    uses_database,
+)
 from rota.config import load_app, parse_retention
 from rota.domain.errors import MigrationsPending
+from rota.observability.logging import printable
 
 # ---------------------------------------------------------------------- worker
 
@@ -25,7 +36,7 @@ from rota.domain.errors import MigrationsPending
     metavar="MODULE:ATTR",
     help="Your rota.App, e.g. myproject.jobs:app.",
 )
-@database_option(default=None)
+@database_option
 @click.option(
     "--concurrency",
     envvar="ROTA_CONCURRENCY",
@@ -40,7 +51,11 @@ from rota.domain.errors import MigrationsPending
     metavar="A,B",
     help="Queues to claim from (default: the queues of the app's kinds).",
 )
-@click.option("--name", envvar="ROTA_WORKER_NAME", help="Worker name (default host:pid:random).")
+@click.option(
+    "--name",
+    envvar="ROTA_WORKER_NAME",
+    help="Worker name: letters, digits and _ . : - (default host:pid:random).",
+)
 @click.option(
     "--lease-seconds",
     envvar="ROTA_LEASE_SECONDS",
@@ -49,14 +64,7 @@ from rota.domain.errors import MigrationsPending
     show_default=True,
     help="How long a claim lasts without a heartbeat.",
 )
-@click.option(
-    "--heartbeat-seconds",
-    envvar="ROTA_HEARTBEAT_SECONDS",
-    type=click.FloatRange(0.05),
-    default=10.0,
-    show_default=True,
-    help="Seconds between heartbeats.",
-)
+@heartbeat_option("Seconds between heartbeats.")
 @click.option(
     "--poll-seconds",
     envvar="ROTA_POLL_SECONDS",
@@ -104,6 +112,10 @@ def worker(
     The first signal stops claiming, lets running jobs finish within --shutdown-timeout and
     hands the rest back (the attempt is not counted); a second signal exits at once.
     """
+    from rota.runtime.worker import validate_worker_name
+
+    if name is not None:
+        validate_worker_name(name)
     app = load_app(app_ref)
     if database_url:
         app.with_database(database_url)
@@ -138,21 +150,24 @@ def worker(
 
 
 @cli.command()
-@database_option()
+@uses_database(creates=True)
 @click.option("--check", is_flag=True, help="Only report; exit 1 if migrations are pending.")
-def migrate(database_url: str, check: bool) -> None:
+def migrate(target: Target, check: bool) -> None:
     """Apply the database migrations (safe to run from several places at once)."""
-    from rota.store import open_store, redact_url
+    from rota.store import redact_url
+
+    # Checking is a read: it opens an existing database only.
+    target = dataclasses.replace(target, creates=not check)
 
     async def go() -> list[str]:
-        store = open_store(database_url)
+        store = open_target(target)
         try:
             return await (store.pending_migrations() if check else store.migrate())
         finally:
             await store.close()
 
     names = run(go())
-    where = redact_url(database_url)
+    where = printable(redact_url(target.database_url))
     if check:
         if names:
             click.echo(f"pending migrations on {where}: {', '.join(names)}", err=True)
@@ -163,31 +178,27 @@ def migrate(database_url: str, check: bool) -> None:
 
 
 @cli.command()
-@database_option()
-@click.option(
-    "--app",
-    "app_ref",
-    envvar="ROTA_APP",
-    metavar="MODULE:ATTR",
-    help="Also check that your app loads.",
-)
-def check(database_url: str, app_ref: str | None) -> None:
-    """Check the database is reachable and migrated (and the app loads)."""
-    from rota.store import open_store, redact_url
+@uses_database(creates=False)
+def check(target: Target) -> None:
+    """Check the database is reachable and migrated (with --app: that the app loads, and its
+    database)."""
+    from rota.store import redact_url
 
-    if app_ref:
-        app = load_app(app_ref)
-        click.echo(f"app {app_ref}: kinds {', '.join(app.registry.kinds()) or '(none)'}")
+    if target.app is not None:
+        kinds = ", ".join(target.app.registry.kinds()) or "(none)"
+        click.echo(f"app: kinds {printable(kinds)}")
 
     async def go() -> tuple[datetime, list[str]]:
-        store = open_store(database_url)
+        store = open_target(target)
         try:
             return await store.now(), await store.pending_migrations()
         finally:
             await store.close()
 
     now, pending = run(go())
-    click.echo(f"database {redact_url(database_url)}: reachable, clock {now.isoformat()}")
+    click.echo(
+        f"database {printable(redact_url(target.database_url))}: reachable, clock {now.isoformat()}"
+    )
     if pending:
         raise MigrationsPending(f"migrations pending: {', '.join(pending)} (run `rota migrate`)")
     click.echo("schema: up to date")

@@ -9,7 +9,8 @@ from typing import Any
 
 import click
 
-from rota.cli import cli, database_option, json_option, with_client
+from rota.cli import Target, cli, json_option, uses_database, with_client
+from rota.cli.terminal import console, shown, table
 from rota.client import Client, QueueStatus, limit_selected, limit_spec
 from rota.config import parse_duration
 from rota.domain.errors import InvalidInput, NotFound
@@ -26,57 +27,58 @@ def queues() -> None:
 
 
 @queues.command("list")
-@database_option()
+@uses_database(creates=False)
 @json_option
-def queues_list(database_url: str, as_json: bool) -> None:
+def queues_list(target: Target, as_json: bool) -> None:
     """List queues: paused or not, jobs pending and running, and each one's concurrency limit."""
-    listed: list[QueueStatus] = with_client(database_url, lambda c: c.queues())
+    listed: list[QueueStatus] = with_client(target, lambda c: c.queues())
     if as_json:
         click.echo(json.dumps({"queues": [queue_json(q) for q in listed]}))
         return
     if not listed:
         click.echo("no queues", err=True)
         return
-    from rich.console import Console
-    from rich.table import Table
-
     exact = all(queue.exact for queue in listed)
-    table = Table(box=None, header_style="bold")
-    for column in ("queue", "state", "pending", "running", "limit"):
-        table.add_column(column, overflow="fold", justify="right" if column != "queue" else "left")
-    for queue in listed:
-        table.add_row(
-            queue.name,
-            "paused" if queue.paused else "active",
-            _count(queue.count(JobState.PENDING), exact),
-            _count(queue.count(JobState.RUNNING), exact),
-            _queue_limit(queue),
+    out = console()
+    out.print(
+        table(
+            ("queue", "state", "pending", "running", "limit"),
+            (
+                (
+                    queue.name,
+                    "paused" if queue.paused else "active",
+                    _count(queue.count(JobState.PENDING), exact),
+                    _count(queue.count(JobState.RUNNING), exact),
+                    _queue_limit(queue),
+                )
+                for queue in listed
+            ),
+            justify={"state": "right", "pending": "right", "running": "right", "limit": "right"},
         )
-    console = Console(highlight=False)
-    console.print(table)
+    )
     if not exact:
-        console.print("~ counts are estimates", style="dim")
+        out.print("~ counts are estimates", style="dim")
 
 
 @queues.command("pause")
 @click.argument("name")
-@database_option()
-def queues_pause(name: str, database_url: str) -> None:
+@uses_database(creates=True)
+def queues_pause(name: str, target: Target) -> None:
     """Stop every worker claiming from queue NAME until it is resumed; running jobs finish.
 
     A queue may be paused before it has jobs; the pause survives restarts and deploys.
     """
-    with_client(database_url, lambda c: c.pause_queue(name))
-    click.echo(f"queue {name} paused")
+    with_client(target, lambda c: c.pause_queue(name))
+    click.echo(f"queue {shown(name)} paused")
 
 
 @queues.command("resume")
 @click.argument("name")
-@database_option()
-def queues_resume(name: str, database_url: str) -> None:
+@uses_database(creates=False)
+def queues_resume(name: str, target: Target) -> None:
     """Let workers claim from queue NAME again."""
-    with_client(database_url, lambda c: c.resume_queue(name))
-    click.echo(f"queue {name} resumed")
+    with_client(target, lambda c: c.resume_queue(name))
+    click.echo(f"queue {shown(name)} resumed")
 
 
 # ---------------------------------------------------------------------- limits
@@ -107,38 +109,37 @@ def _target_options(func: Any) -> Any:
 
 
 @limits.command("list")
-@database_option()
+@uses_database(creates=False)
 @json_option
-def limits_list(database_url: str, as_json: bool) -> None:
+def limits_list(target: Target, as_json: bool) -> None:
     """List every limit with the jobs running against it and its starts in the current period."""
-    listed: list[LimitInfo] = with_client(database_url, lambda c: c.limits())
+    listed: list[LimitInfo] = with_client(target, lambda c: c.limits())
     if as_json:
         click.echo(json.dumps({"limits": [limit_json(info) for info in listed]}))
         return
     if not listed:
         click.echo("no limits", err=True)
         return
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(box=None, header_style="bold")
-    for column in ("scope", "key", "concurrency", "rate", "running", "recent starts"):
-        table.add_column(column, overflow="fold")
-    for info in listed:
-        limit = info.limit
-        table.add_row(
-            limit.scope.value,
-            limit.key,
-            "" if limit.concurrency is None else str(limit.concurrency),
-            _rate(limit),
-            str(info.running),
-            str(info.recent_starts) if limit.rate is not None else "",
+    console().print(
+        table(
+            ("scope", "key", "concurrency", "rate", "running", "recent starts"),
+            (
+                (
+                    info.limit.scope.value,
+                    info.limit.key,
+                    info.limit.concurrency,
+                    _rate(info.limit),
+                    info.running,
+                    info.recent_starts if info.limit.rate is not None else None,
+                )
+                for info in listed
+            ),
         )
-    Console(highlight=False).print(table)
+    )
 
 
 @limits.command("set")
-@database_option()
+@uses_database(creates=True)
 @_target_options
 @click.option(
     "--concurrency",
@@ -157,7 +158,7 @@ def limits_list(database_url: str, as_json: bool) -> None:
 )
 @json_option
 def limits_set(
-    database_url: str,
+    target: Target,
     kind: str | None,
     queue: str | None,
     tenant: str | None,
@@ -195,27 +196,25 @@ def limits_set(
         listed = await client.limits()
         return next((info for info in listed if info.limit.ident == limit.ident), LimitInfo(limit))
 
-    info = with_client(database_url, go)
+    info = with_client(target, go)
     if as_json:
         click.echo(json.dumps(limit_json(info)))
         return
-    click.echo(f"limit {limit.scope.value} {limit.key}: {describe(limit)}")
+    click.echo(f"limit {limit.scope.value} {shown(limit.key)}: {describe(limit)}")
 
 
 @limits.command("remove")
-@database_option()
+@uses_database(creates=False)
 @_target_options
-def limits_remove(
-    database_url: str, kind: str | None, queue: str | None, tenant: str | None
-) -> None:
+def limits_remove(target: Target, kind: str | None, queue: str | None, tenant: str | None) -> None:
     """Remove the limit on one --kind, --queue or --tenant."""
     if sum(value is not None for value in (kind, queue, tenant)) != 1:
         raise InvalidInput("give one of --kind, --queue or --tenant")
     scope, key = limit_selected(kind=kind, queue=queue, tenant=tenant)
-    removed: bool = with_client(database_url, lambda c: c.delete_limit(scope, key))
+    removed: bool = with_client(target, lambda c: c.delete_limit(scope, key))
     if not removed:
         raise NotFound(f"no limit on {scope.value} {key!r}")
-    click.echo(f"limit {scope.value} {key} removed")
+    click.echo(f"limit {scope.value} {shown(key)} removed")
 
 
 # ---------------------------------------------------------------------- rendering

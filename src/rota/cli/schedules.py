@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
 import click
 
-from rota.cli import cli, database_option, json_option, with_client
-from rota.config import parse_duration
+from rota.cli import Target, cli, json_option, uses_database, with_client
+from rota.cli.terminal import console, shown, table
+from rota.config import parse_duration, parse_json
 from rota.domain.errors import InvalidInput
-from rota.domain.job import EnqueueResult
+from rota.domain.job import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, EnqueueResult, check_known_kind
 from rota.domain.schedule import Misfire, Overlap, Rule, ScheduleSpec
 from rota.domain.schedule_state import Schedule, schedule_fields
+
+T = TypeVar("T")
 
 #: How many upcoming runs `list --json` and `show` include unless told otherwise.
 PREVIEW = 5
@@ -26,15 +29,15 @@ def schedules() -> None:
 
 
 @schedules.command("list")
-@database_option()
+@uses_database(creates=False)
 @json_option
-def schedules_list(database_url: str, as_json: bool) -> None:
+def schedules_list(target: Target, as_json: bool) -> None:
     """List every schedule with its next run and its last run's outcome."""
 
     async def go(client: Any) -> tuple[datetime, list[Schedule]]:
         return await client.store.now(), await client.store.list_schedules()
 
-    now, listed = with_client(database_url, go)
+    now, listed = with_client(target, go)
     if as_json:
         click.echo(
             json.dumps({"now": now.isoformat(), "schedules": [schedule_json(s) for s in listed]})
@@ -43,28 +46,28 @@ def schedules_list(database_url: str, as_json: bool) -> None:
     if not listed:
         click.echo("no schedules", err=True)
         return
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(box=None, header_style="bold")
-    for column in ("name", "kind", "rule", "next run (UTC)", "last run (UTC)", "outcome", "state"):
-        table.add_column(column, overflow="fold")
-    for schedule in listed:
-        table.add_row(
-            schedule.name,
-            schedule.kind,
-            schedule.rule.describe(),
-            _utc(schedule.next_run_at),
-            _utc(schedule.last_run_at),
-            schedule.last_job_state.value if schedule.last_job_state else "",
-            "paused" if schedule.paused else "active",
+    console().print(
+        table(
+            ("name", "kind", "rule", "next run (UTC)", "last run (UTC)", "outcome", "state"),
+            (
+                (
+                    schedule.name,
+                    schedule.kind,
+                    schedule.rule.describe(),
+                    _utc(schedule.next_run_at),
+                    _utc(schedule.last_run_at),
+                    schedule.last_job_state.value if schedule.last_job_state else "",
+                    "paused" if schedule.paused else "active",
+                )
+                for schedule in listed
+            ),
         )
-    Console(highlight=False).print(table)
+    )
 
 
 @schedules.command("show")
 @click.argument("name")
-@database_option()
+@uses_database(creates=False)
 @click.option(
     "--count",
     envvar="ROTA_PREVIEW_COUNT",
@@ -74,9 +77,9 @@ def schedules_list(database_url: str, as_json: bool) -> None:
     help="How many upcoming runs to show.",
 )
 @json_option
-def schedules_show(name: str, database_url: str, count: int, as_json: bool) -> None:
+def schedules_show(name: str, target: Target, count: int, as_json: bool) -> None:
     """Show a schedule: its definition, its next runs and its last run."""
-    schedule = with_client(database_url, lambda c: c.store.get_schedule(name))
+    schedule = with_client(target, lambda c: c.store.get_schedule(name))
     if as_json:
         click.echo(json.dumps(schedule_json(schedule, upcoming=count)))
         return
@@ -85,7 +88,7 @@ def schedules_show(name: str, database_url: str, count: int, as_json: bool) -> N
 
 @schedules.command("add")
 @click.argument("name")
-@database_option()
+@uses_database(creates=True)
 @click.option("--kind", envvar="ROTA_KIND", required=True, help="The kind of job to enqueue.")
 @click.option(
     "--cron", envvar="ROTA_CRON", help="5-field cron expression or @hourly/@daily/@weekly/..."
@@ -101,13 +104,19 @@ def schedules_show(name: str, database_url: str, count: int, as_json: bool) -> N
     show_default=True,
     help="Every run's payload as JSON.",
 )
-@click.option("--queue", envvar="ROTA_QUEUE", default="default", show_default=True, help="Queue.")
+@click.option("--queue", envvar="ROTA_QUEUE", help="Queue (default: the kind's, else default).")
 @click.option(
-    "--priority", envvar="ROTA_PRIORITY", type=int, default=0, help="Higher runs first (-100..100)."
+    "--priority",
+    envvar="ROTA_PRIORITY",
+    type=int,
+    help="Higher runs first, -100..100 (default: the kind's, else 0).",
 )
 @click.option("--tenant", envvar="ROTA_TENANT", help="Whose work this is (fairness, limits).")
 @click.option(
-    "--max-attempts", envvar="ROTA_MAX_ATTEMPTS", type=int, default=3, help="Attempts per run."
+    "--max-attempts",
+    envvar="ROTA_MAX_ATTEMPTS",
+    type=int,
+    help="Attempts per run (default: the kind's, else 3).",
 )
 @click.option(
     "--jitter", envvar="ROTA_JITTER", help="Spread runs by a fixed offset below this: 5m."
@@ -152,16 +161,16 @@ def schedules_show(name: str, database_url: str, count: int, as_json: bool) -> N
 @json_option
 def schedules_add(
     name: str,
-    database_url: str,
+    target: Target,
     kind: str,
     cron: str | None,
     timezone: str | None,
     every: str | None,
     payload: str,
-    queue: str,
-    priority: int,
+    queue: str | None,
+    priority: int | None,
     tenant: str | None,
-    max_attempts: int,
+    max_attempts: int | None,
     jitter: str | None,
     misfire: str,
     misfire_limit: int,
@@ -170,7 +179,13 @@ def schedules_add(
     replace: bool,
     as_json: bool,
 ) -> None:
-    """Add a schedule NAME that enqueues a --kind job on every --cron or --every slot."""
+    """Add a schedule NAME that enqueues a --kind job on every --cron or --every slot.
+
+    With --app, the kind's registration supplies the queue, priority and attempts not given,
+    and a kind the app has no handler for is refused.
+    """
+    check_known_kind(kind, target.accepted_kinds)
+    registered = target.app.registry.get(kind) if target.app is not None else None
     if (cron is None) == (every is None):
         raise InvalidInput("give --cron or --every (one of them)")
     if every is not None:
@@ -184,11 +199,13 @@ def schedules_add(
         name=name,
         kind=kind,
         rule=rule,
-        payload=_json(payload),
-        queue=queue,
-        priority=priority,
+        payload=parse_json(payload),
+        queue=_given(queue, registered.queue if registered else DEFAULT_QUEUE),
+        priority=_given(priority, registered.priority if registered else 0),
         tenant=tenant,
-        max_attempts=max_attempts,
+        max_attempts=_given(
+            max_attempts, registered.max_attempts if registered else DEFAULT_MAX_ATTEMPTS
+        ),
         jitter=_duration(jitter, "--jitter") if jitter else timedelta(0),
         misfire=Misfire(misfire),
         misfire_limit=misfire_limit,
@@ -196,58 +213,59 @@ def schedules_add(
         overlap=Overlap(overlap),
     )
     schedule = with_client(
-        database_url,
+        target,
         lambda c: c.store.upsert_schedule(spec) if replace else c.store.create_schedule(spec),
     )
     if as_json:
         click.echo(json.dumps(schedule_json(schedule)))
         return
-    click.echo(f"schedule {schedule.name}: {schedule.rule.describe()}")
+    click.echo(f"schedule {shown(schedule.name)}: {shown(schedule.rule.describe())}")
     _print_runs(schedule, PREVIEW)
 
 
 @schedules.command("pause")
 @click.argument("name")
-@database_option()
-def schedules_pause(name: str, database_url: str) -> None:
+@uses_database(creates=False)
+def schedules_pause(name: str, target: Target) -> None:
     """Stop firing a schedule until it is resumed (a pause survives deploys)."""
-    with_client(database_url, lambda c: c.store.pause_schedule(name))
-    click.echo(f"schedule {name} paused")
+    with_client(target, lambda c: c.store.pause_schedule(name))
+    click.echo(f"schedule {shown(name)} paused")
 
 
 @schedules.command("resume")
 @click.argument("name")
-@database_option()
-def schedules_resume(name: str, database_url: str) -> None:
+@uses_database(creates=False)
+def schedules_resume(name: str, target: Target) -> None:
     """Fire a paused schedule again; missed runs follow its --misfire policy."""
-    schedule = with_client(database_url, lambda c: c.store.resume_schedule(name))
+    schedule = with_client(target, lambda c: c.store.resume_schedule(name))
     click.echo(
-        f"schedule {name} resumed; next run {_when(schedule.next_run_at, schedule.rule.timezone)}"
+        f"schedule {shown(name)} resumed; next run "
+        f"{_when(schedule.next_run_at, schedule.rule.timezone)}"
     )
 
 
 @schedules.command("remove")
 @click.argument("name")
-@database_option()
-def schedules_remove(name: str, database_url: str) -> None:
+@uses_database(creates=False)
+def schedules_remove(name: str, target: Target) -> None:
     """Delete a schedule; the jobs it already enqueued stay."""
-    with_client(database_url, lambda c: c.store.delete_schedule(name))
-    click.echo(f"schedule {name} removed")
+    with_client(target, lambda c: c.store.delete_schedule(name))
+    click.echo(f"schedule {shown(name)} removed")
 
 
 @schedules.command("run-now")
 @click.argument("name")
-@database_option()
+@uses_database(creates=False)
 @json_option
-def schedules_run_now(name: str, database_url: str, as_json: bool) -> None:
+def schedules_run_now(name: str, target: Target, as_json: bool) -> None:
     """Enqueue a run of a schedule now, outside its slots (its next run does not move)."""
     from rota.cli.jobs import job_json
 
-    result: EnqueueResult = with_client(database_url, lambda c: c.store.trigger_schedule(name))
+    result: EnqueueResult = with_client(target, lambda c: c.store.trigger_schedule(name))
     if as_json:
         click.echo(json.dumps({**job_json(result.job), "duplicate": result.duplicate}))
         return
-    click.echo(f"job {result.job.id} {result.job.state} for schedule {name}")
+    click.echo(f"job {result.job.id} {result.job.state} for schedule {shown(name)}")
 
 
 # ---------------------------------------------------------------------- rendering
@@ -270,7 +288,7 @@ def _plain(value: Any) -> Any:
 
 def _print_schedule(schedule: Schedule, count: int) -> None:
     fields = schedule_fields(schedule, upcoming=0)
-    shown = {
+    fields_shown = {
         "name": fields["name"],
         "rule": fields["description"],
         "kind": fields["kind"],
@@ -288,8 +306,8 @@ def _print_schedule(schedule: Schedule, count: int) -> None:
         "last outcome": fields["last_outcome"] or "",
         "payload": json.dumps(schedule.spec.payload, ensure_ascii=False),
     }
-    for key, value in shown.items():
-        click.echo(f"{key:>13}: {'' if value is None else value}")
+    for key, value in fields_shown.items():
+        click.echo(f"{key:>13}: {shown(value)}")
     _print_runs(schedule, count)
 
 
@@ -297,7 +315,7 @@ def _print_runs(schedule: Schedule, count: int) -> None:
     runs = schedule.upcoming(count)
     click.echo("    next runs:" if not schedule.paused else "    next runs (paused):")
     for run in runs:
-        click.echo(f"  {_when(run, schedule.rule.timezone)}")
+        click.echo(f"  {shown(_when(run, schedule.rule.timezone))}")
 
 
 def _utc(instant: datetime | None) -> str:
@@ -319,14 +337,5 @@ def _duration(text: str, what: str) -> timedelta:
     return parse_duration(text, what=what)
 
 
-def _json(text: str) -> Any:
-    try:
-        return json.loads(text, parse_constant=_reject_constant)
-    except ValueError as error:
-        if isinstance(error, InvalidInput):
-            raise
-        raise InvalidInput(f"--payload is not valid JSON: {error}") from None
-
-
-def _reject_constant(name: str) -> Any:
-    raise InvalidInput(f"--payload: {name} is not valid JSON")
+def _given(value: T | None, default: T) -> T:
+    return default if value is None else value

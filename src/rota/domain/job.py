@@ -16,6 +16,7 @@ import functools
 import json
 import math
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -106,6 +107,26 @@ def validate_name(field_name: str, value: object, *, required: bool = True) -> s
             "may contain only letters, digits and _ . : - and must start with a letter or digit",
         )
     return value
+
+
+#: How many known kinds an "unknown kind" message lists before it says how many more there are.
+_KINDS_LISTED = 20
+
+
+def check_known_kind(kind: str, known: Collection[str] | None) -> str:
+    """``kind``, if jobs of it can be enqueued where handlers exist for the ``known`` kinds.
+
+    ``None`` accepts every kind: nothing is known about the handlers (code that only enqueues,
+    its workers elsewhere). Otherwise raises InvalidJob("kind") listing the known kinds, so a
+    mistyped kind is refused at the enqueue instead of going dead at the first worker.
+    """
+    if known is None or kind in known:
+        return kind
+    names = sorted(known)
+    listed = ", ".join(names[:_KINDS_LISTED]) or "(none)"
+    if len(names) > _KINDS_LISTED:
+        listed += f" and {len(names) - _KINDS_LISTED} more"
+    raise InvalidJob("kind", f"unknown kind {kind!r} (known kinds: {listed})")
 
 
 def encode_payload(payload: object, field_name: str = "payload") -> str:
@@ -259,7 +280,10 @@ def _valid_instant(field_name: str, value: object) -> datetime:
         raise InvalidJob(field_name, "must be a datetime")
     if value.tzinfo is None or value.utcoffset() is None:
         raise InvalidJob(field_name, "must be timezone-aware")
-    instant = value.astimezone(UTC)
+    try:
+        instant = value.astimezone(UTC)
+    except OverflowError:  # an offset that pushes year 1 or 9999 past the calendar
+        raise InvalidJob(field_name, "must be between 1970 and 9999") from None
     if not EARLIEST_RUN_AT <= instant < LATEST_RUN_AT:
         raise InvalidJob(field_name, "must be between 1970 and 9999")
     return instant

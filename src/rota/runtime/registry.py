@@ -94,6 +94,11 @@ class Registry:
     def kinds(self) -> list[str]:
         return sorted(self._kinds)
 
+    def accepted_kinds(self) -> frozenset[str] | None:
+        """The kinds an enqueue through this registry may name: the registered ones, or None
+        (any kind) while none is registered, for code that only enqueues."""
+        return frozenset(self._kinds) or None
+
     def queues(self) -> list[str]:
         """The queues the registered kinds use, for a worker that was given none."""
         return sorted({config.queue for config in self._kinds.values()}) or [DEFAULT_QUEUE]

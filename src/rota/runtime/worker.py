@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from rota.domain.clock import Clock, SystemClock
-from rota.domain.errors import InvalidInput
+from rota.domain.errors import InvalidInput, InvalidJob
 from rota.domain.job import Job, validate_name
 from rota.observability.logging import current_worker
 from rota.observability.metrics import Metrics
@@ -39,6 +39,16 @@ def default_worker_name() -> str:
     """host:pid:random, unique even when a pid is reused."""
     host = "".join(c if c.isalnum() or c in "-." else "-" for c in socket.gethostname())
     return f"{host or 'host'}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+def validate_worker_name(name: str) -> str:
+    """``name`` if a worker may be called so: the rule of kind and queue names (letters,
+    digits and ``_ . : -``), since the name is stored, logged and shown; InvalidInput if not."""
+    try:
+        validate_name("worker name", name)
+    except InvalidJob as error:
+        raise InvalidInput(f"bad worker name {name!r}: {error.reason}") from None
+    return name
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +91,8 @@ class WorkerSettings:
             raise InvalidInput("retention must be at least a minute (or None to keep everything)")
         if not 1 <= self.claim_batch <= 10_000:
             raise InvalidInput("claim batch must be between 1 and 10000")
+        if self.name is not None:
+            validate_worker_name(self.name)
         for queue in self.queues or ():
             try:
                 validate_name("queue", queue)

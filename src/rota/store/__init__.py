@@ -31,7 +31,12 @@ def open_store(url: str, *, clock: Clock | None = None) -> Store:
     readings are sent as the ``now`` of every statement instead of the server's ``now()``).
     The store is not migrated here: call ``await store.migrate()``.
     """
-    scheme = urlsplit(url).scheme.lower()
+    try:
+        parts = urlsplit(url)
+        scheme = parts.scheme.lower()
+        _ = parts.port  # checked now: libpq would only say it cannot connect
+    except ValueError as error:  # "Invalid IPv6 URL" (postgresql://[::1), "Port out of range"
+        raise InvalidInput(f"invalid database URL: {error}") from None
     if scheme == "memory":
         from rota.store.memory import MemoryStore
 

@@ -24,6 +24,8 @@ from rota.domain.schedule_state import Firing, Schedule
 
 MAX_PAGE_SIZE = 500
 MAX_BULK = 10_000
+#: A worker is alive while its last heartbeat is at most this many heartbeat intervals old.
+ALIVE_BEATS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +168,16 @@ class WorkerInfo:
     started_at: datetime | None = None
     beat_at: datetime | None = None
     running: int = 0
+
+    def heartbeat_age(self, now: datetime) -> timedelta | None:
+        """How long ago, by the store's clock ``now``, the worker last beat (None: never)."""
+        return None if self.beat_at is None else now - self.beat_at
+
+    def is_alive(self, now: datetime, heartbeat: timedelta) -> bool:
+        """Whether the worker beat within ALIVE_BEATS heartbeat intervals before ``now`` (the
+        store's clock): one late beat, under load, does not make a worker look gone."""
+        age = self.heartbeat_age(now)
+        return age is not None and age <= ALIVE_BEATS * heartbeat
 
 
 class Store(Protocol):

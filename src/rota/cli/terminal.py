@@ -1,0 +1,55 @@
+"""What the CLI prints: text from jobs escaped, never read as markup, and tables that keep one
+row per line when stdout is a file or a pipe.
+
+Payloads, errors, tracebacks, worker names and schedule fields are data, and data may hold
+ESC, OSC or bidi sequences that would recolour, retitle or rewrite the operator's terminal,
+or rich markup (``[bold]``, ``[/]``) that rich would interpret or choke on. Every value goes
+through ``shown`` (``printable``: control characters become visible escapes) and into tables as
+rich ``Text``, which is never parsed for markup.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Literal
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from rota.observability.logging import printable
+
+#: The width tables get when stdout is not a terminal: wide enough that no row ever wraps, so
+#: `rota jobs list > jobs.txt` keeps one job per line (rich would fold at 80 columns).
+UNWRAPPED_WIDTH = 1_000_000
+
+Justify = Literal["left", "right"]
+
+
+def shown(value: object, *, keep: str = "") -> str:
+    """``value`` as it may reach a terminal: '' for None, control characters escaped."""
+    return "" if value is None else printable(str(value), keep=keep)
+
+
+def console() -> Console:
+    """A rich Console on stdout that reads no markup, emoji or highlighting from what it
+    prints, and does not wrap when stdout is not a terminal."""
+    out = Console(markup=False, emoji=False, highlight=False)
+    if not out.is_terminal:
+        out.width = UNWRAPPED_WIDTH
+    return out
+
+
+def table(
+    columns: Sequence[str],
+    rows: Iterable[Sequence[object]],
+    *,
+    justify: Mapping[str, Justify] | None = None,
+) -> Table:
+    """A borderless table of ``rows``; every cell is shown escaped and as plain text."""
+    drawn = Table(box=None, header_style="bold", pad_edge=False)
+    for column in columns:
+        drawn.add_column(column, overflow="fold", justify=(justify or {}).get(column, "left"))
+    for row in rows:
+        drawn.add_row(*(Text(shown(cell)) for cell in row))
+    return drawn
