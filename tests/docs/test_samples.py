@@ -29,7 +29,7 @@ from tests.docs.samples import ROOT, Sample, pages, samples, uses_postgres
 PRELUDES = {"docs/guarantees.md": "import rota\napp = rota.App('memory://')\n"}
 #: Commands that run until stopped, and the line each prints on stderr once it is ready.
 LONG_RUNNING = {
-    "serve": re.compile(r"Uvicorn running on"),
+    "serve": re.compile(r"listening on http"),
     "worker": re.compile(r"worker \S+ started"),
 }
 #: Every wait below is bounded by this, so a sample that hangs fails instead of stalling.
@@ -95,7 +95,11 @@ def run_page(
                 check_config(sample)
             elif sample.language in ("", "sh", "shell", "bash"):
                 for line in sample.code.splitlines():
-                    if line.startswith("rota "):
+                    if line.startswith("export "):
+                        # A sample's `export ROTA_X=...` holds for its later commands.
+                        name, _, value = shlex.split(line, comments=True)[1].partition("=")
+                        monkeypatch.setenv(name, value)
+                    elif line.startswith("rota "):
                         check_rota_command(sample, shlex.split(line, comments=True)[1:])
     finally:
         imported = [sys.modules[name] for name in set(sys.modules) - modules]

@@ -41,7 +41,7 @@ def test_a_crash_job_loses_its_lease_and_another_worker_finishes_it(tmp_path: Pa
         )
     try:
         deadline = time.monotonic() + BOUND_S
-        while "Uvicorn running" not in log.read_text():
+        while "listening on http" not in log.read_text():
             assert serve.poll() is None and time.monotonic() < deadline, log.read_text()
             time.sleep(0.05)  # polling the log for readiness, bounded by the deadline
 
@@ -65,7 +65,7 @@ def test_a_crash_job_loses_its_lease_and_another_worker_finishes_it(tmp_path: Pa
         # still registered, and keeps beating after the job was done by another.
         done_at = datetime.fromisoformat(second["finished_at"])
         while True:
-            beats = {w["name"]: w["beat_at"] for w in rota(tmp_path, "workers", "--json")}
+            beats = {w["name"]: w["beat_at"] for w in rota(tmp_path, "workers", "--json")["workers"]}
             assert len(beats) == 3 and first["worker"] in beats, beats
             if datetime.fromisoformat(beats[first["worker"]]) > done_at:
                 break
