@@ -153,8 +153,8 @@ async def run_job(
     The job lives in an in-memory store of its own (read by ``app``'s clock), so no other job
     runs beside it and ``app``'s own store is not touched: ``state`` is ``succeeded``,
     ``pending`` (an error with attempts left, or a ``Snooze``; ``attempt`` then says whether
-    one was used) or ``dead`` (``Permanent``, an unknown kind, the last attempt), with
-    ``last_error``. The payload and options are validated as ``app.enqueue`` would; jobs the
+    one was used) or ``dead`` (``Permanent``, the last attempt), with
+    ``last_error``. The kind, payload and options are validated as ``app.enqueue`` would (InvalidJob); jobs the
     handler enqueues through ``app`` go to ``app``'s store.
     """
     from rota.runtime.worker import Worker, WorkerSettings

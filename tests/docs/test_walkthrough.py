@@ -65,7 +65,9 @@ def test_a_crash_job_loses_its_lease_and_another_worker_finishes_it(tmp_path: Pa
         # still registered, and keeps beating after the job was done by another.
         done_at = datetime.fromisoformat(second["finished_at"])
         while True:
-            beats = {w["name"]: w["beat_at"] for w in rota(tmp_path, "workers", "--json")["workers"]}
+            beats = {
+                w["name"]: w["beat_at"] for w in rota(tmp_path, "workers", "--json")["workers"]
+            }
             assert len(beats) == 3 and first["worker"] in beats, beats
             if datetime.fromisoformat(beats[first["worker"]]) > done_at:
                 break

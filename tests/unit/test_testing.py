@@ -152,14 +152,12 @@ async def test_run_job_reports_each_outcome_without_touching_the_app_store(
         bad = await run_job(app, "email", {"to": "nobody"})
         failed = await run_job(app, "flaky", max_attempts=2)
         snoozed = await run_job(app, "later")
-        unknown = await run_job(app, "no-such-kind")
 
         assert (ok.state, ok.attempt) == (JobState.SUCCEEDED, 1)
         assert (bad.state, bad.last_error) == (JobState.DEAD, "Permanent: not an email address")
         assert (failed.state, failed.attempt, failed.max_attempts) == (JobState.PENDING, 1, 2)
         assert failed.last_error == "RuntimeError: upstream returned 503"
         assert (snoozed.state, snoozed.attempt) == (JobState.PENDING, 0)
-        assert unknown.state is JobState.DEAD
         assert (await app.get(waiting.id)).state is JobState.PENDING
         assert [job.id for job in (await app.list_jobs()).jobs] == [waiting.id]
 
@@ -167,6 +165,8 @@ async def test_run_job_reports_each_outcome_without_touching_the_app_store(
 async def test_run_job_validates_like_enqueue(tmp_path: Path) -> None:
     with pytest.raises(rota.InvalidJob):
         await run_job(make_app(tmp_path), "email", {"bad": float("nan")})
+    with pytest.raises(rota.InvalidJob, match="unknown kind 'no-such-kind'"):
+        await run_job(make_app(tmp_path), "no-such-kind")
 
 
 def test_a_sync_drain_runs_jobs_enqueued_from_sync_code(tmp_path: Path) -> None:
