@@ -51,7 +51,7 @@ def require_json_content_type(content_type: str | None) -> None:
 async def read_body(request: Request, limit: int) -> bytes:
     """The whole body, refusing (413) as soon as it passes ``limit`` bytes."""
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
+    if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > limit:
         raise BodyTooLarge(limit)
     chunks: list[bytes] = []
     size = 0

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query, Request, Response
@@ -14,7 +13,6 @@ from rota.api.filters import filter_from_body, filter_from_query, restrict
 from rota.api.schedule_models import ScheduleOut, create_every_schedule
 from rota.api.schemas import (
     MAX_CURSOR_LENGTH,
-    MAX_INSTANT_LENGTH,
     MAX_SEARCH_LENGTH,
     BulkResult,
     JobCount,
@@ -28,7 +26,7 @@ from rota.api.schemas import (
     errors,
     job_out,
 )
-from rota.domain.job import MAX_NAME_LENGTH, RETRYABLE_STATES, JobState
+from rota.domain.job import MAX_NAME_LENGTH, RETRYABLE_STATES, JobState, parse_instant
 from rota.store.base import MAX_BULK, MAX_PAGE_SIZE, JobFilter
 
 #: Job ids are PostgreSQL bigints; anything larger cannot name a job.
@@ -51,26 +49,6 @@ Search = Annotated[
     str | None, Query(max_length=MAX_SEARCH_LENGTH, description="A job id or exact unique key.")
 ]
 JobId = Annotated[int, Path(ge=1, le=MAX_JOB_ID)]
-
-
-def parse_instant(field: str, text: str | None) -> datetime | None:
-    """An aware instant from ISO 8601 text; 400 for naive, impossible or out-of-range values."""
-    if text is None:
-        return None
-    if len(text) > MAX_INSTANT_LENGTH:
-        raise ApiError(400, f"{field}: is too long for an ISO 8601 instant")
-    try:
-        value = datetime.fromisoformat(text)
-    except ValueError:
-        raise ApiError(
-            400, f"{field}: {quote_input(text)!r} is not a valid ISO 8601 date and time"
-        ) from None
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise ApiError(400, f"{field}: needs a UTC offset such as Z or +02:00")
-    try:
-        return value.astimezone(UTC)
-    except OverflowError:
-        raise ApiError(400, f"{field}: is out of range") from None
 
 
 def jobs_router(ctx: ApiContext) -> APIRouter:
@@ -123,7 +101,7 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
             body.kind,
             body.payload,
             delay=body.delay_seconds,
-            run_at=parse_instant("run_at", body.run_at),
+            run_at=None if body.run_at is None else parse_instant("run_at", body.run_at),
             priority=body.priority,
             queue=body.queue,
             tenant=body.tenant,

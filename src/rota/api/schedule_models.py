@@ -187,7 +187,7 @@ def spec_from_body(client: Client, body: ScheduleCreate) -> ScheduleSpec:
             rule = Rule.every(_seconds("every_seconds", body.every_seconds))
         else:
             assert body.cron is not None
-            rule = Rule.cron(body.cron, body.timezone or "UTC")
+            rule = Rule.cron(body.cron, "UTC" if body.timezone is None else body.timezone)
         return ScheduleSpec(
             name=body.name,
             kind=body.kind,

@@ -13,12 +13,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from rota.domain.job import (
+    INSTANT_PATTERN,
     MAX_ATTEMPTS_LIMIT,
+    MAX_INSTANT_LENGTH,
     MAX_NAME_LENGTH,
     MAX_PRIORITY,
     MAX_UNIQUE_KEY_LENGTH,
     MIN_PRIORITY,
     NAME_PATTERN,
+    SAFE_YEARS_PATTERN,
     Attempt,
     Job,
 )
@@ -26,10 +29,9 @@ from rota.store.base import ThroughputBucket, WorkerInfo
 
 #: JobState's values, spelled out so the schema can enumerate them (a test pins the match).
 StateName = Literal["pending", "running", "succeeded", "dead", "cancelled"]
-#: The longest search term, cursor and run_at text the API reads.
+#: The longest search term and cursor the API reads.
 MAX_SEARCH_LENGTH = MAX_UNIQUE_KEY_LENGTH
 MAX_CURSOR_LENGTH = 64
-MAX_INSTANT_LENGTH = 64
 
 _NAME_SCHEMA: dict[str, Any] = {
     "pattern": f"^{NAME_PATTERN.pattern}$",
@@ -59,7 +61,11 @@ class JobCreate(_Request):
     run_at: str | None = Field(
         default=None,
         description="Due at this ISO 8601 instant; an explicit UTC offset is required.",
-        json_schema_extra={"format": "date-time", "maxLength": MAX_INSTANT_LENGTH},
+        json_schema_extra={
+            "format": "date-time",
+            "pattern": "^" + SAFE_YEARS_PATTERN + INSTANT_PATTERN.pattern[len("[0-9]{4}") :] + "$",
+            "maxLength": MAX_INSTANT_LENGTH,
+        },
     )
     every_seconds: float | None = Field(
         default=None,

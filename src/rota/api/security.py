@@ -113,7 +113,7 @@ class Authenticator:
         if self._session_key is None or not value:
             return False
         expires_text, _, mac = value.partition(".")
-        if not expires_text.isdigit() or len(expires_text) > 12:
+        if not (expires_text.isascii() and expires_text.isdigit()) or len(expires_text) > 12:
             return False
         expires = int(expires_text)
         mac_ok = hmac.compare_digest(
@@ -234,6 +234,7 @@ class SecurityMiddleware:
         declared = headers.get("content-length")
         if (
             declared is not None
+            and declared.isascii()
             and declared.isdigit()
             and int(declared) > self.settings.max_body_bytes
         ):

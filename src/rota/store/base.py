@@ -41,8 +41,10 @@ class JobFilter:
     @property
     def search_id(self) -> int | None:
         """The search term as a job id, when it is one."""
-        if self.search is not None and self.search.isdigit() and len(self.search) < 19:
-            return int(self.search)
+        # ASCII only: str.isdigit() also accepts superscripts and other scripts' digits.
+        search = self.search
+        if search is not None and search.isascii() and search.isdigit() and len(search) < 19:
+            return int(search)
         return None
 
 
@@ -67,7 +69,7 @@ def decode_cursor(cursor: str) -> int:
     except (UnicodeError, ValueError, binascii.Error):
         raise InvalidCursor("cursor is not valid") from None
     prefix, _, number = text.partition(":")
-    if prefix != "j" or not number.isdigit() or len(number) > 18:
+    if prefix != "j" or not number.isascii() or not number.isdigit() or len(number) > 18:
         raise InvalidCursor("cursor is not valid")
     return int(number)
 

@@ -100,6 +100,19 @@ BAD_BODIES: list[tuple[str, bytes, str]] = [
         "run_at:",
     ),
     ("run_at as number", b'{"kind": "email", "run_at": 1767225600}', "run_at:"),
+    ("run_at NUL separator", b'{"kind": "email", "run_at": "2026-03-01\\u000010:00Z"}', "run_at:"),
+    ("run_at X separator", b'{"kind": "email", "run_at": "2026-03-01X10:00:00Z"}', "run_at:"),
+    ("run_at hour only", b'{"kind": "email", "run_at": "2026-03-01T10Z"}', "run_at:"),
+    (
+        "run_at offset seconds",
+        b'{"kind": "email", "run_at": "2026-03-01T10:00+01:00:30"}',
+        "run_at:",
+    ),
+    (
+        "run_at Arabic-Indic digits",
+        '{"kind": "email", "run_at": "\u0662\u0660\u0662\u0666-03-01T10:00:00Z"}'.encode(),
+        "run_at:",
+    ),
 ]
 
 
@@ -256,3 +269,27 @@ def test_parser_depth_scan_ignores_brackets_inside_strings() -> None:
     }
     with pytest.raises(ApiError):
         parse_json(nested(3).encode(), max_depth=2)
+
+
+@pytest.mark.parametrize("term", ["²", "\u0661", "\uff11"])
+async def test_search_with_non_ascii_digits_is_a_key_never_a_500(
+    api: httpx.AsyncClient, store: MemoryStore, term: str
+) -> None:
+    job = await dead_job(store)
+    assert job.id == 1  # what Arabic-Indic or full-width one would wrongly name
+    listed = await api.get("/api/jobs", params={"q": term})
+    assert listed.status_code == 200 and listed.json()["jobs"] == []
+    counted = await api.get("/api/jobs/count", params={"q": term})
+    assert counted.status_code == 200 and counted.json()["count"] == 0
+    for action in ("retry", "cancel"):
+        response = await api.post(f"/api/jobs/bulk/{action}", json={"q": term})
+        assert response.status_code == 200 and response.json() == {"count": 0}
+    assert (await store.get(job.id)).state.value == "dead"
+
+
+@pytest.mark.parametrize(
+    "run_at", ["2026-03-01T10:00:00Z", "2026-03-01 10:00:00.5+02:00", "2026-03-01t10:00z"]
+)
+async def test_run_at_in_rfc_3339_is_accepted(api: httpx.AsyncClient, run_at: str) -> None:
+    response = await api.post("/api/jobs", json={"kind": "email", "run_at": run_at})
+    assert response.status_code == 201, response.text

@@ -131,6 +131,8 @@ async def test_creating_a_taken_name_is_409_and_changes_nothing(api: httpx.Async
         ({"name": "s", "kind": "k", "cron": "x" * 300}, "cron: must be at most 200"),
         ({"name": "s", "kind": "k", "cron": "@daily", "timezone": "Mars/Olympus"}, "timezone:"),
         ({"name": "s", "kind": "k", "cron": "@daily", "timezone": "localtime"}, "timezone:"),
+        ({"name": "s", "kind": "k", "cron": "@daily", "timezone": ""}, "timezone:"),
+        ({"name": "s", "kind": "k", "cron": "@daily", "timezone": " "}, "timezone:"),
         ({"name": "s", "kind": "k", "every_seconds": 60, "timezone": "UTC"}, "timezone:"),
         ({"name": "s", "kind": "k", "every_seconds": 0.5}, "every_seconds: must be at least"),
         ({"name": "s", "kind": "k", "every_seconds": -1}, "every_seconds:"),

@@ -176,6 +176,33 @@ async def test_get_on_a_mutating_route_is_405(app: FastAPI, store: MemoryStore) 
 
 
 @pytest.mark.parametrize(
+    ("method", "path", "allow"),
+    [
+        ("PUT", "/api/jobs", "GET, HEAD, POST"),
+        ("DELETE", "/api/schedules", "GET, HEAD, POST"),
+        ("OPTIONS", "/api/limits", "GET, HEAD, POST"),
+        ("PATCH", "/api/jobs/1", "GET, HEAD"),
+        ("GET", "/api/jobs/1/retry", "POST"),
+    ],
+)
+async def test_405_allows_every_method_the_path_serves(
+    api: httpx.AsyncClient, method: str, path: str, allow: str
+) -> None:
+    response = await api.request(method, path)
+    assert response.status_code == 405
+    assert response.headers["allow"] == allow
+
+
+@pytest.mark.parametrize("path", ["/healthz", "/api/jobs", "/", "/openapi.json"])
+async def test_head_answers_like_get_without_a_body(api: httpx.AsyncClient, path: str) -> None:
+    got = await api.get(path)
+    head = await api.head(path)
+    assert head.status_code == got.status_code == 200
+    assert head.content == b""
+    assert head.headers["content-type"] == got.headers["content-type"]
+
+
+@pytest.mark.parametrize(
     "path", ["/", "/api/jobs", "/static/app.js", "/nothing", "/openapi.json", "/metrics"]
 )
 async def test_security_headers_on_every_response(api: httpx.AsyncClient, path: str) -> None:
