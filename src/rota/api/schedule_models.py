@@ -151,8 +151,11 @@ class ScheduleOut(BaseModel):
 
 
 class ScheduleList(BaseModel):
+    """One page of schedules; pass ``next_cursor`` back to read the next page."""
+
     now: datetime
     schedules: list[ScheduleOut]
+    next_cursor: str | None
 
 
 def schedule_out(schedule: Schedule) -> ScheduleOut:

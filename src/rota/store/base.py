@@ -17,7 +17,7 @@ from typing import Protocol
 
 from rota.domain.errors import InvalidCursor, InvalidInput
 from rota.domain.flow import Limit, LimitScope
-from rota.domain.job import Attempt, EnqueueResult, Job, JobSpec, JobState
+from rota.domain.job import Attempt, EnqueueResult, Job, JobSpec, JobState, validate_name
 from rota.domain.lease import Lease
 from rota.domain.schedule import ScheduleSpec
 from rota.domain.schedule_state import Firing, Schedule
@@ -56,6 +56,14 @@ class Page:
     next_cursor: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class SchedulePage:
+    """One page of schedules by name, and the cursor of the next page (None at the end)."""
+
+    schedules: list[Schedule]
+    next_cursor: str | None
+
+
 def encode_cursor(last_id: int) -> str:
     """An opaque keyset cursor: the id of the last job on the page."""
     return base64.urlsafe_b64encode(f"j:{last_id}".encode()).decode().rstrip("=")
@@ -72,6 +80,40 @@ def decode_cursor(cursor: str) -> int:
     if prefix != "j" or not number.isascii() or not number.isdigit() or len(number) > 18:
         raise InvalidCursor("cursor is not valid")
     return int(number)
+
+
+def encode_schedule_cursor(last_name: str) -> str:
+    """An opaque keyset cursor over schedules: the name of the last schedule on the page."""
+    return base64.urlsafe_b64encode(f"s:{last_name}".encode()).decode().rstrip("=")
+
+
+def decode_schedule_cursor(cursor: str) -> str:
+    """The schedule name a cursor points after; InvalidCursor for anything we did not issue."""
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        text = base64.urlsafe_b64decode(padded.encode("ascii")).decode("ascii")
+    except (UnicodeError, ValueError, binascii.Error):
+        raise InvalidCursor("cursor is not valid") from None
+    prefix, _, name = text.partition(":")
+    if prefix != "s" or not _is_name(name):
+        raise InvalidCursor("cursor is not valid")
+    return name
+
+
+def _is_name(text: str) -> bool:
+    try:
+        validate_name("name", text)
+    except InvalidInput:
+        return False
+    return True
+
+
+def check_schedule_listing(after: str | None, limit: int | None, due_first: bool) -> None:
+    """Refuse (InvalidInput) what ``Store.list_schedules`` cannot answer."""
+    if limit is not None and limit < 1:
+        raise InvalidInput("limit must be at least 1")
+    if due_first and after is not None:
+        raise InvalidInput("schedules due first come in one page: no cursor")
 
 
 @dataclass(frozen=True, slots=True)
@@ -373,8 +415,16 @@ class Store(Protocol):
         """The schedule, with its last job's current state; ScheduleNotFound."""
         ...
 
-    async def list_schedules(self) -> list[Schedule]:
-        """Every schedule by name, each with its last job's current state."""
+    async def list_schedules(
+        self, *, after: str | None = None, limit: int | None = None, due_first: bool = False
+    ) -> list[Schedule]:
+        """Schedules by name (in code-point order), each with its last job's current state:
+        those named after ``after``, at most ``limit`` (None: all). A keyset,
+        so a page is stable however many schedules are added or removed meanwhile.
+
+        With ``due_first``: only unpaused schedules, the soonest due (``due_at``) first, then
+        by name, one page (``after`` is refused). InvalidInput for a limit out of range.
+        """
         ...
 
     async def pause_schedule(self, name: str, *, now: datetime | None = None) -> Schedule:
