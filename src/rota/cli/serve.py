@@ -8,7 +8,9 @@ import logging
 import os
 import signal
 import sys
+import threading
 from collections.abc import Generator
+from concurrent.futures import Future
 from typing import Any
 
 import click
@@ -196,16 +198,11 @@ async def _serve(
             timeout_graceful_shutdown=5,
         )
     )
-    base = default_worker_name()
-    pool = [
-        app.worker(
-            name=f"{base}-{index + 1}",
-            concurrency=concurrency,
-            shutdown_timeout=shutdown_timeout,
-            **timing,
-        )
-        for index in range(workers)
-    ]
+    crew = WorkerThread(
+        app,
+        names=[f"{default_worker_name()}-{index + 1}" for index in range(workers)],
+        options={"concurrency": concurrency, "shutdown_timeout": shutdown_timeout, **timing},
+    )
     loop = asyncio.get_running_loop()
     signals = 0
 
@@ -216,12 +213,11 @@ async def _serve(
             log.info("stopping: finishing running jobs (signal again to stop at once)")
         server.should_exit = True
         server.force_exit = signals > 1
-        for worker in pool:
-            worker.request_stop()
+        crew.request_stop()
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal)
-    tasks = [asyncio.create_task(worker.run(), name=worker.name) for worker in pool]
+    crew.start()
     try:
         await server.serve()
         if not server.started and signals == 0:
@@ -229,15 +225,95 @@ async def _serve(
                 f"could not listen on {host}:{port} (in use, or not an address here)"
             )
         if signals == 0:  # the server stopped on its own: stop the workers too
-            for worker in pool:
-                worker.request_stop()
-        await asyncio.gather(*tasks)
+            crew.request_stop()
+        return await crew.wait()
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        if not crew.finished:
+            crew.request_stop()
+            crew.request_stop()  # the second request abandons running jobs at once
+            await crew.wait()
         await app.close()
-    return any(worker.aborted for worker in pool)
+
+
+class WorkerThread:
+    """The in-process workers of `rota serve`, on an event loop of their own in a thread of
+    their own, with a store of their own (docs/decisions/0004-workers-off-the-api-loop.md).
+
+    Nothing a request handler does on the API's loop (or its store's connections) can then
+    delay a heartbeat: the heartbeat's loop is never blocked by a handler, and the GIL is
+    handed over every few milliseconds even while a handler computes.
+    """
+
+    def __init__(self, app: Any, *, names: list[str], options: dict[str, Any]) -> None:
+        self._app = app
+        self._names = names
+        self._options = options
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pool: list[Any] = []
+        self._stops = 0
+        self._done: Future[bool] = Future()
+        self._thread = threading.Thread(target=self._run, name="rota-workers", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    @property
+    def finished(self) -> bool:
+        return self._done.done()
+
+    def request_stop(self) -> None:
+        """Like Worker.request_stop for every worker (the second call stops at once); safe
+        from any thread, and before the workers exist (they then stop as they start)."""
+        with self._lock:
+            self._stops += 1
+            loop = self._loop
+        if loop is not None and not self.finished:
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(self._stop_pool)
+
+    async def wait(self) -> bool:
+        """Until every worker stopped; True if any had to abandon its jobs."""
+        return await asyncio.wrap_future(self._done)
+
+    def _run(self) -> None:
+        # Not asyncio.run: it would wait for the default executor, and a sync handler stuck
+        # in a thread cannot be interrupted.
+        loop = asyncio.new_event_loop()
+        try:
+            self._done.set_result(loop.run_until_complete(self._main()))
+        except BaseException as error:  # reported to the waiting API loop
+            self._done.set_exception(error)
+        finally:
+            loop.close()
+
+    async def _main(self) -> bool:
+        store = self._app.open_worker_store()
+        try:
+            pool = [
+                self._app.worker(store=store, name=name, **self._options) for name in self._names
+            ]
+            with self._lock:
+                self._loop = asyncio.get_running_loop()
+                self._pool = pool
+                stops = self._stops
+            for _ in range(stops):
+                self._stop_pool()
+            tasks = [asyncio.create_task(worker.run(), name=worker.name) for worker in pool]
+            try:
+                await asyncio.gather(*tasks)
+            finally:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+            return any(worker.aborted for worker in pool)
+        finally:
+            if store is not self._app.store:
+                await store.close()
+
+    def _stop_pool(self) -> None:
+        for worker in self._pool:
+            worker.request_stop()
 
 
 def _basic_auth(value: str | None) -> tuple[str, str] | None:
