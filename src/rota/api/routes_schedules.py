@@ -7,6 +7,7 @@ mutation (authentication, same origin, read-only mode, JSON content type) before
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Path, Query, Request, Response
@@ -43,7 +44,13 @@ async def rendered(schedules: list[Schedule]) -> list[ScheduleOut]:
     """The schedules as the API shows them. Their next runs come from the process's memo of
     cron answers (computed once per slot), but a rule seen for the first time can take a
     tenth of a second to answer: off the loop, so other requests are not held up meanwhile."""
-    return await asyncio.to_thread(lambda: [schedule_out(s) for s in schedules])
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(_RENDERER, lambda: [schedule_out(s) for s in schedules])
+
+
+#: One thread renders schedules, whatever the number of requests: each more thread that
+#: computes would take the GIL from the loop (and from in-process workers) in turn.
+_RENDERER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rota-schedules")
 
 
 def schedules_router(ctx: ApiContext) -> APIRouter:
