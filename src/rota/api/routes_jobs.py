@@ -25,6 +25,7 @@ from rota.api.schemas import (
     attempt_out,
     errors,
     job_out,
+    job_summary,
 )
 from rota.domain.job import MAX_NAME_LENGTH, RETRYABLE_STATES, JobState, parse_instant
 from rota.store.base import MAX_BULK, MAX_PAGE_SIZE, JobFilter
@@ -66,12 +67,13 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
         cursor: Annotated[str | None, Query(max_length=MAX_CURSOR_LENGTH)] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)] = 50,
     ) -> JobList:
-        """Jobs matching the filters, newest first, one keyset page at a time."""
+        """Jobs matching the filters, newest first, one keyset page at a time; each with
+        bounded previews of its payload and last error (the job's own route has them whole)."""
         job_filter = filter_from_query(states=state, kind=kind, queue=queue, tenant=tenant, q=q)
         page = await client.list_jobs(job_filter, cursor=cursor or None, limit=limit)
         return JobList(
             now=await ctx.now(),
-            jobs=[JobOut(**job_out(job)) for job in page.jobs],
+            jobs=[job_summary(job) for job in page.jobs],
             next_cursor=page.next_cursor,
         )
 

@@ -21,9 +21,12 @@ from rota.domain.job import (
     MAX_UNIQUE_KEY_LENGTH,
     MIN_PRIORITY,
     NAME_PATTERN,
+    PREVIEW_BYTES,
     SAFE_YEARS_PATTERN,
     Attempt,
     Job,
+    payload_text,
+    preview,
 )
 from rota.store.base import ThroughputBucket, WorkerInfo
 
@@ -134,6 +137,37 @@ class JobOut(BaseModel):
     payload: Any
 
 
+class JobSummary(BaseModel):
+    """A job in a list: its fields with bounded previews of its payload (JSON text) and last
+    error, each with a flag saying it was cut; ``GET /api/jobs/{id}`` has the whole values."""
+
+    id: int
+    kind: str
+    queue: str
+    state: StateName
+    priority: int
+    run_at: datetime
+    attempt: int
+    max_attempts: int
+    tenant: str | None
+    unique_key: str | None
+    worker: str | None
+    lease_until: datetime | None
+    lease_token: int | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    schedule: str | None
+    slot_at: datetime | None
+    timeout_seconds: float | None
+    payload_preview: str = Field(
+        description=f"At most {PREVIEW_BYTES} bytes of the payload's JSON."
+    )
+    payload_truncated: bool
+    last_error_preview: str | None = Field(description=f"At most {PREVIEW_BYTES} bytes.")
+    last_error_truncated: bool
+
+
 class JobCreated(JobOut):
     """The enqueued job; ``duplicate`` means an active job already held the unique key (200)."""
 
@@ -162,7 +196,7 @@ class JobList(BaseModel):
     """One page of jobs, newest first; pass ``next_cursor`` back to read the next page."""
 
     now: datetime
-    jobs: list[JobOut]
+    jobs: list[JobSummary]
     next_cursor: str | None
 
 
@@ -266,6 +300,21 @@ def job_out(job: Job) -> dict[str, Any]:
         "timeout_seconds": job.timeout.total_seconds() if job.timeout is not None else None,
         "payload": job.payload,
     }
+
+
+def job_summary(job: Job) -> JobSummary:
+    """``job`` as a list shows it: previews instead of the payload and last error."""
+    fields = job_out(job)
+    payload, payload_cut = preview(payload_text(fields.pop("payload")))
+    error, error_cut = preview(fields.pop("last_error"))
+    assert payload is not None
+    return JobSummary(
+        **fields,
+        payload_preview=payload,
+        payload_truncated=payload_cut,
+        last_error_preview=error,
+        last_error_truncated=error_cut,
+    )
 
 
 def attempt_out(attempt: Attempt) -> AttemptOut:

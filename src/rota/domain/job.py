@@ -297,6 +297,26 @@ def parse_instant(field_name: str, text: str) -> datetime:
     return _valid_instant(field_name, value)
 
 
+#: How much of a payload, error or result a list shows: enough to recognise a job.
+PREVIEW_BYTES = 300
+
+
+def preview(text: str | None, limit: int = PREVIEW_BYTES) -> tuple[str | None, bool]:
+    """At most ``limit`` bytes of ``text`` as UTF-8 (never a split character), and whether it
+    was cut. Lists show these; a job's detail carries the whole value."""
+    if text is None:
+        return None, False
+    data = text.encode("utf-8", "replace")
+    if len(data) <= limit:
+        return text, False
+    return data[:limit].decode("utf-8", "ignore"), True
+
+
+def payload_text(payload: object) -> str:
+    """The canonical JSON text of a stored (hence valid) payload."""
+    return _encode(payload)
+
+
 def truncate(text: str | None, limit: int) -> str | None:
     """``text`` cut to ``limit`` characters with a marker saying so; NULs become U+FFFD."""
     if text is None:
