@@ -128,7 +128,8 @@ def serve(
     app.auto_migrate = True  # serve applies migrations on start
     heartbeat = timing.get("heartbeat")
     settings = ApiSettings(
-        auth_token=os.environ.get("ROTA_AUTH_TOKEN") or None,
+        # Set but blank is refused by ApiSettings, not read as "no auth".
+        auth_token=os.environ.get("ROTA_AUTH_TOKEN"),
         basic_auth=_basic_auth(os.environ.get("ROTA_BASIC_AUTH")),
         read_only=read_only,
         allowed_hosts=tuple(h.lower() for h in allowed_hosts) or None,
@@ -317,7 +318,7 @@ class WorkerThread:
 
 
 def _basic_auth(value: str | None) -> tuple[str, str] | None:
-    if not value:
+    if value is None:
         return None
     user, sep, password = value.partition(":")
     if not sep:
