@@ -11,13 +11,16 @@ import sys
 import threading
 from collections.abc import Generator
 from concurrent.futures import Future
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from rota.cli import cli, run
 from rota.config import DEFAULT_DATABASE_URL, load_app
 from rota.domain.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from rota.api.connections import ConnectionLimits
 
 log = logging.getLogger("rota.serve")
 
@@ -89,6 +92,29 @@ log = logging.getLogger("rota.serve")
     show_default=True,
     help="Seconds running jobs get to finish after SIGTERM before being released.",
 )
+@click.option(
+    "--header-timeout",
+    envvar="ROTA_HEADER_TIMEOUT",
+    type=click.FloatRange(0, 3600, min_open=True),
+    default=10.0,
+    show_default=True,
+    help="Seconds a request's headers may take to arrive before the connection is closed.",
+)
+@click.option(
+    "--body-timeout",
+    envvar="ROTA_BODY_TIMEOUT",
+    type=click.FloatRange(0, 3600, min_open=True),
+    default=30.0,
+    show_default=True,
+    help="Seconds a request's body may take to arrive before the connection is closed.",
+)
+@click.option(
+    "--max-connections",
+    envvar="ROTA_MAX_CONNECTIONS",
+    type=click.IntRange(1, 1_000_000),
+    help="Open connections past which new ones get 503 [default: what the open-file "
+    "limit leaves room for, at most 1024].",
+)
 def serve(
     database_url: str,
     app_ref: str | None,
@@ -99,6 +125,9 @@ def serve(
     read_only: bool,
     allowed_hosts: tuple[str, ...],
     shutdown_timeout: float,
+    header_timeout: float,
+    body_timeout: float,
+    max_connections: int | None,
 ) -> None:
     """Run the API, the dashboard and workers in one process (migrations applied on start).
 
@@ -107,6 +136,7 @@ def serve(
     so they do not show up in process listings.
     """
     from rota.api import ApiSettings, check_bind
+    from rota.api.connections import ConnectionLimits, default_max_connections
     from rota.app import App
     from rota.demo import DEMO_HEARTBEAT, DEMO_LEASE, DEMO_RESCUE, add_demo_kinds
 
@@ -136,6 +166,11 @@ def serve(
         heartbeat_interval_seconds=heartbeat.total_seconds() if heartbeat else 10.0,
     )
     check_bind(host, settings)
+    limits = ConnectionLimits(
+        header_timeout_s=header_timeout,
+        body_timeout_s=body_timeout,
+        max_connections=max_connections or default_max_connections(),
+    )
     aborted = run(
         _serve(
             app,
@@ -147,6 +182,7 @@ def serve(
             demo=demo,
             shutdown_timeout=shutdown_timeout,
             timing=timing,
+            limits=limits,
         )
     )
     # Sync handlers stuck in threads cannot be interrupted; do not wait for them.
@@ -166,10 +202,12 @@ async def _serve(
     demo: bool,
     shutdown_timeout: float,
     timing: dict[str, Any],
+    limits: ConnectionLimits | None = None,
 ) -> bool:
     import uvicorn
 
     from rota.api import create_app
+    from rota.api.connections import guarded_protocol, quiet_accept_errors
     from rota.runtime.worker import default_worker_name
 
     await app.open()
@@ -197,6 +235,7 @@ async def _serve(
             access_log=False,
             lifespan="off",
             timeout_graceful_shutdown=5,
+            http=guarded_protocol(limits or ConnectionLimits()),
         )
     )
     crew = WorkerThread(
@@ -205,6 +244,7 @@ async def _serve(
         options={"concurrency": concurrency, "shutdown_timeout": shutdown_timeout, **timing},
     )
     loop = asyncio.get_running_loop()
+    quiet_accept_errors(loop)
     signals = 0
 
     def on_signal() -> None:
