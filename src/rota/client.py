@@ -109,10 +109,13 @@ class Client:
         self, *, cursor: str | None = None, limit: int = 50, due_first: bool = False
     ) -> SchedulePage:
         """Schedules by name, one keyset page at a time; ``due_first``: the unpaused ones
-        soonest due, one page without a cursor. InvalidCursor, InvalidInput."""
+        soonest due, in one page (with a cursor: the empty page after it). InvalidCursor,
+        InvalidInput."""
         after = decode_schedule_cursor(cursor) if cursor else None
         if not 1 <= limit <= MAX_PAGE_SIZE:
             raise InvalidInput(f"limit must be between 1 and {MAX_PAGE_SIZE}")
+        if due_first and after is not None:
+            return SchedulePage([], None)  # the soonest due come in one page: none after it
         listed = await self.store.list_schedules(after=after, limit=limit + 1, due_first=due_first)
         page = listed[:limit]
         more = len(listed) > limit and not due_first

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query, Request, Response
+from pydantic import StringConstraints
 
 from rota.api.body import read_json_object
 from rota.api.context import ApiContext
@@ -14,6 +15,7 @@ from rota.api.schedule_models import ScheduleOut, create_every_schedule
 from rota.api.schemas import (
     MAX_CURSOR_LENGTH,
     MAX_SEARCH_LENGTH,
+    SEARCH_PATTERN,
     BulkResult,
     JobCount,
     JobCreate,
@@ -27,8 +29,8 @@ from rota.api.schemas import (
     job_out,
     job_summary,
 )
-from rota.domain.job import MAX_NAME_LENGTH, RETRYABLE_STATES, JobState, parse_instant
-from rota.store.base import MAX_BULK, MAX_PAGE_SIZE, JobFilter
+from rota.domain.job import MAX_NAME_LENGTH, NAME_PATTERN, RETRYABLE_STATES, JobState, parse_instant
+from rota.store.base import JOB_CURSOR_PATTERN, MAX_BULK, MAX_PAGE_SIZE, JobFilter
 
 #: Job ids are PostgreSQL bigints; anything larger cannot name a job.
 MAX_JOB_ID = 2**63 - 1
@@ -41,13 +43,26 @@ def json_body(model: type[Any]) -> dict[str, Any]:
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": ref}}}}
 
 
+_STATE_NAMES = "|".join(state.value for state in JobState)
+StateList = Annotated[
+    str, StringConstraints(pattern=f"^(?:{_STATE_NAMES})(?:,(?:{_STATE_NAMES}))*$")
+]
 States = Annotated[
-    list[str] | None,
+    list[StateList] | None,
     Query(description="Job states; repeat the parameter or separate with commas."),
 ]
-Name = Annotated[str | None, Query(max_length=MAX_NAME_LENGTH)]
+Name = Annotated[
+    str | None,
+    Query(min_length=1, max_length=MAX_NAME_LENGTH, pattern=f"^{NAME_PATTERN.pattern}$"),
+]
 Search = Annotated[
-    str | None, Query(max_length=MAX_SEARCH_LENGTH, description="A job id or exact unique key.")
+    str | None,
+    Query(
+        max_length=MAX_SEARCH_LENGTH,
+        # Checked by parse_search (the regex engine of validation has no surrogates).
+        json_schema_extra={"pattern": SEARCH_PATTERN},
+        description="A job id or exact unique key.",
+    ),
 ]
 JobId = Annotated[int, Path(ge=1, le=MAX_JOB_ID)]
 
@@ -64,7 +79,14 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
         queue: Name = None,
         tenant: Name = None,
         q: Search = None,
-        cursor: Annotated[str | None, Query(max_length=MAX_CURSOR_LENGTH)] = None,
+        cursor: Annotated[
+            str | None,
+            Query(
+                max_length=MAX_CURSOR_LENGTH,
+                pattern=f"^{JOB_CURSOR_PATTERN.pattern}$",
+                description="next_cursor of the previous page.",
+            ),
+        ] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)] = 50,
     ) -> JobList:
         """Jobs matching the filters, newest first, one keyset page at a time; each with

@@ -24,7 +24,7 @@ from rota.api.schedule_models import (
     schedule_out,
     spec_from_body,
 )
-from rota.api.schemas import MAX_CURSOR_LENGTH, JobCreated, job_out
+from rota.api.schemas import JobCreated, job_out
 from rota.domain.job import MAX_NAME_LENGTH, NAME_PATTERN
 from rota.domain.schedule_state import Schedule
 from rota.store.base import MAX_PAGE_SIZE
@@ -62,7 +62,15 @@ def schedules_router(ctx: ApiContext) -> APIRouter:
         "/api/schedules", response_model=ScheduleList, responses=schedule_errors(400, 401, 503)
     )
     async def list_schedules(
-        cursor: Annotated[str | None, Query(max_length=MAX_CURSOR_LENGTH)] = None,
+        cursor: Annotated[
+            str | None,
+            Query(
+                min_length=1,
+                max_length=MAX_NAME_LENGTH,
+                pattern=f"^{NAME_PATTERN.pattern}$",
+                description="next_cursor of the previous page (the last name on it).",
+            ),
+        ] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)] = 50,
         order: Annotated[
             Literal["name", "due"],

@@ -254,6 +254,8 @@ class JobSpec:
             not isinstance(self.timeout, timedelta) or self.timeout <= timedelta(0)
         ):
             raise InvalidJob("timeout", "must be a positive timedelta")
+        if self.timeout is not None and self.timeout > MAX_DELAY:
+            raise InvalidJob("timeout", "must be at most 100 years")
         if self.slot_at is not None:
             object.__setattr__(self, "slot_at", _valid_instant("slot_at", self.slot_at))
         object.__setattr__(self, "payload_json", encode_payload(self.payload))
