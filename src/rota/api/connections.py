@@ -69,6 +69,11 @@ class ConnectionLimits:
             raise InvalidInput("max connections must be at least 1")
 
 
+def default_limits() -> ConnectionLimits:
+    """The default timeouts, and as many connections as the open-file limit leaves room for."""
+    return ConnectionLimits(max_connections=default_max_connections())
+
+
 def guarded_protocol(limits: ConnectionLimits) -> type[H11Protocol]:
     """uvicorn's h11 protocol with ``limits`` applied (pass it as ``Config(http=...)``)."""
 

@@ -207,7 +207,7 @@ async def _serve(
     import uvicorn
 
     from rota.api import create_app
-    from rota.api.connections import guarded_protocol, quiet_accept_errors
+    from rota.api.connections import default_limits, guarded_protocol, quiet_accept_errors
     from rota.runtime.worker import default_worker_name
 
     await app.open()
@@ -235,7 +235,7 @@ async def _serve(
             access_log=False,
             lifespan="off",
             timeout_graceful_shutdown=5,
-            http=guarded_protocol(limits or ConnectionLimits()),
+            http=guarded_protocol(limits or default_limits()),
         )
     )
     crew = WorkerThread(
