@@ -208,18 +208,20 @@ class App:
             **fields,
         )
 
-    def scheduler(self) -> Scheduler:
-        """The schedule firer a worker of this App runs (the App must be open): it upserts the
-        schedules defined in code on its first tick, then fires every due slot."""
+    def scheduler(self, store: Store | None = None) -> Scheduler:
+        """The schedule firer a worker of this App runs (on the App's store, which must be
+        open, or on ``store``): it upserts the schedules defined in code on its first tick,
+        then fires every due slot."""
+        store = store or self.store
         specs = self.schedules
         unknown = sorted({spec.kind for spec in specs} - set(self.registry.kinds()))
         if unknown:
             log.warning(
                 "schedules enqueue kinds with no handler in this app: %s", ", ".join(unknown)
             )
-        pushed = self.store.pushes_schedule_changes
+        pushed = store.pushes_schedule_changes
         return Scheduler(
-            self.store,
+            store,
             specs=specs,
             metrics=self.metrics,
             max_wait=PUSHED_MAX_WAIT if pushed else MAX_WAIT,
@@ -500,17 +502,28 @@ class App:
 
     # ------------------------------------------------------------------ workers
 
-    def worker(self, settings: WorkerSettings | None = None, **options: Any) -> Worker:
-        """A Worker for this App's kinds (the App must be open). ``options`` are
-        WorkerSettings fields, with durations accepted as seconds."""
+    def worker(
+        self, settings: WorkerSettings | None = None, *, store: Store | None = None, **options: Any
+    ) -> Worker:
+        """A Worker for this App's kinds, on the App's store (which must be open) or on
+        ``store`` (one opened on the loop the worker will run on; see ``open_worker_store``).
+        ``options`` are WorkerSettings fields, with durations accepted as seconds."""
+        store = store or self.store
         settings = settings or _settings(options, default_poll=POLL_BY_SCHEME.get(self.scheme))
-        worker = Worker(
-            self.store, self.registry, settings, clock=self._clock, metrics=self.metrics
-        )
-        worker.add_service(self.scheduler())
+        worker = Worker(store, self.registry, settings, clock=self._clock, metrics=self.metrics)
+        worker.add_service(self.scheduler(store))
         for factory in self._services:
-            worker.add_service(factory(self.store, worker))
+            worker.add_service(factory(store, worker))
         return worker
+
+    def open_worker_store(self) -> Store:
+        """A store of this App's database for workers on another event loop and thread: the
+        App's own memory store (the only place its jobs live; safe across threads), otherwise
+        a store with its own connections, so that work on the App's loop and connections
+        (API requests) never queues in front of a heartbeat. Close it on that loop."""
+        if self.scheme == "memory":
+            return self.store
+        return open_store(self.database_url, clock=self._clock)
 
     async def run_worker(
         self,

@@ -21,13 +21,17 @@ from rota.domain.job import (
 )
 from rota.store.base import (
     MAX_BULK,
+    MAX_PAGE_SIZE,
     Counts,
     JobFilter,
     LimitInfo,
     Page,
     QueueInfo,
+    SchedulePage,
     Store,
     WorkerInfo,
+    decode_schedule_cursor,
+    encode_schedule_cursor,
 )
 
 
@@ -100,6 +104,22 @@ class Client:
         self, filter: JobFilter | None = None, *, cursor: str | None = None, limit: int = 50
     ) -> Page:
         return await self.store.list_jobs(filter or JobFilter(), cursor=cursor, limit=limit)
+
+    async def list_schedules(
+        self, *, cursor: str | None = None, limit: int = 50, due_first: bool = False
+    ) -> SchedulePage:
+        """Schedules by name, one keyset page at a time; ``due_first``: the unpaused ones
+        soonest due, in one page (with a cursor: the empty page after it). InvalidCursor,
+        InvalidInput."""
+        after = decode_schedule_cursor(cursor) if cursor else None
+        if not 1 <= limit <= MAX_PAGE_SIZE:
+            raise InvalidInput(f"limit must be between 1 and {MAX_PAGE_SIZE}")
+        if due_first and after is not None:
+            return SchedulePage([], None)  # the soonest due come in one page: none after it
+        listed = await self.store.list_schedules(after=after, limit=limit + 1, due_first=due_first)
+        page = listed[:limit]
+        more = len(listed) > limit and not due_first
+        return SchedulePage(page, encode_schedule_cursor(page[-1].name) if more else None)
 
     async def retry(self, job_id: int, *, max_attempts: int | None = None) -> Job:
         return await self.store.retry(job_id, max_attempts=max_attempts)

@@ -58,6 +58,20 @@ async def test_list_search_by_id_or_unique_key(store: Store) -> None:
     assert [job.id for job in by_id.jobs] == [other.id]
 
 
+@pytest.mark.parametrize("term", ["²", "\u0661\u0662", "\uff11", "⑦", "0\u0663"])
+async def test_search_takes_only_ascii_digits_as_a_job_id(store: Store, term: str) -> None:
+    """Other scripts' digits and superscripts are text (``"²".isdigit()`` is true in Python):
+    they match a unique key, never a job id, and never fail."""
+    for _ in range(12):
+        await add(store)
+    keyed = await add(store, unique_key=term)
+    found = await store.list_jobs(JobFilter(search=term))
+    assert [job.id for job in found.jobs] == [keyed.id]
+    assert await store.count_jobs(JobFilter(search=term)) == 1
+    assert await store.bulk_cancel(JobFilter(search=term)) == 1
+    assert (await store.get(keyed.id)).state is JobState.CANCELLED
+
+
 @pytest.mark.parametrize("cursor", ["", "garbage!", "eDox", "ZZZZ", "j:12", "\x00"])
 async def test_list_rejects_a_cursor_it_did_not_issue(store: Store, cursor: str) -> None:
     with pytest.raises(InvalidCursor):

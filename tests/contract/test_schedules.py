@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from rota.domain.errors import InvalidSchedule, ScheduleNotFound, StateConflict
+from rota.domain.errors import InvalidInput, InvalidSchedule, ScheduleNotFound, StateConflict
 from rota.domain.job import JobState
 from rota.domain.schedule import Misfire, Overlap, Rule, ScheduleSpec, jitter_offset
 from rota.domain.schedule_state import Firing
@@ -91,6 +91,45 @@ async def test_list_returns_every_schedule_by_name(store: Store) -> None:
         await store.upsert_schedule(every_minute(name))
 
     assert [schedule.name for schedule in await store.list_schedules()] == ["a", "b", "c"]
+
+
+async def test_list_pages_by_name_with_a_stable_keyset(store: Store) -> None:
+    # Code-point order on every backend: upper case sorts before lower case, "-" before "0".
+    names = ["b", "B", "a-1", "a0", "a", "Z9", "c.d", "c:d", "c_d"]
+    for name in names:
+        await store.upsert_schedule(every_minute(name))
+    expected = sorted(names)
+
+    first = await store.list_schedules(limit=4)
+    assert [s.name for s in first] == expected[:4]
+    await store.upsert_schedule(every_minute("A"))  # sorts before the cursor: not seen
+    await store.delete_schedule(expected[5])
+    rest = await store.list_schedules(after=first[-1].name, limit=100)
+    assert [s.name for s in rest] == [n for n in expected[4:] if n != expected[5]]
+    assert await store.list_schedules(after="zzz") == []
+
+
+async def test_list_due_first_gives_unpaused_schedules_soonest_due(
+    store: Store, clock: FakeClock
+) -> None:
+    for name, cron in [("late", "0 18 * * *"), ("soon", "*/5 * * * *"), ("mid", "0 15 * * *")]:
+        await store.upsert_schedule(ScheduleSpec(name=name, kind="k", rule=Rule.cron(cron)))
+    await store.upsert_schedule(every_minute("paused"))
+    await store.pause_schedule("paused")
+
+    listed = await store.list_schedules(due_first=True, limit=2)
+    assert [s.name for s in listed] == ["soon", "mid"]
+    everything = await store.list_schedules(due_first=True)
+    assert [s.name for s in everything] == ["soon", "mid", "late"]
+    assert [s.due_at for s in everything] == sorted(s.due_at for s in everything)
+
+
+@pytest.mark.parametrize(
+    "options", [{"limit": 0}, {"limit": -1}, {"due_first": True, "after": "a"}]
+)
+async def test_list_refuses_pages_it_cannot_give(store: Store, options: dict[str, Any]) -> None:
+    with pytest.raises(InvalidInput):
+        await store.list_schedules(**options)
 
 
 async def test_upsert_from_code_wins_on_definition_and_keeps_paused_and_next_slot(

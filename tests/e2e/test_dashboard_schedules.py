@@ -59,3 +59,34 @@ async def test_schedules_view_pauses_resumes_and_runs_a_schedule_now(
     schedule = await served.store.get_schedule("nightly")
     assert (schedule.paused, schedule.last_job_id) == (False, 1)
     assert problems == []
+
+
+async def test_schedules_come_a_page_at_a_time_and_the_overview_asks_for_the_soonest(
+    page: tuple[Page, list[str]], served: Served
+) -> None:
+    tab, problems = page
+    for index in range(60):
+        await served.store.upsert_schedule(
+            ScheduleSpec(name=f"s{index:02}", kind="ping", rule=Rule.cron(f"{index % 60} 9 * * *"))
+        )
+    asked: list[str] = []
+    tab.on("request", lambda request: asked.append(request.url))
+
+    await tab.goto(served.url + "/#/schedules")
+    rows = tab.locator("tr[data-schedule]")
+    await expect(rows).to_have_count(50)
+    await expect(rows.first).to_have_attribute("data-schedule", "s00")
+    await tab.locator('button[data-page="next"]').click()
+    await expect(rows).to_have_count(10)
+    await expect(rows.first).to_have_attribute("data-schedule", "s50")
+    await expect(tab.locator('button[data-page="next"]')).to_be_disabled()
+    await tab.locator('button[data-page="previous"]').click()
+    await expect(rows).to_have_count(50)
+
+    await tab.goto(served.url + "/#/")
+    upcoming = tab.get_by_role("link", name="s00")
+    await expect(upcoming.first).to_be_visible()
+    listed = [url for url in asked if "/api/schedules" in url]
+    assert listed and all("limit=" in url for url in listed), listed
+    assert any("order=due" in url for url in listed)
+    assert problems == []

@@ -195,6 +195,7 @@ def test_add_replace_keeps_the_pause(tmp_path: Path) -> None:
         (["resume", "nope"], "schedule 'nope' not found"),
         (["remove", "nope"], "schedule 'nope' not found"),
         (["run-now", "nope"], "schedule 'nope' not found"),
+        (["list", "--cursor", "garbage!"], "cursor is not valid"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
@@ -219,3 +220,21 @@ def test_adding_an_existing_name_is_refused_and_changes_nothing(tmp_path: Path) 
     assert "schedule 'pulse' already exists" in err
     code, out, _ = run("schedules", "show", "pulse", "--json", db=db)
     assert json.loads(out)["kind"] == "ping"
+
+
+def test_list_pages_by_name_with_a_cursor(tmp_path: Path) -> None:
+    db = tmp_path / "pages.db"
+    for name in ("c", "a", "b"):
+        assert run("schedules", "add", name, "--kind", "ping", "--every", "1m", db=db)[0] == 0
+
+    code, out, _ = run("schedules", "list", "--limit", "2", "--json", db=db)
+    first = json.loads(out)
+    assert code == 0 and [s["name"] for s in first["schedules"]] == ["a", "b"]
+    code, out, _ = run(
+        "schedules", "list", "--limit", "2", "--cursor", first["next_cursor"], "--json", db=db
+    )
+    second = json.loads(out)
+    assert [s["name"] for s in second["schedules"]] == ["c"] and second["next_cursor"] is None
+
+    code, out, _ = run("schedules", "list", "--limit", "2", db=db, COLUMNS="200")
+    assert code == 0 and f"more: --cursor {first['next_cursor']}" in out

@@ -13,7 +13,7 @@ import math
 import re
 from typing import Any
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 
 from rota.api.errors import ApiError, quote_input
 
@@ -51,15 +51,20 @@ def require_json_content_type(content_type: str | None) -> None:
 async def read_body(request: Request, limit: int) -> bytes:
     """The whole body, refusing (413) as soon as it passes ``limit`` bytes."""
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
+    if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > limit:
         raise BodyTooLarge(limit)
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLarge(limit)
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise BodyTooLarge(limit)
+            chunks.append(chunk)
+    except ClientDisconnect:
+        # The client went away (or its connection was closed for sending too slowly): an
+        # answer no one reads, and no traceback in the log.
+        raise ApiError(400, "the request body did not arrive") from None
     return b"".join(chunks)
 
 

@@ -16,6 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from rota.domain.errors import (
     InvalidInput,
@@ -72,6 +73,21 @@ def job_error_message(error: InvalidJob) -> str:
     return f"{API_FIELD_NAMES.get(error.field, error.field)}: {error.reason}"
 
 
+def allowed_methods(app: FastAPI, scope: Mapping[str, Any]) -> list[str]:
+    """Every method some route serves at the request's path (HEAD wherever GET is), sorted."""
+    methods = {
+        method
+        for method in ("GET", "POST", "PUT", "PATCH", "DELETE")
+        if any(
+            route.matches({**scope, "method": method})[0] is Match.FULL
+            for route in app.router.routes
+        )
+    }
+    if "GET" in methods:
+        methods.add("HEAD")
+    return sorted(methods)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Map domain errors and framework refusals to JSON statuses; nothing surfaces as a trace."""
 
@@ -83,7 +99,12 @@ def install_error_handlers(app: FastAPI) -> None:
         assert isinstance(exc, StarletteHTTPException)
         messages = {404: "not found", 405: "method not allowed"}
         message = messages.get(exc.status_code) or str(exc.detail)
-        return error_response(exc.status_code, message, exc.headers)
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            # Starlette names only the first route that matched the path; a path served by a
+            # GET and a POST route allows both.
+            headers["Allow"] = ", ".join(allowed_methods(request.app, request.scope))
+        return error_response(exc.status_code, message, headers)
 
     async def on_validation(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError | ValidationError)

@@ -12,6 +12,8 @@ from rota.domain.job import JobState, validate_name
 from rota.store.base import JobFilter
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+#: A search term no job matches: unique keys never contain control characters.
+UNMATCHABLE = "\x01"
 
 
 def parse_states(values: Iterable[str] | None) -> frozenset[JobState] | None:
@@ -40,7 +42,9 @@ def parse_search(q: str | None) -> str | None:
     if len(q) > MAX_SEARCH_LENGTH:
         raise ApiError(400, f"q: must be at most {MAX_SEARCH_LENGTH} characters")
     if _CONTROL.search(q) or not _encodable(q):
-        raise ApiError(400, "q: must not contain control characters or invalid Unicode")
+        # No unique key holds such text and it is no id: the search finds nothing. (It is not
+        # sent on as it is: PostgreSQL refuses NUL characters, drivers lone surrogates.)
+        return UNMATCHABLE
     return q
 
 

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from rota.api.errors import ApiError, quote_input
-from rota.api.schemas import ErrorBody, errors
+from rota.api.schemas import ErrorBody, JsonInt, errors
 from rota.client import QueueStatus
 from rota.domain.errors import InvalidInput, InvalidJob
 from rota.domain.flow import (
@@ -46,19 +46,55 @@ class LimitCreate(BaseModel):
     """POST /api/limits: add or replace the limit on one queue, kind or tenant. Give a
     ``concurrency``, a ``rate`` with ``period_seconds``, or both (rates: kinds and tenants)."""
 
-    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(
+        strict=True,
+        extra="forbid",
+        allow_inf_nan=False,
+        json_schema_extra={
+            # What limit_from_body checks, said in the schema: a concurrency and/or a rate
+            # with its period; rates and ``*`` only where they apply.
+            "anyOf": [
+                {"required": ["concurrency"], "properties": {"concurrency": {"type": "integer"}}},
+                {
+                    "required": ["rate", "period_seconds"],
+                    "properties": {
+                        "rate": {"type": "integer"},
+                        "period_seconds": {"type": "number"},
+                    },
+                },
+            ],
+            "allOf": [
+                {
+                    "if": {"properties": {"rate": {"type": "null"}}},
+                    "then": {"properties": {"period_seconds": {"type": "null"}}},
+                    "else": {
+                        "required": ["period_seconds"],
+                        "properties": {"period_seconds": {"type": "number"}},
+                    },
+                },
+                {
+                    "if": {"properties": {"scope": {"const": "queue"}}, "required": ["scope"]},
+                    "then": {"properties": {"rate": {"type": "null"}}},
+                },
+                {
+                    "if": {"properties": {"scope": {"not": {"const": "tenant"}}}},
+                    "then": {"properties": {"key": {"pattern": f"^{NAME_PATTERN.pattern}$"}}},
+                },
+            ],
+        },
+    )
 
     scope: ScopeName = Field(description="What the limit counts: a queue, a kind or a tenant.")
     key: str = Field(
         description="The queue, kind or tenant name; for tenants, * limits each one separately.",
         json_schema_extra=_KEY_SCHEMA,
     )
-    concurrency: int | None = Field(
+    concurrency: JsonInt | None = Field(
         default=None,
         description="At most this many jobs running at once across every worker (0 holds all).",
         json_schema_extra={"minimum": 0, "maximum": MAX_CONCURRENCY},
     )
-    rate: int | None = Field(
+    rate: JsonInt | None = Field(
         default=None,
         description="At most this many starts per period_seconds.",
         json_schema_extra={"minimum": 1, "maximum": MAX_RATE},

@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query, Request, Response
+from pydantic import StringConstraints
 
 from rota.api.body import read_json_object
 from rota.api.context import ApiContext
-from rota.api.errors import ApiError, quote_input
 from rota.api.filters import filter_from_body, filter_from_query, restrict
 from rota.api.schedule_models import ScheduleOut, create_every_schedule
 from rota.api.schemas import (
     MAX_CURSOR_LENGTH,
-    MAX_INSTANT_LENGTH,
     MAX_SEARCH_LENGTH,
+    SEARCH_PATTERN,
     BulkResult,
     JobCount,
     JobCreate,
@@ -27,9 +26,17 @@ from rota.api.schemas import (
     attempt_out,
     errors,
     job_out,
+    job_summary,
 )
-from rota.domain.job import MAX_NAME_LENGTH, RETRYABLE_STATES, JobState, check_known_kind
-from rota.store.base import MAX_BULK, MAX_PAGE_SIZE, JobFilter
+from rota.domain.job import (
+    MAX_NAME_LENGTH,
+    NAME_PATTERN,
+    RETRYABLE_STATES,
+    JobState,
+    check_known_kind,
+    parse_instant,
+)
+from rota.store.base import JOB_CURSOR_PATTERN, MAX_BULK, MAX_PAGE_SIZE, JobFilter
 
 #: Job ids are PostgreSQL bigints; anything larger cannot name a job.
 MAX_JOB_ID = 2**63 - 1
@@ -42,35 +49,28 @@ def json_body(model: type[Any]) -> dict[str, Any]:
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": ref}}}}
 
 
+_STATE_NAMES = "|".join(state.value for state in JobState)
+StateList = Annotated[
+    str, StringConstraints(pattern=f"^(?:{_STATE_NAMES})(?:,(?:{_STATE_NAMES}))*$")
+]
 States = Annotated[
-    list[str] | None,
+    list[StateList] | None,
     Query(description="Job states; repeat the parameter or separate with commas."),
 ]
-Name = Annotated[str | None, Query(max_length=MAX_NAME_LENGTH)]
+Name = Annotated[
+    str | None,
+    Query(min_length=1, max_length=MAX_NAME_LENGTH, pattern=f"^{NAME_PATTERN.pattern}$"),
+]
 Search = Annotated[
-    str | None, Query(max_length=MAX_SEARCH_LENGTH, description="A job id or exact unique key.")
+    str | None,
+    Query(
+        max_length=MAX_SEARCH_LENGTH,
+        # Checked by parse_search (the regex engine of validation has no surrogates).
+        json_schema_extra={"pattern": SEARCH_PATTERN},
+        description="A job id or exact unique key.",
+    ),
 ]
 JobId = Annotated[int, Path(ge=1, le=MAX_JOB_ID)]
-
-
-def parse_instant(field: str, text: str | None) -> datetime | None:
-    """An aware instant from ISO 8601 text; 400 for naive, impossible or out-of-range values."""
-    if text is None:
-        return None
-    if len(text) > MAX_INSTANT_LENGTH:
-        raise ApiError(400, f"{field}: is too long for an ISO 8601 instant")
-    try:
-        value = datetime.fromisoformat(text)
-    except ValueError:
-        raise ApiError(
-            400, f"{field}: {quote_input(text)!r} is not a valid ISO 8601 date and time"
-        ) from None
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise ApiError(400, f"{field}: needs a UTC offset such as Z or +02:00")
-    try:
-        return value.astimezone(UTC)
-    except OverflowError:
-        raise ApiError(400, f"{field}: is out of range") from None
 
 
 def jobs_router(ctx: ApiContext) -> APIRouter:
@@ -85,15 +85,23 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
         queue: Name = None,
         tenant: Name = None,
         q: Search = None,
-        cursor: Annotated[str | None, Query(max_length=MAX_CURSOR_LENGTH)] = None,
+        cursor: Annotated[
+            str | None,
+            Query(
+                max_length=MAX_CURSOR_LENGTH,
+                pattern=f"^{JOB_CURSOR_PATTERN.pattern}$",
+                description="next_cursor of the previous page.",
+            ),
+        ] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)] = 50,
     ) -> JobList:
-        """Jobs matching the filters, newest first, one keyset page at a time."""
+        """Jobs matching the filters, newest first, one keyset page at a time; each with
+        bounded previews of its payload and last error (the job's own route has them whole)."""
         job_filter = filter_from_query(states=state, kind=kind, queue=queue, tenant=tenant, q=q)
         page = await client.list_jobs(job_filter, cursor=cursor or None, limit=limit)
         return JobList(
             now=await ctx.now(),
-            jobs=[JobOut(**job_out(job)) for job in page.jobs],
+            jobs=[job_summary(job) for job in page.jobs],
             next_cursor=page.next_cursor,
         )
 
@@ -122,7 +130,7 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
             body.kind,
             body.payload,
             delay=body.delay_seconds,
-            run_at=parse_instant("run_at", body.run_at),
+            run_at=None if body.run_at is None else parse_instant("run_at", body.run_at),
             priority=body.priority,
             queue=body.queue,
             tenant=body.tenant,

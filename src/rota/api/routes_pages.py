@@ -8,8 +8,6 @@ message it shows.
 from __future__ import annotations
 
 import html
-from collections import deque
-from datetime import datetime, timedelta
 from importlib import resources
 from urllib.parse import parse_qs
 
@@ -19,7 +17,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from rota.api.body import media_type, read_body
 from rota.api.context import ApiContext
 from rota.api.errors import ApiError
-from rota.api.security import SESSION_COOKIE
+from rota.api.security import SESSION_COOKIE, client_address
 
 CONTENT_TYPES = {
     ".html": "text/html; charset=utf-8",
@@ -28,9 +26,6 @@ CONTENT_TYPES = {
     ".svg": "image/svg+xml",
 }
 MAX_LOGIN_BODY = 4096
-#: Failed logins allowed per window before the form refuses (429) until the window passes.
-MAX_LOGIN_FAILURES = 10
-LOGIN_WINDOW = timedelta(minutes=1)
 
 _LOGIN_PAGE = """<!doctype html>
 <html lang="en">
@@ -71,28 +66,11 @@ def login_page(message: str | None, status: int) -> HTMLResponse:
     return HTMLResponse(_LOGIN_PAGE.format(message=shown), status_code=status)
 
 
-class LoginThrottle:
-    """Counts failed logins in a sliding window of the store's clock."""
-
-    def __init__(self) -> None:
-        self._failures: deque[datetime] = deque()
-
-    def blocked(self, now: datetime) -> bool:
-        while self._failures and (
-            now - self._failures[0] > LOGIN_WINDOW or self._failures[0] > now
-        ):
-            self._failures.popleft()
-        return len(self._failures) >= MAX_LOGIN_FAILURES
-
-    def failed(self, now: datetime) -> None:
-        self._failures.append(now)
-
-
 def pages_router(ctx: ApiContext) -> APIRouter:
     router = APIRouter(include_in_schema=False)
     files = load_static()
     auth = ctx.authenticator
-    throttle = LoginThrottle()
+    throttle = auth.throttle
 
     @router.get("/")
     async def index() -> Response:
@@ -127,10 +105,16 @@ def pages_router(ctx: ApiContext) -> APIRouter:
         except (UnicodeError, ValueError):
             return login_page("The form could not be read.", 400)
         now = await ctx.now()
-        if throttle.blocked(now):
+        address = client_address(request.scope)
+        # A blocked address is not even checked; a right token from anywhere else always is.
+        if throttle.address_blocked(address, now):
             return login_page("Too many failed attempts; wait a minute.", 429)
-        if not auth.token_matches(next(iter(form.get("token", [])), "")):
-            throttle.failed(now)
+        token = next(iter(form.get("token", [])), "")
+        if not auth.token_matches(token):
+            blocked = throttle.prefix_blocked(token, now)
+            throttle.failed(address, token, now)
+            if blocked:
+                return login_page("Too many failed attempts; wait a minute.", 429)
             return login_page("Wrong token.", 401)
         response = RedirectResponse("/", status_code=303)
         response.set_cookie(
@@ -146,6 +130,8 @@ def pages_router(ctx: ApiContext) -> APIRouter:
 
     @router.post("/logout")
     async def logout(request: Request) -> Response:
+        """Ends the session on the server too: its cookie is refused from now on."""
+        auth.end_session(request.cookies.get(SESSION_COOKIE), await ctx.now())
         response = RedirectResponse("/login" if auth.login_enabled else "/", status_code=303)
         response.delete_cookie(
             SESSION_COOKIE,

@@ -31,7 +31,7 @@ from rota.api.queue_models import (
 )
 from rota.api.routes_jobs import json_body
 from rota.api.schemas import errors
-from rota.domain.flow import LimitScope
+from rota.domain.flow import EVERY_TENANT, LimitScope
 from rota.domain.job import MAX_NAME_LENGTH, NAME_PATTERN
 from rota.store.base import LimitInfo
 
@@ -139,6 +139,9 @@ def queues_router(ctx: ApiContext) -> APIRouter:
     async def delete_limit(scope: Scope, key: LimitKey) -> Response:
         """Remove the limit; jobs it held back become claimable."""
         target = LimitScope(scope)
+        if key == EVERY_TENANT and target is not LimitScope.TENANT:
+            # ``*`` means every tenant; no queue or kind limit can have that key.
+            raise ApiError(404, f"limit on {target.value} {key!r} not found")
         if not await client.delete_limit(target, limit_key(target, key)):
             raise ApiError(404, f"limit on {target.value} {key!r} not found")
         return Response(status_code=204)

@@ -6,9 +6,11 @@ mutation (authentication, same origin, read-only mode, JSON content type) before
 
 from __future__ import annotations
 
-from typing import Annotated
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from typing import Annotated, Literal
 
-from fastapi import APIRouter, Path, Request, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 
 from rota.api.body import read_json_object
 from rota.api.context import ApiContext
@@ -23,6 +25,8 @@ from rota.api.schedule_models import (
 )
 from rota.api.schemas import JobCreated, job_out
 from rota.domain.job import MAX_NAME_LENGTH, NAME_PATTERN, check_known_kind
+from rota.domain.schedule_state import Schedule
+from rota.store.base import MAX_PAGE_SIZE
 
 ScheduleName = Annotated[
     str,
@@ -35,16 +39,56 @@ ScheduleName = Annotated[
 ]
 
 
+async def rendered(schedules: list[Schedule]) -> list[ScheduleOut]:
+    """The schedules as the API shows them. Their next runs come from the process's memo of
+    cron answers (computed once per slot), but a rule seen for the first time can take a
+    tenth of a second to answer: off the loop, so other requests are not held up meanwhile."""
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(_RENDERER, lambda: [schedule_out(s) for s in schedules])
+
+
+#: One thread renders schedules, whatever the number of requests: each more thread that
+#: computes would take the GIL from the loop (and from in-process workers) in turn.
+_RENDERER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rota-schedules")
+
+
 def schedules_router(ctx: ApiContext) -> APIRouter:
     router = APIRouter(tags=["schedules"])
     settings = ctx.settings
     store = ctx.client.store
 
-    @router.get("/api/schedules", response_model=ScheduleList, responses=schedule_errors(401, 503))
-    async def list_schedules() -> ScheduleList:
-        """Every schedule by name, with its next runs and its last run's outcome."""
-        listed = await store.list_schedules()
-        return ScheduleList(now=await ctx.now(), schedules=[schedule_out(s) for s in listed])
+    @router.get(
+        "/api/schedules", response_model=ScheduleList, responses=schedule_errors(400, 401, 503)
+    )
+    async def list_schedules(
+        cursor: Annotated[
+            str | None,
+            Query(
+                min_length=1,
+                max_length=MAX_NAME_LENGTH,
+                pattern=f"^{NAME_PATTERN.pattern}$",
+                description="next_cursor of the previous page (the last name on it).",
+            ),
+        ] = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)] = 50,
+        order: Annotated[
+            Literal["name", "due"],
+            Query(
+                description="name: all schedules, by keyset pages; due: unpaused ones, "
+                "soonest due first, one page (no cursor)."
+            ),
+        ] = "name",
+    ) -> ScheduleList:
+        """Schedules by name, one keyset page at a time (or the soonest due), each with its
+        next runs and its last run's outcome."""
+        page = await ctx.client.list_schedules(
+            cursor=cursor or None, limit=limit, due_first=order == "due"
+        )
+        return ScheduleList(
+            now=await ctx.now(),
+            schedules=await rendered(page.schedules),
+            next_cursor=page.next_cursor,
+        )
 
     @router.post(
         "/api/schedules",
@@ -62,7 +106,8 @@ def schedules_router(ctx: ApiContext) -> APIRouter:
         body = ScheduleCreate.model_validate(raw)
         check_known_kind(body.kind, ctx.kinds)
         spec = spec_from_body(ctx.client, body)
-        return schedule_out(await store.create_schedule(spec))
+        [created] = await rendered([await store.create_schedule(spec)])
+        return created
 
     @router.get(
         "/api/schedules/{name}",
@@ -71,7 +116,8 @@ def schedules_router(ctx: ApiContext) -> APIRouter:
     )
     async def get_schedule(name: ScheduleName) -> ScheduleOut:
         """One schedule, with its next runs and its last run's outcome."""
-        return schedule_out(await store.get_schedule(name))
+        [schedule] = await rendered([await store.get_schedule(name)])
+        return schedule
 
     @router.post(
         "/api/schedules/{name}/pause",

@@ -11,11 +11,12 @@ import math
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
+from zoneinfo import available_timezones
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from rota.api.errors import ApiError, quote_input
-from rota.api.schemas import ErrorBody, JobCreate, StateName, errors
+from rota.api.schemas import ErrorBody, JobCreate, JsonInt, StateName, errors
 from rota.client import Client
 from rota.domain.errors import InvalidSchedule, StateConflict
 from rota.domain.job import (
@@ -63,17 +64,57 @@ MisfireName = Literal["latest", "skip", "all"]
 OverlapName = Literal["skip", "allow"]
 
 
+def _zones() -> list[str]:
+    """Every IANA zone a cron schedule accepts."""
+    zones = []
+    for zone in sorted(available_timezones()):
+        try:
+            Rule.cron("@daily", zone)
+        except InvalidSchedule:
+            continue
+        zones.append(zone)
+    return zones
+
+
+def _one_rule(schema: dict[str, Any]) -> None:
+    """The schema says what the routes check: a cron rule (with a known zone) or an interval
+    (without a zone), never both or neither."""
+    schema["properties"]["timezone"]["anyOf"][0]["enum"] = _zones()
+    schema["oneOf"] = [
+        {
+            "title": "cron",
+            "required": ["cron"],
+            "properties": {"cron": {"type": "string"}, "every_seconds": {"type": "null"}},
+        },
+        {
+            "title": "interval",
+            "required": ["every_seconds"],
+            "properties": {
+                "every_seconds": {"type": "number"},
+                "cron": {"type": "null"},
+                "timezone": {"type": "null"},
+            },
+        },
+    ]
+
+
 class ScheduleCreate(BaseModel):
     """POST /api/schedules: a recurring schedule. Give ``cron`` or ``every_seconds``."""
 
-    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(
+        strict=True, extra="forbid", allow_inf_nan=False, json_schema_extra=_one_rule
+    )
 
     name: str = Field(description="Unique name of the schedule.", json_schema_extra=_NAME_SCHEMA)
     kind: str = Field(description="The kind of job each run is.", json_schema_extra=_NAME_SCHEMA)
     cron: str | None = Field(
         default=None,
         description="5-field cron expression, or @hourly, @daily, @weekly, @monthly, @yearly.",
-        json_schema_extra={"minLength": 1, "maxLength": MAX_CRON_LENGTH},
+        json_schema_extra={
+            "minLength": 1,
+            "maxLength": MAX_CRON_LENGTH,
+            "pattern": r"^\s*(?:@[A-Za-z]+|[0-9A-Za-z*/,#-]+(?:\s+[0-9A-Za-z*/,#-]+){4})\s*$",
+        },
     )
     every_seconds: float | None = Field(
         default=None,
@@ -90,11 +131,11 @@ class ScheduleCreate(BaseModel):
     )
     payload: Any = Field(default=None, description="Every run's payload; omitted means {}.")
     queue: str | None = Field(default=None, json_schema_extra=_NAME_SCHEMA)
-    priority: int | None = Field(
+    priority: JsonInt | None = Field(
         default=None, json_schema_extra={"minimum": MIN_PRIORITY, "maximum": MAX_PRIORITY}
     )
     tenant: str | None = Field(default=None, json_schema_extra=_NAME_SCHEMA)
-    max_attempts: int | None = Field(
+    max_attempts: JsonInt | None = Field(
         default=None, json_schema_extra={"minimum": 1, "maximum": MAX_ATTEMPTS_LIMIT}
     )
     jitter_seconds: float | None = Field(
@@ -105,7 +146,7 @@ class ScheduleCreate(BaseModel):
     misfire: MisfireName | None = Field(
         default=None, description="Missed runs: latest (default), skip, or all."
     )
-    misfire_limit: int | None = Field(
+    misfire_limit: JsonInt | None = Field(
         default=None, json_schema_extra={"minimum": 1, "maximum": MAX_MISFIRE_LIMIT}
     )
     grace_seconds: float | None = Field(
@@ -151,8 +192,11 @@ class ScheduleOut(BaseModel):
 
 
 class ScheduleList(BaseModel):
+    """One page of schedules; pass ``next_cursor`` back to read the next page."""
+
     now: datetime
     schedules: list[ScheduleOut]
+    next_cursor: str | None
 
 
 def schedule_out(schedule: Schedule) -> ScheduleOut:
@@ -187,7 +231,7 @@ def spec_from_body(client: Client, body: ScheduleCreate) -> ScheduleSpec:
             rule = Rule.every(_seconds("every_seconds", body.every_seconds))
         else:
             assert body.cron is not None
-            rule = Rule.cron(body.cron, body.timezone or "UTC")
+            rule = Rule.cron(body.cron, "UTC" if body.timezone is None else body.timezone)
         return ScheduleSpec(
             name=body.name,
             kind=body.kind,

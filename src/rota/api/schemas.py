@@ -8,28 +8,37 @@ domain enforces them with messages naming the field.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from rota.domain.job import (
+    INSTANT_PATTERN,
     MAX_ATTEMPTS_LIMIT,
+    MAX_DELAY,
+    MAX_INSTANT_LENGTH,
     MAX_NAME_LENGTH,
     MAX_PRIORITY,
     MAX_UNIQUE_KEY_LENGTH,
     MIN_PRIORITY,
     NAME_PATTERN,
+    PREVIEW_BYTES,
+    SAFE_YEARS_PATTERN,
     Attempt,
     Job,
+    payload_text,
+    preview,
 )
+from rota.domain.schedule import MAX_INTERVAL, MIN_INTERVAL
 from rota.store.base import ThroughputBucket, WorkerInfo
 
 #: JobState's values, spelled out so the schema can enumerate them (a test pins the match).
 StateName = Literal["pending", "running", "succeeded", "dead", "cancelled"]
-#: The longest search term, cursor and run_at text the API reads.
+#: What a search term may contain: no control characters, no lone surrogates.
+SEARCH_PATTERN = r"^[^\x00-\x1f\x7f\ud800-\udfff]*$"
+#: The longest search term and cursor the API reads.
 MAX_SEARCH_LENGTH = MAX_UNIQUE_KEY_LENGTH
 MAX_CURSOR_LENGTH = 64
-MAX_INSTANT_LENGTH = 64
 
 _NAME_SCHEMA: dict[str, Any] = {
     "pattern": f"^{NAME_PATTERN.pattern}$",
@@ -42,6 +51,17 @@ def _name(description: str) -> Any:
     return Field(default=None, description=description, json_schema_extra=_NAME_SCHEMA)
 
 
+def _integral(value: object) -> object:
+    """JSON Schema counts 5.0 as an integer; so does the API (5.5 is still refused)."""
+    if type(value) is float and value.is_integer() and abs(value) < 2**63:
+        return int(value)
+    return value
+
+
+#: An integer field of a request: an int, or a float with no fraction.
+JsonInt = Annotated[int, BeforeValidator(_integral)]
+
+
 class _Request(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
 
@@ -49,27 +69,73 @@ class _Request(BaseModel):
 class JobCreate(_Request):
     """POST /api/jobs: a job to enqueue. Omitted fields take the kind's defaults."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            # What the route checks, said in the schema: run_at or delay_seconds, not both;
+            # every_seconds makes a schedule, which has no delay, run_at, key or timeout.
+            "allOf": [
+                {
+                    "not": {
+                        "required": ["run_at", "delay_seconds"],
+                        "properties": {
+                            "run_at": {"type": "string"},
+                            "delay_seconds": {"type": "number"},
+                        },
+                    }
+                },
+                {
+                    "if": {
+                        "required": ["every_seconds"],
+                        "properties": {"every_seconds": {"type": "number"}},
+                    },
+                    "then": {
+                        "properties": {
+                            field: {"type": "null"}
+                            for field in (
+                                "delay_seconds",
+                                "run_at",
+                                "unique_key",
+                                "timeout_seconds",
+                            )
+                        }
+                    },
+                },
+            ]
+        }
+    )
+
     kind: str = Field(description="What the job does.", json_schema_extra=_NAME_SCHEMA)
-    payload: Any = Field(default=None, description="Any JSON value; omitted means {}.")
+    payload: Any = Field(
+        default=None,
+        description="Any JSON value of at most 1 MiB and 64 levels, without NUL characters or "
+        "lone surrogates in its text; omitted means {}.",
+    )
     delay_seconds: float | None = Field(
         default=None,
-        description="Due this many seconds from now (>= 0).",
-        json_schema_extra={"minimum": 0},
+        description="Due this many seconds from now (>= 0, at most 100 years).",
+        json_schema_extra={"minimum": 0, "maximum": MAX_DELAY.total_seconds()},
     )
     run_at: str | None = Field(
         default=None,
         description="Due at this ISO 8601 instant; an explicit UTC offset is required.",
-        json_schema_extra={"format": "date-time", "maxLength": MAX_INSTANT_LENGTH},
+        json_schema_extra={
+            "format": "date-time",
+            "pattern": "^" + SAFE_YEARS_PATTERN + INSTANT_PATTERN.pattern[len("[0-9]{4}") :] + "$",
+            "maxLength": MAX_INSTANT_LENGTH,
+        },
     )
     every_seconds: float | None = Field(
         default=None,
         description="Repeat on this interval (creates a schedule).",
-        json_schema_extra={"exclusiveMinimum": 0},
+        json_schema_extra={
+            "minimum": MIN_INTERVAL.total_seconds(),
+            "maximum": MAX_INTERVAL.total_seconds(),
+        },
     )
-    max_attempts: int | None = Field(
+    max_attempts: JsonInt | None = Field(
         default=None, json_schema_extra={"minimum": 1, "maximum": MAX_ATTEMPTS_LIMIT}
     )
-    priority: int | None = Field(
+    priority: JsonInt | None = Field(
         default=None,
         description="Higher runs first.",
         json_schema_extra={"minimum": MIN_PRIORITY, "maximum": MAX_PRIORITY},
@@ -78,13 +144,18 @@ class JobCreate(_Request):
     tenant: str | None = _name("Whose work this is.")
     unique_key: str | None = Field(
         default=None,
-        description="While an active job holds this key, enqueue returns that job instead.",
-        json_schema_extra={"minLength": 1, "maxLength": MAX_UNIQUE_KEY_LENGTH},
+        description="While an active job holds this key, enqueue returns that job instead; "
+        "no control characters.",
+        json_schema_extra={
+            "minLength": 1,
+            "maxLength": MAX_UNIQUE_KEY_LENGTH,
+            "pattern": SEARCH_PATTERN.replace("*", "+"),
+        },
     )
     timeout_seconds: float | None = Field(
         default=None,
-        description="Stop the handler after this long.",
-        json_schema_extra={"exclusiveMinimum": 0},
+        description="Stop the handler after this long (one microsecond to 100 years).",
+        json_schema_extra={"minimum": 1e-6, "maximum": MAX_DELAY.total_seconds()},
     )
 
 
@@ -98,7 +169,7 @@ class JobFilterBody(_Request):
     q: str | None = Field(
         default=None,
         description="A job id or an exact unique key.",
-        json_schema_extra={"maxLength": MAX_SEARCH_LENGTH},
+        json_schema_extra={"maxLength": MAX_SEARCH_LENGTH, "pattern": SEARCH_PATTERN},
     )
 
 
@@ -126,6 +197,37 @@ class JobOut(BaseModel):
     slot_at: datetime | None
     timeout_seconds: float | None
     payload: Any
+
+
+class JobSummary(BaseModel):
+    """A job in a list: its fields with bounded previews of its payload (JSON text) and last
+    error, each with a flag saying it was cut; ``GET /api/jobs/{id}`` has the whole values."""
+
+    id: int
+    kind: str
+    queue: str
+    state: StateName
+    priority: int
+    run_at: datetime
+    attempt: int
+    max_attempts: int
+    tenant: str | None
+    unique_key: str | None
+    worker: str | None
+    lease_until: datetime | None
+    lease_token: int | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    schedule: str | None
+    slot_at: datetime | None
+    timeout_seconds: float | None
+    payload_preview: str = Field(
+        description=f"At most {PREVIEW_BYTES} bytes of the payload's JSON."
+    )
+    payload_truncated: bool
+    last_error_preview: str | None = Field(description=f"At most {PREVIEW_BYTES} bytes.")
+    last_error_truncated: bool
 
 
 class JobCreated(JobOut):
@@ -156,7 +258,7 @@ class JobList(BaseModel):
     """One page of jobs, newest first; pass ``next_cursor`` back to read the next page."""
 
     now: datetime
-    jobs: list[JobOut]
+    jobs: list[JobSummary]
     next_cursor: str | None
 
 
@@ -260,6 +362,21 @@ def job_out(job: Job) -> dict[str, Any]:
         "timeout_seconds": job.timeout.total_seconds() if job.timeout is not None else None,
         "payload": job.payload,
     }
+
+
+def job_summary(job: Job) -> JobSummary:
+    """``job`` as a list shows it: previews instead of the payload and last error."""
+    fields = job_out(job)
+    payload, payload_cut = preview(payload_text(fields.pop("payload")))
+    error, error_cut = preview(fields.pop("last_error"))
+    assert payload is not None
+    return JobSummary(
+        **fields,
+        payload_preview=payload,
+        payload_truncated=payload_cut,
+        last_error_preview=error,
+        last_error_truncated=error_cut,
+    )
 
 
 def attempt_out(attempt: Attempt) -> AttemptOut:

@@ -12,8 +12,10 @@ import base64
 import binascii
 import hashlib
 import hmac
+import secrets
+from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from starlette.datastructures import Headers
@@ -47,6 +49,57 @@ SESSION_COOKIE = "rota_session"
 _SESSION_CONTEXT = b"rota dashboard session v1"
 
 LoginPage = Callable[[str | None, int], HTMLResponse]
+#: Wrong credentials one client address (or one token prefix) may present per window before
+#: it is answered 429 until the window passes.
+MAX_GUESSES = 10
+GUESS_WINDOW = timedelta(minutes=1)
+#: How much of a wrong credential keys its own count: a client with a stale token behind many
+#: addresses is slowed too, and nothing secret is kept (a prefix this short names no token).
+GUESS_PREFIX = 4
+#: Addresses and prefixes tracked at once; the oldest are forgotten first.
+MAX_TRACKED = 10_000
+
+
+class GuessThrottle:
+    """Failed credentials in a sliding window of the store's clock, counted per client address
+    and per prefix of the credential presented.
+
+    A blocked address is refused before its credential is checked; a correct credential from
+    any other address is always accepted, so no stranger can lock a user out.
+    """
+
+    def __init__(self) -> None:
+        self._failures: OrderedDict[str, deque[datetime]] = OrderedDict()
+
+    def _recent(self, key: str, now: datetime) -> int:
+        failures = self._failures.get(key)
+        if failures is None:
+            return 0
+        while failures and (now - failures[0] > GUESS_WINDOW or failures[0] > now):
+            failures.popleft()
+        if not failures:
+            del self._failures[key]
+            return 0
+        return len(failures)
+
+    def address_blocked(self, address: str, now: datetime) -> bool:
+        return self._recent(f"a:{address}", now) >= MAX_GUESSES
+
+    def prefix_blocked(self, credential: str, now: datetime) -> bool:
+        return self._recent(f"p:{credential[:GUESS_PREFIX]}", now) >= MAX_GUESSES
+
+    def failed(self, address: str, credential: str, now: datetime) -> None:
+        for key in (f"a:{address}", f"p:{credential[:GUESS_PREFIX]}"):
+            self._failures.setdefault(key, deque()).append(now)
+            self._failures.move_to_end(key)
+        while len(self._failures) > MAX_TRACKED:
+            self._failures.popitem(last=False)
+
+
+def client_address(scope: Scope) -> str:
+    """The peer's address (behind a proxy: the proxy's)."""
+    client = scope.get("client")
+    return str(client[0]) if client else ""
 
 
 class Authenticator:
@@ -67,6 +120,9 @@ class Authenticator:
         )
         basic = settings.basic_auth
         self._basic = (basic[0].encode(), basic[1].encode()) if basic is not None else None
+        #: Sessions ended by a logout, by cookie value, with their expiry (epoch seconds).
+        self._ended: dict[str, int] = {}
+        self.throttle = GuessThrottle()
 
     @property
     def enabled(self) -> bool:
@@ -103,27 +159,44 @@ class Authenticator:
         return False
 
     def session_value(self, now: datetime) -> str:
-        """A fresh session cookie value valid for ``session_seconds`` from ``now``."""
+        """A fresh session cookie value valid for ``session_seconds`` from ``now``: its
+        expiry, a random id (so each login can be ended alone) and a MAC over both."""
         if self._session_key is None:
             raise InvalidInput("sessions need a token")
         expires = int(now.timestamp()) + self.settings.session_seconds
-        return f"{expires}.{self._mac(expires)}"
+        session = f"{expires}.{secrets.token_urlsafe(12)}"
+        return f"{session}.{self._mac(session).decode()}"
 
     def session_valid(self, value: str | None, now: datetime) -> bool:
-        if self._session_key is None or not value:
+        expires = self._session_expiry(value)
+        if expires is None or now.timestamp() >= expires:
             return False
-        expires_text, _, mac = value.partition(".")
-        if not expires_text.isdigit() or len(expires_text) > 12:
-            return False
-        expires = int(expires_text)
-        mac_ok = hmac.compare_digest(
-            mac.encode("utf-8", "surrogateescape"), self._mac(expires).encode()
-        )
-        return mac_ok and now.timestamp() < expires
+        assert value is not None
+        return value not in self._ended
 
-    def _mac(self, expires: int) -> str:
+    def end_session(self, value: str | None, now: datetime) -> None:
+        """Logout: the session is refused from now on, though its cookie may live on. Ended
+        sessions are remembered until they would have expired anyway."""
+        expires = self._session_expiry(value)
+        self._ended = {v: e for v, e in self._ended.items() if e > now.timestamp()}
+        if value is not None and expires is not None and expires > now.timestamp():
+            self._ended[value] = expires
+
+    def _session_expiry(self, value: str | None) -> int | None:
+        """The expiry of a session value we issued (MAC checked), else None."""
+        if self._session_key is None or not value:
+            return None
+        session, _, mac = value.rpartition(".")
+        expires_text, _, _ = session.partition(".")
+        if not (expires_text.isascii() and expires_text.isdigit()) or len(expires_text) > 12:
+            return None
+        mac_ok = hmac.compare_digest(mac.encode("utf-8", "surrogateescape"), self._mac(session))
+        return int(expires_text) if mac_ok else None
+
+    def _mac(self, session: str) -> bytes:
         assert self._session_key is not None
-        return hmac.new(self._session_key, str(expires).encode(), hashlib.sha256).hexdigest()
+        message = session.encode("utf-8", "surrogateescape")
+        return hmac.new(self._session_key, message, hashlib.sha256).hexdigest().encode()
 
     def challenge(self) -> dict[str, str]:
         scheme = "Basic" if self._basic is not None else "Bearer"
@@ -207,6 +280,10 @@ class SecurityMiddleware:
         name, _ = split_host(host_header)
         if not self.settings.host_allowed(name.removeprefix("[").removesuffix("]")):
             return _refuse(400, "host not allowed")
+        if self.auth.enabled and path not in PUBLIC_PATHS:
+            guess = await self._guess_refusal(scope, headers)
+            if guess is not None:
+                return guess
         if (
             self.auth.enabled
             and path not in PUBLIC_PATHS
@@ -234,11 +311,31 @@ class SecurityMiddleware:
         declared = headers.get("content-length")
         if (
             declared is not None
+            and declared.isascii()
             and declared.isdigit()
             and int(declared) > self.settings.max_body_bytes
         ):
             return _refuse(413, f"request body is larger than {self.settings.max_body_bytes} bytes")
         return None
+
+    async def _guess_refusal(self, scope: Scope, headers: Headers) -> Response | None:
+        """Bearer and basic credentials are throttled like logins: 429 for an address (or a
+        token prefix) that presented too many wrong ones; a wrong one is counted and 401."""
+        authorization = headers.get("authorization")
+        if not authorization:
+            return None
+        now = await self.now()
+        address = client_address(scope)
+        if self.auth.throttle.address_blocked(address, now):
+            return too_many_guesses()
+        if self.auth.header_matches(authorization):
+            return None
+        credential = authorization.partition(" ")[2].strip()
+        blocked = self.auth.throttle.prefix_blocked(credential, now)
+        self.auth.throttle.failed(address, credential, now)
+        if blocked:
+            return too_many_guesses()
+        return _refuse(401, "authentication required", self.auth.challenge())
 
     async def _authenticated(self, headers: Headers) -> bool:
         if self.auth.header_matches(headers.get("authorization")):
@@ -248,6 +345,11 @@ class SecurityMiddleware:
             if cookie is not None:
                 return self.auth.session_valid(cookie, await self.now())
         return False
+
+
+def too_many_guesses() -> Response:
+    retry_after = str(int(GUESS_WINDOW.total_seconds()))
+    return _refuse(429, "too many wrong credentials; wait a minute", {"Retry-After": retry_after})
 
 
 def _refuse(status: int, message: str, headers: dict[str, str] | None = None) -> Response:

@@ -45,11 +45,16 @@ class ApiSettings:
     session_seconds: int = 12 * 3600
 
     def __post_init__(self) -> None:
-        if self.auth_token is not None and len(self.auth_token) < 8:
-            raise InvalidInput("auth token must be at least 8 characters")
+        if self.auth_token is not None:
+            # Bearer values are read without surrounding whitespace, so such a token could
+            # never match; a blank one would be a lock anyone could open.
+            if not self.auth_token.strip() or self.auth_token != self.auth_token.strip():
+                raise InvalidInput("auth token must not be blank or start or end with whitespace")
+            if len(self.auth_token) < 8:
+                raise InvalidInput("auth token must be at least 8 characters")
         if self.basic_auth is not None:
             user, password = self.basic_auth
-            if not user or ":" in user or not password:
+            if not user.strip() or ":" in user or not password.strip():
                 raise InvalidInput("basic auth needs a user without ':' and a non-empty password")
         if self.max_body_bytes < 1024:
             raise InvalidInput("max_body_bytes must be at least 1024")

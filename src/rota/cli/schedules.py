@@ -16,6 +16,7 @@ from rota.domain.errors import InvalidInput
 from rota.domain.job import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, EnqueueResult, check_known_kind
 from rota.domain.schedule import Misfire, Overlap, Rule, ScheduleSpec
 from rota.domain.schedule_state import Schedule, schedule_fields
+from rota.store.base import MAX_PAGE_SIZE, SchedulePage
 
 T = TypeVar("T")
 
@@ -30,17 +31,34 @@ def schedules() -> None:
 
 @schedules.command("list")
 @uses_database(creates=False)
+@click.option(
+    "--limit",
+    envvar="ROTA_LIMIT",
+    type=click.IntRange(1, MAX_PAGE_SIZE),
+    default=50,
+    show_default=True,
+    help="How many schedules (by name).",
+)
+@click.option("--cursor", envvar="ROTA_CURSOR", help="Continue after a previous page.")
 @json_option
-def schedules_list(target: Target, as_json: bool) -> None:
-    """List every schedule with its next run and its last run's outcome."""
+def schedules_list(target: Target, limit: int, cursor: str | None, as_json: bool) -> None:
+    """List schedules by name, a page at a time, with their next run and last outcome."""
 
-    async def go(client: Any) -> tuple[datetime, list[Schedule]]:
-        return await client.store.now(), await client.store.list_schedules()
+    async def go(client: Any) -> tuple[datetime, SchedulePage]:
+        page = await client.list_schedules(cursor=cursor, limit=limit)
+        return await client.store.now(), page
 
-    now, listed = with_client(target, go)
+    now, page = with_client(target, go)
+    listed = page.schedules
     if as_json:
         click.echo(
-            json.dumps({"now": now.isoformat(), "schedules": [schedule_json(s) for s in listed]})
+            json.dumps(
+                {
+                    "now": now.isoformat(),
+                    "schedules": [schedule_json(s) for s in listed],
+                    "next_cursor": page.next_cursor,
+                }
+            )
         )
         return
     if not listed:
@@ -63,6 +81,8 @@ def schedules_list(target: Target, as_json: bool) -> None:
             ),
         )
     )
+    if page.next_cursor:
+        console().print(f"more: --cursor {page.next_cursor}", style="dim")
 
 
 @schedules.command("show")

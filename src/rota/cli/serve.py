@@ -8,14 +8,19 @@ import logging
 import os
 import socket
 import sys
+import threading
 from collections.abc import Generator
-from typing import Any
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from rota.cli import cli, run
 from rota.config import DEFAULT_DATABASE_URL, load_app
 from rota.domain.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from rota.api.connections import ConnectionLimits
 
 log = logging.getLogger("rota.serve")
 
@@ -87,6 +92,29 @@ log = logging.getLogger("rota.serve")
     show_default=True,
     help="Seconds running jobs get to finish after SIGTERM before being released.",
 )
+@click.option(
+    "--header-timeout",
+    envvar="ROTA_HEADER_TIMEOUT",
+    type=click.FloatRange(0, 3600, min_open=True),
+    default=10.0,
+    show_default=True,
+    help="Seconds a request's headers may take to arrive before the connection is closed.",
+)
+@click.option(
+    "--body-timeout",
+    envvar="ROTA_BODY_TIMEOUT",
+    type=click.FloatRange(0, 3600, min_open=True),
+    default=30.0,
+    show_default=True,
+    help="Seconds a request's body may take to arrive before the connection is closed.",
+)
+@click.option(
+    "--max-connections",
+    envvar="ROTA_MAX_CONNECTIONS",
+    type=click.IntRange(1, 1_000_000),
+    help="Open connections past which new ones get 503 [default: what the open-file "
+    "limit leaves room for, at most 1024].",
+)
 def serve(
     database_url: str,
     app_ref: str | None,
@@ -97,6 +125,9 @@ def serve(
     read_only: bool,
     allowed_hosts: tuple[str, ...],
     shutdown_timeout: float,
+    header_timeout: float,
+    body_timeout: float,
+    max_connections: int | None,
 ) -> None:
     """Run the API, the dashboard and workers in one process (migrations applied on start).
 
@@ -105,6 +136,7 @@ def serve(
     so they do not show up in process listings.
     """
     from rota.api import ApiSettings, check_bind
+    from rota.api.connections import ConnectionLimits, default_max_connections
     from rota.app import App
     from rota.demo import DEMO_HEARTBEAT, DEMO_LEASE, DEMO_RESCUE, add_demo_kinds
 
@@ -126,7 +158,8 @@ def serve(
     app.auto_migrate = True  # serve applies migrations on start
     heartbeat = timing.get("heartbeat")
     settings = ApiSettings(
-        auth_token=os.environ.get("ROTA_AUTH_TOKEN") or None,
+        # Set but blank is refused by ApiSettings, not read as "no auth".
+        auth_token=os.environ.get("ROTA_AUTH_TOKEN"),
         basic_auth=_basic_auth(os.environ.get("ROTA_BASIC_AUTH")),
         read_only=read_only,
         allowed_hosts=tuple(h.lower() for h in allowed_hosts) or None,
@@ -136,6 +169,11 @@ def serve(
     # Bound before anything else: a busy port must fail before a worker registers or a
     # database is touched.
     listener = _listen(host, port)
+    limits = ConnectionLimits(
+        header_timeout_s=header_timeout,
+        body_timeout_s=body_timeout,
+        max_connections=max_connections or default_max_connections(),
+    )
     aborted = run(
         _serve(
             app,
@@ -146,6 +184,7 @@ def serve(
             demo=demo,
             shutdown_timeout=shutdown_timeout,
             timing=timing,
+            limits=limits,
         )
     )
     # Sync handlers stuck in threads cannot be interrupted; do not wait for them.
@@ -164,10 +203,12 @@ async def _serve(
     demo: bool,
     shutdown_timeout: float,
     timing: dict[str, Any],
+    limits: ConnectionLimits | None = None,
 ) -> bool:
     import uvicorn
 
     from rota.api import create_app
+    from rota.api.connections import default_limits, guarded_protocol, quiet_accept_errors
     from rota.runtime.signals import stop_signals
     from rota.runtime.worker import default_worker_name
 
@@ -197,19 +238,16 @@ async def _serve(
             access_log=False,
             lifespan="off",
             timeout_graceful_shutdown=5,
+            http=guarded_protocol(limits or default_limits()),
         )
     )
-    base = default_worker_name()
-    pool = [
-        app.worker(
-            name=f"{base}-{index + 1}",
-            concurrency=concurrency,
-            shutdown_timeout=shutdown_timeout,
-            **timing,
-        )
-        for index in range(workers)
-    ]
+    crew = WorkerThread(
+        app,
+        names=[f"{default_worker_name()}-{index + 1}" for index in range(workers)],
+        options={"concurrency": concurrency, "shutdown_timeout": shutdown_timeout, **timing},
+    )
     loop = asyncio.get_running_loop()
+    quiet_accept_errors(loop)
     signals = 0
 
     def on_signal() -> None:
@@ -219,26 +257,105 @@ async def _serve(
             log.info("stopping: finishing running jobs (signal again to stop at once)")
         server.should_exit = True
         server.force_exit = signals > 1
-        for worker in pool:
-            worker.request_stop()
+        crew.request_stop()
 
     for signum in stop_signals():
         loop.add_signal_handler(signum, on_signal)
-    tasks = [asyncio.create_task(worker.run(), name=worker.name) for worker in pool]
+    crew.start()
     try:
         shown = f"[{host}]" if ":" in host else host
         log.info("listening on http://%s:%d", shown, port)
         await server.serve(sockets=[listener])
         if signals == 0:  # the server stopped on its own: stop the workers too
-            for worker in pool:
-                worker.request_stop()
-        await asyncio.gather(*tasks)
+            crew.request_stop()
+        return await crew.wait()
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        if not crew.finished:
+            crew.request_stop()
+            crew.request_stop()  # the second request abandons running jobs at once
+            await crew.wait()
         await app.close()
-    return any(worker.aborted for worker in pool)
+
+
+class WorkerThread:
+    """The in-process workers of `rota serve`, on an event loop of their own in a thread of
+    their own, with a store of their own (docs/decisions/0004-workers-off-the-api-loop.md).
+
+    Nothing a request handler does on the API's loop (or its store's connections) can then
+    delay a heartbeat: the heartbeat's loop is never blocked by a handler, and the GIL is
+    handed over every few milliseconds even while a handler computes.
+    """
+
+    def __init__(self, app: Any, *, names: list[str], options: dict[str, Any]) -> None:
+        self._app = app
+        self._names = names
+        self._options = options
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pool: list[Any] = []
+        self._stops = 0
+        self._done: Future[bool] = Future()
+        self._thread = threading.Thread(target=self._run, name="rota-workers", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    @property
+    def finished(self) -> bool:
+        return self._done.done()
+
+    def request_stop(self) -> None:
+        """Like Worker.request_stop for every worker (the second call stops at once); safe
+        from any thread, and before the workers exist (they then stop as they start)."""
+        with self._lock:
+            self._stops += 1
+            loop = self._loop
+        if loop is not None and not self.finished:
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(self._stop_pool)
+
+    async def wait(self) -> bool:
+        """Until every worker stopped; True if any had to abandon its jobs."""
+        return await asyncio.wrap_future(self._done)
+
+    def _run(self) -> None:
+        # Not asyncio.run: it would wait for the default executor, and a sync handler stuck
+        # in a thread cannot be interrupted.
+        loop = asyncio.new_event_loop()
+        try:
+            self._done.set_result(loop.run_until_complete(self._main()))
+        except BaseException as error:  # reported to the waiting API loop
+            self._done.set_exception(error)
+        finally:
+            loop.close()
+
+    async def _main(self) -> bool:
+        store = self._app.open_worker_store()
+        try:
+            pool = [
+                self._app.worker(store=store, name=name, **self._options) for name in self._names
+            ]
+            with self._lock:
+                self._loop = asyncio.get_running_loop()
+                self._pool = pool
+                stops = self._stops
+            for _ in range(stops):
+                self._stop_pool()
+            tasks = [asyncio.create_task(worker.run(), name=worker.name) for worker in pool]
+            try:
+                await asyncio.gather(*tasks)
+            finally:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+            return any(worker.aborted for worker in pool)
+        finally:
+            if store is not self._app.store:
+                await store.close()
+
+    def _stop_pool(self) -> None:
+        for worker in self._pool:
+            worker.request_stop()
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -252,7 +369,7 @@ def _listen(host: str, port: int) -> socket.socket:
 
 
 def _basic_auth(value: str | None) -> tuple[str, str] | None:
-    if not value:
+    if value is None:
         return None
     user, sep, password = value.partition(":")
     if not sep:

@@ -44,6 +44,19 @@ MAX_DELAY = timedelta(days=365 * 100)
 #: labels and logs, so the grammar is deliberately narrow.
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:\-]*")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+#: The instants rota reads from text: RFC 3339 (``T`` or a space between date and time,
+#: seconds and fraction optional, ``Z`` or ``+HH:MM``), ASCII digits only. Python's own
+#: ``fromisoformat`` takes any character as the separator (NUL included) and other scripts'
+#: digits, so the shape is checked first and the calendar by ``fromisoformat`` after.
+INSTANT_PATTERN = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}(?::[0-9]{2}(?:\.[0-9]{1,9})?)?"
+    r"(?:[Zz]|[+-][0-9]{2}:[0-9]{2})"
+)
+#: The years INSTANT_PATTERN's instants may name whatever their offset (1971-9998), so a
+#: schema can describe exactly the text that lies between EARLIEST_RUN_AT and LATEST_RUN_AT.
+SAFE_YEARS_PATTERN = r"(?:197[1-9]|19[89][0-9]|[2-8][0-9]{3}|9[0-8][0-9]{2}|99[0-8][0-9]|999[0-8])"
+_NAIVE_INSTANT = re.compile(INSTANT_PATTERN.pattern.split("(?:[Zz]")[0])
+MAX_INSTANT_LENGTH = 64
 
 
 class JobState(StrEnum):
@@ -262,6 +275,8 @@ class JobSpec:
             not isinstance(self.timeout, timedelta) or self.timeout <= timedelta(0)
         ):
             raise InvalidJob("timeout", "must be a positive timedelta")
+        if self.timeout is not None and self.timeout > MAX_DELAY:
+            raise InvalidJob("timeout", "must be at most 100 years")
         if self.slot_at is not None:
             object.__setattr__(self, "slot_at", _valid_instant("slot_at", self.slot_at))
         object.__setattr__(self, "payload_json", encode_payload(self.payload))
@@ -287,6 +302,42 @@ def _valid_instant(field_name: str, value: object) -> datetime:
     if not EARLIEST_RUN_AT <= instant < LATEST_RUN_AT:
         raise InvalidJob(field_name, "must be between 1970 and 9999")
     return instant
+
+
+def parse_instant(field_name: str, text: str) -> datetime:
+    """The aware UTC instant ``text`` names (see INSTANT_PATTERN); InvalidJob naming
+    ``field_name`` for any other text, an impossible date or an instant outside 1970-9999."""
+    if len(text) > MAX_INSTANT_LENGTH or INSTANT_PATTERN.fullmatch(text) is None:
+        if _NAIVE_INSTANT.fullmatch(text):
+            raise InvalidJob(field_name, "needs a UTC offset such as Z or +02:00")
+        raise InvalidJob(
+            field_name, "must be an ISO 8601 date and time such as 2026-05-01T09:30:00Z"
+        )
+    try:
+        value = datetime.fromisoformat(text[:-1] + "+00:00" if text[-1] in "Zz" else text)
+    except ValueError:
+        raise InvalidJob(field_name, "is not a valid date and time") from None
+    return _valid_instant(field_name, value)
+
+
+#: How much of a payload, error or result a list shows: enough to recognise a job.
+PREVIEW_BYTES = 300
+
+
+def preview(text: str | None, limit: int = PREVIEW_BYTES) -> tuple[str | None, bool]:
+    """At most ``limit`` bytes of ``text`` as UTF-8 (never a split character), and whether it
+    was cut. Lists show these; a job's detail carries the whole value."""
+    if text is None:
+        return None, False
+    data = text.encode("utf-8", "replace")
+    if len(data) <= limit:
+        return text, False
+    return data[:limit].decode("utf-8", "ignore"), True
+
+
+def payload_text(payload: object) -> str:
+    """The canonical JSON text of a stored (hence valid) payload."""
+    return _encode(payload)
 
 
 def truncate(text: str | None, limit: int) -> str | None:

@@ -21,6 +21,7 @@ here instead, over zoneinfo's offsets:
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -181,7 +182,7 @@ class Rule:
         """
         at = _utc_instant("instant", instant)
         if self._cron is not None:
-            result = self._cron.next_after(at)
+            result = _next_cron_slot(self._cron, at)
         else:
             assert self.interval is not None  # one of the two, checked on construction
             anchor = self.anchor or EPOCH
@@ -326,8 +327,25 @@ class ScheduleSpec:
         )
 
 
+#: How many (rule, instant) answers of cron rules are remembered: a sparse rule (Feb 29 in a
+#: zone with DST) takes tens of milliseconds to answer, and every schedule asks the same
+#: questions again and again (its next slot, then the next runs that lists show), so each is
+#: computed once per process. Far more than the slots a few thousand schedules look ahead.
+CRON_MEMO_SIZE = 65_536
+
+
+@functools.lru_cache(maxsize=CRON_MEMO_SIZE)
+def _next_cron_slot(cron: _Cron, at: datetime) -> datetime:
+    """``cron.next_after(at)``, remembered: the answer depends only on the expression, the
+    zone and ``at`` (rules are rebuilt from every row read, so the key is their values)."""
+    return cron.next_after(at)
+
+
 class _Cron:
-    """A validated cron expression in a zone: Debian cron's firing instants."""
+    """A validated cron expression in a zone: Debian cron's firing instants.
+
+    Equal (and hashed) by expression and zone, so that equal rules share remembered answers.
+    """
 
     __slots__ = ("expression", "wildcard", "zone")
 
@@ -336,6 +354,14 @@ class _Cron:
         self.zone = zone
         minute, hour = expression.split()[:2]
         self.wildcard = minute.startswith("*") or hour.startswith("*")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, _Cron):
+            return NotImplemented
+        return self.expression == other.expression and self.zone.key == other.zone.key
+
+    def __hash__(self) -> int:
+        return hash((self.expression, self.zone.key))
 
     def next_after(self, at: datetime) -> datetime:
         result = self._next_on_clock(at) if self.wildcard else self._next_by_wall_time(at)

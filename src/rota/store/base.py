@@ -7,9 +7,8 @@ database's ``now()`` on PostgreSQL), a value means a caller (a test) is driving 
 
 from __future__ import annotations
 
-import base64
-import binascii
 import math
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -17,7 +16,7 @@ from typing import Protocol
 
 from rota.domain.errors import InvalidCursor, InvalidInput
 from rota.domain.flow import Limit, LimitScope
-from rota.domain.job import Attempt, EnqueueResult, Job, JobSpec, JobState
+from rota.domain.job import Attempt, EnqueueResult, Job, JobSpec, JobState, validate_name
 from rota.domain.lease import Lease
 from rota.domain.schedule import ScheduleSpec
 from rota.domain.schedule_state import Firing, Schedule
@@ -43,8 +42,10 @@ class JobFilter:
     @property
     def search_id(self) -> int | None:
         """The search term as a job id, when it is one."""
-        if self.search is not None and self.search.isdigit() and len(self.search) < 19:
-            return int(self.search)
+        # ASCII only: str.isdigit() also accepts superscripts and other scripts' digits.
+        search = self.search
+        if search is not None and search.isascii() and search.isdigit() and len(search) < 19:
+            return int(search)
         return None
 
 
@@ -56,22 +57,52 @@ class Page:
     next_cursor: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class SchedulePage:
+    """One page of schedules by name, and the cursor of the next page (None at the end)."""
+
+    schedules: list[Schedule]
+    next_cursor: str | None
+
+
+#: A job list's keyset cursor: the id of the last job on the page, in ASCII digits. Any such
+#: text is a valid position, so the API can describe its cursors exactly.
+JOB_CURSOR_PATTERN = re.compile(r"[0-9]{1,18}")
+
+
 def encode_cursor(last_id: int) -> str:
-    """An opaque keyset cursor: the id of the last job on the page."""
-    return base64.urlsafe_b64encode(f"j:{last_id}".encode()).decode().rstrip("=")
+    """The keyset cursor after ``last_id``: the id itself."""
+    return str(last_id)
 
 
 def decode_cursor(cursor: str) -> int:
-    """The job id a cursor points after; InvalidCursor for anything we did not issue."""
-    try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        text = base64.urlsafe_b64decode(padded.encode("ascii")).decode("ascii")
-    except (UnicodeError, ValueError, binascii.Error):
-        raise InvalidCursor("cursor is not valid") from None
-    prefix, _, number = text.partition(":")
-    if prefix != "j" or not number.isdigit() or len(number) > 18:
+    """The job id a cursor points after; InvalidCursor for anything else."""
+    if JOB_CURSOR_PATTERN.fullmatch(cursor) is None:
         raise InvalidCursor("cursor is not valid")
-    return int(number)
+    return int(cursor)
+
+
+def encode_schedule_cursor(last_name: str) -> str:
+    """The keyset cursor of schedules after ``last_name``: the name itself."""
+    return last_name
+
+
+def decode_schedule_cursor(cursor: str) -> str:
+    """The schedule name a cursor points after (any valid name is a position in the order);
+    InvalidCursor for anything else."""
+    try:
+        validate_name("cursor", cursor)
+    except InvalidInput:
+        raise InvalidCursor("cursor is not valid") from None
+    return cursor
+
+
+def check_schedule_listing(after: str | None, limit: int | None, due_first: bool) -> None:
+    """Refuse (InvalidInput) what ``Store.list_schedules`` cannot answer."""
+    if limit is not None and limit < 1:
+        raise InvalidInput("limit must be at least 1")
+    if due_first and after is not None:
+        raise InvalidInput("schedules due first come in one page: no cursor")
 
 
 @dataclass(frozen=True, slots=True)
@@ -383,8 +414,16 @@ class Store(Protocol):
         """The schedule, with its last job's current state; ScheduleNotFound."""
         ...
 
-    async def list_schedules(self) -> list[Schedule]:
-        """Every schedule by name, each with its last job's current state."""
+    async def list_schedules(
+        self, *, after: str | None = None, limit: int | None = None, due_first: bool = False
+    ) -> list[Schedule]:
+        """Schedules by name (in code-point order), each with its last job's current state:
+        those named after ``after``, at most ``limit`` (None: all). A keyset,
+        so a page is stable however many schedules are added or removed meanwhile.
+
+        With ``due_first``: only unpaused schedules, the soonest due (``due_at``) first, then
+        by name, one page (``after`` is refused). InvalidInput for a limit out of range.
+        """
         ...
 
     async def pause_schedule(self, name: str, *, now: datetime | None = None) -> Schedule:

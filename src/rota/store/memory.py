@@ -52,6 +52,7 @@ from rota.store.base import (
     ThroughputBucket,
     WorkerInfo,
     bucketize,
+    check_schedule_listing,
     decode_cursor,
     encode_cursor,
 )
@@ -657,11 +658,23 @@ class MemoryStore:
         with self._lock:
             return self._with_last_state(self._schedule(name))
 
-    async def list_schedules(self) -> list[Schedule]:
+    async def list_schedules(
+        self, *, after: str | None = None, limit: int | None = None, due_first: bool = False
+    ) -> list[Schedule]:
+        check_schedule_listing(after, limit, due_first)
         with self._lock:
-            return [
-                self._with_last_state(self._schedules[name]) for name in sorted(self._schedules)
-            ]
+            if due_first:
+                chosen = sorted(
+                    (s for s in self._schedules.values() if not s.paused),
+                    key=lambda s: (s.due_at, s.name),
+                )
+            else:
+                chosen = [
+                    self._schedules[name]
+                    for name in sorted(self._schedules)
+                    if after is None or name > after
+                ]
+            return [self._with_last_state(s) for s in chosen[:limit]]
 
     async def pause_schedule(self, name: str, *, now: datetime | None = None) -> Schedule:
         return self._set_paused(name, True, now)

@@ -206,7 +206,6 @@ async def test_bad_limits_are_400_naming_the_field_and_write_nothing(
         ("/api/queues/-dash/resume", "name:"),
         ("/api/queues/" + "q" * 129 + "/pause", "name:"),
         ("/api/limits/worker/pdf/delete", "scope:"),
-        ("/api/limits/kind/*/delete", "key:"),
         ("/api/limits/kind/bad%20key/delete", "key:"),
     ],
 )
@@ -279,3 +278,11 @@ async def test_the_openapi_document_describes_the_flow_control_routes(
     assert set(document["components"]["schemas"]["LimitCreate"]["properties"]) == {
         "scope", "key", "concurrency", "rate", "period_seconds",
     }  # fmt: skip
+
+
+async def test_deleting_an_every_tenant_limit_of_a_kind_is_not_found(
+    api: httpx.AsyncClient,
+) -> None:
+    """``*`` names every tenant: no kind or queue limit has that key."""
+    response = await api.post("/api/limits/kind/*/delete")
+    assert response.status_code == 404

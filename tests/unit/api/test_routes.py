@@ -7,7 +7,8 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 
-from rota.domain.job import JobSpec, JobState
+from rota.domain.errors import InvalidInput
+from rota.domain.job import MAX_PAYLOAD_BYTES, PREVIEW_BYTES, JobSpec, JobState, preview
 from rota.store.base import MAX_BULK, WorkerInfo
 from rota.store.memory import MemoryStore
 from rota.testing import FakeClock
@@ -262,3 +263,58 @@ def test_state_names_match_the_domain() -> None:
 @pytest.mark.parametrize("limit", [1, 500])
 async def test_limit_bounds_are_accepted(api: httpx.AsyncClient, limit: int) -> None:
     assert (await api.get("/api/jobs", params={"limit": limit})).status_code == 200
+
+
+async def test_lists_carry_bounded_previews_and_the_detail_the_whole_job(
+    api: httpx.AsyncClient, store: MemoryStore
+) -> None:
+    big = {"blob": "é" * 450_000}  # 900 KB of JSON, two bytes a character
+    small = {"to": "ada@example.com"}
+    for payload in (big, small):
+        created = await api.post("/api/jobs", json={"kind": "email", "payload": payload})
+        assert created.status_code == 201
+    [failing] = await store.claim("w", queues=["default"], limit=1, lease=timedelta(seconds=30))
+    await store.fail(failing.lease, error="E" * 5000, retry_in=timedelta(0))
+
+    response = await api.get("/api/jobs")
+    assert len(response.content) < 5_000, "a page of 900 KB payloads stays small"
+    by_id = {job["id"]: job for job in response.json()["jobs"]}
+    listed_big, listed_small = by_id[1], by_id[2]
+    assert "payload" not in listed_big and "last_error" not in listed_big
+    assert listed_big["payload_truncated"] is True
+    assert len(listed_big["payload_preview"].encode()) <= PREVIEW_BYTES
+    assert listed_big["payload_preview"].startswith('{"blob":"éé')
+    assert (listed_small["payload_preview"], listed_small["payload_truncated"]) == (
+        '{"to":"ada@example.com"}',
+        False,
+    )
+    assert (listed_small["last_error_preview"], listed_small["last_error_truncated"]) == (
+        None,
+        False,
+    )
+    assert listed_big["last_error_preview"] == "E" * PREVIEW_BYTES
+    assert listed_big["last_error_truncated"] is True
+
+    detail = (await api.get("/api/jobs/1")).json()
+    assert detail["payload"] == big and detail["last_error"] == "E" * 5000
+
+
+def test_previews_never_split_a_character() -> None:
+    assert preview("€" * 200, 10) == ("€€€", True)  # three bytes each
+    assert preview("short", 10) == ("short", False)
+    assert preview(None) == (None, False)
+
+
+async def test_payloads_over_the_cap_are_refused_with_400_or_413(
+    api: httpx.AsyncClient, store: MemoryStore
+) -> None:
+    over = {"blob": "x" * (MAX_PAYLOAD_BYTES - 10)}  # its JSON is one byte over the cap
+    response = await api.post("/api/jobs", json={"kind": "email", "payload": over})
+    assert response.status_code == 400
+    assert response.json()["error"] == f"payload: is larger than {MAX_PAYLOAD_BYTES} bytes as JSON"
+    far_over = {"blob": "x" * (2 * MAX_PAYLOAD_BYTES)}
+    response = await api.post("/api/jobs", json={"kind": "email", "payload": far_over})
+    assert response.status_code == 413
+    with pytest.raises(InvalidInput, match="payload: is larger than"):
+        JobSpec(kind="email", payload=over)
+    assert await total_jobs(store) == 0

@@ -54,6 +54,47 @@ async def test_create_returns_the_schedule_with_its_next_runs(api: httpx.AsyncCl
     assert (await api.get("/api/schedules/nightly")).json() == schedule
 
 
+async def test_list_pages_by_name_and_gives_the_soonest_due_first(
+    api: httpx.AsyncClient,
+) -> None:
+    for index in range(7):
+        await create(api, name=f"s{index}", kind="ping", cron=f"{index} 9 * * *")
+    await create(api, name="paused", kind="ping", cron="* * * * *")
+    await api.post("/api/schedules/paused/pause")
+
+    names: list[str] = []
+    cursor = None
+    while True:
+        params = {"limit": "3", **({"cursor": cursor} if cursor else {})}
+        page = (await api.get("/api/schedules", params=params)).json()
+        assert len(page["schedules"]) <= 3
+        names += [s["name"] for s in page["schedules"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert names == sorted(["paused", *(f"s{i}" for i in range(7))])
+
+    due = (await api.get("/api/schedules", params={"order": "due", "limit": "2"})).json()
+    assert [s["name"] for s in due["schedules"]] == ["s0", "s1"]
+    assert due["next_cursor"] is None
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"cursor": "garbage!"},
+        {"cursor": "-x"},
+        {"cursor": ""},
+        {"limit": "0"},
+        {"limit": "501"},
+        {"order": "soon"},
+    ],
+)
+async def test_bad_list_parameters_are_400(api: httpx.AsyncClient, params: dict[str, str]) -> None:
+    response = await api.get("/api/schedules", params=params)
+    assert response.status_code == 400, response.text
+
+
 async def test_list_shows_every_schedule_and_the_store_clock(api: httpx.AsyncClient) -> None:
     await create(api, **NIGHTLY)
     await create(api, name="pulse", kind="ping", every_seconds=30)
@@ -131,6 +172,8 @@ async def test_creating_a_taken_name_is_409_and_changes_nothing(api: httpx.Async
         ({"name": "s", "kind": "k", "cron": "x" * 300}, "cron: must be at most 200"),
         ({"name": "s", "kind": "k", "cron": "@daily", "timezone": "Mars/Olympus"}, "timezone:"),
         ({"name": "s", "kind": "k", "cron": "@daily", "timezone": "localtime"}, "timezone:"),
+        ({"name": "s", "kind": "k", "cron": "@daily", "timezone": ""}, "timezone:"),
+        ({"name": "s", "kind": "k", "cron": "@daily", "timezone": " "}, "timezone:"),
         ({"name": "s", "kind": "k", "every_seconds": 60, "timezone": "UTC"}, "timezone:"),
         ({"name": "s", "kind": "k", "every_seconds": 0.5}, "every_seconds: must be at least"),
         ({"name": "s", "kind": "k", "every_seconds": -1}, "every_seconds:"),

@@ -15,11 +15,11 @@ from fastapi import FastAPI
 from fastapi.routing import iter_route_contexts
 
 from rota.api import ApiSettings, BindRefused, check_bind
-from rota.api.security import CONTENT_SECURITY_POLICY, PUBLIC_PATHS
+from rota.api.security import CONTENT_SECURITY_POLICY, GUESS_WINDOW, MAX_GUESSES, PUBLIC_PATHS
 from rota.domain.errors import InvalidInput
 from rota.store.memory import MemoryStore
 from rota.testing import FakeClock
-from tests.unit.api.conftest import TOKEN, MakeApp, asgi_client, dead_job, total_jobs
+from tests.unit.api.conftest import BASE_URL, TOKEN, MakeApp, asgi_client, dead_job, total_jobs
 
 JSON = {"content-type": "application/json"}
 PATH_VALUES = {"job_id": "1", "name": "app.js", "scope": "kind", "key": "email"}
@@ -62,7 +62,12 @@ async def call(api: httpx.AsyncClient, method: str, path: str, **headers: str) -
     ],
 )  # fmt: skip
 async def test_every_route_requires_auth_except_healthz(
-    make_app: MakeApp, store: MemoryStore, settings: ApiSettings, good: str, bad: list[str | None]
+    make_app: MakeApp,
+    store: MemoryStore,
+    clock: FakeClock,
+    settings: ApiSettings,
+    good: str,
+    bad: list[str | None],
 ) -> None:
     await dead_job(store)
     app = make_app(settings)
@@ -71,6 +76,7 @@ async def test_every_route_requires_auth_except_healthz(
             for credential in bad:
                 headers = {"authorization": credential} if credential else {}
                 response = await call(api, method, path, **headers)
+                clock.advance(GUESS_WINDOW)  # each wrong guess in a window of its own
                 if path in PUBLIC_PATHS:
                     assert response.status_code != 401
                     continue
@@ -173,6 +179,33 @@ async def test_get_on_a_mutating_route_is_405(app: FastAPI, store: MemoryStore) 
             assert response.status_code == 405, path
             assert response.json() == {"error": "method not allowed"}
     assert (await store.get(job.id)).state.value == "dead"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allow"),
+    [
+        ("PUT", "/api/jobs", "GET, HEAD, POST"),
+        ("DELETE", "/api/schedules", "GET, HEAD, POST"),
+        ("OPTIONS", "/api/limits", "GET, HEAD, POST"),
+        ("PATCH", "/api/jobs/1", "GET, HEAD"),
+        ("GET", "/api/jobs/1/retry", "POST"),
+    ],
+)
+async def test_405_allows_every_method_the_path_serves(
+    api: httpx.AsyncClient, method: str, path: str, allow: str
+) -> None:
+    response = await api.request(method, path)
+    assert response.status_code == 405
+    assert response.headers["allow"] == allow
+
+
+@pytest.mark.parametrize("path", ["/healthz", "/api/jobs", "/", "/openapi.json"])
+async def test_head_answers_like_get_without_a_body(api: httpx.AsyncClient, path: str) -> None:
+    got = await api.get(path)
+    head = await api.head(path)
+    assert head.status_code == got.status_code == 200
+    assert head.content == b""
+    assert head.headers["content-type"] == got.headers["content-type"]
 
 
 @pytest.mark.parametrize(
@@ -334,3 +367,82 @@ async def test_basic_auth_has_no_login_form(make_app: MakeApp) -> None:
         assert page.status_code == 401
         assert page.headers["www-authenticate"].startswith("Basic ")
         assert (await api.post("/login", data={"token": "x"})).status_code == 404
+
+
+def from_address(app: FastAPI, address: str) -> httpx.AsyncClient:
+    transport = httpx.ASGITransport(app=app, client=(address, 40000))
+    return httpx.AsyncClient(transport=transport, base_url=BASE_URL)
+
+
+async def test_wrong_logins_lock_out_their_address_never_a_right_token_elsewhere(
+    make_app: MakeApp, clock: FakeClock
+) -> None:
+    app = make_app(ApiSettings(auth_token=TOKEN))
+    async with from_address(app, "10.0.0.66") as attacker, from_address(app, "10.0.0.7") as user:
+        for n in range(MAX_GUESSES):
+            wrong = await attacker.post("/login", data={"token": f"guess-{n:04}-x"})
+            assert wrong.status_code == 401
+        assert (await attacker.post("/login", data={"token": TOKEN})).status_code == 429
+        assert (await user.post("/login", data={"token": TOKEN})).status_code == 303
+        clock.advance(GUESS_WINDOW + timedelta(seconds=1))
+        assert (await attacker.post("/login", data={"token": TOKEN})).status_code == 303
+
+
+@pytest.mark.parametrize("scheme", ["Bearer", "Basic"])
+async def test_api_credential_guesses_are_throttled_like_logins(
+    make_app: MakeApp, clock: FakeClock, scheme: str
+) -> None:
+    settings = ApiSettings(auth_token=TOKEN, basic_auth=("admin", "pw-1234-secret"))
+    app = make_app(settings)
+    good = (
+        f"Bearer {TOKEN}"
+        if scheme == "Bearer"
+        else "Basic " + base64.b64encode(b"admin:pw-1234-secret").decode()
+    )
+    async with from_address(app, "10.0.0.66") as attacker, from_address(app, "10.0.0.7") as user:
+        for n in range(MAX_GUESSES):
+            guess = f"Bearer guess-{n:04}" if scheme == "Bearer" else f"Basic {n:04}Zm9vOmJhcg=="
+            response = await attacker.get("/api/jobs", headers={"authorization": guess})
+            assert response.status_code == 401
+        refused = await attacker.get("/api/jobs", headers={"authorization": good})
+        assert refused.status_code == 429 and refused.headers["retry-after"] == "60"
+        assert (await user.get("/api/jobs", headers={"authorization": good})).status_code == 200
+
+
+async def test_guesses_sharing_a_prefix_are_throttled_across_addresses(
+    make_app: MakeApp,
+) -> None:
+    app = make_app(ApiSettings(auth_token=TOKEN))
+    for n in range(MAX_GUESSES):
+        async with from_address(app, f"10.1.0.{n}") as client:
+            stale = await client.get("/api/jobs", headers={"authorization": f"Bearer sta-{n}"})
+            assert stale.status_code == 401
+    async with from_address(app, "10.2.0.1") as client:
+        again = await client.get("/api/jobs", headers={"authorization": "Bearer sta-again"})
+        assert again.status_code == 429
+        right = await client.get("/api/jobs", headers={"authorization": f"Bearer {TOKEN}"})
+        assert right.status_code == 200, "a right token is never locked out by others' guesses"
+
+
+async def test_logout_ends_the_session_on_the_server(make_app: MakeApp) -> None:
+    async with asgi_client(make_app(ApiSettings(auth_token=TOKEN))) as api:
+        assert (await api.post("/login", data={"token": TOKEN})).status_code == 303
+        cookie = api.cookies["rota_session"]
+        assert (await api.get("/api/jobs")).status_code == 200
+        assert (await api.post("/logout")).status_code == 303
+        api.cookies.set("rota_session", cookie)  # a copy of the cookie kept somewhere
+        assert (await api.get("/api/jobs")).status_code == 401
+        assert (await api.post("/login", data={"token": TOKEN})).status_code == 303
+        assert (await api.get("/api/jobs")).status_code == 200, "a new login works again"
+
+
+@pytest.mark.parametrize("token", ["", " " * 12, "\t\n" * 5, " padded-token-1", "padded-token-1\n"])
+def test_blank_or_padded_auth_tokens_are_refused(token: str) -> None:
+    with pytest.raises(InvalidInput, match="auth token"):
+        ApiSettings(auth_token=token)
+
+
+@pytest.mark.parametrize("basic", [("   ", "pw-1234"), ("admin", "   ")])
+def test_blank_basic_auth_is_refused(basic: tuple[str, str]) -> None:
+    with pytest.raises(InvalidInput):
+        ApiSettings(basic_auth=basic)

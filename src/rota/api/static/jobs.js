@@ -55,6 +55,11 @@ export function actionButtons(job, config, onDone) {
   return buttons;
 }
 
+function errorPreview(job) {
+  if (!job.last_error_preview) return "";
+  return job.last_error_truncated ? `${job.last_error_preview}…` : job.last_error_preview;
+}
+
 export function renderJobs(root, config, params) {
   const filter = filterFrom(params);
   const cursors = [null];
@@ -160,7 +165,8 @@ export function renderJobs(root, config, params) {
       h("td", { class: "when" }, whenCell(job, now)),
       h("td", { class: "mono" }, job.worker || ""),
       // The last error of a job that later succeeded is history, not a problem.
-      h("td", { class: job.state === "succeeded" ? "error-cell muted" : "error-cell", title: job.last_error || "" }, job.last_error || ""),
+      // Lists carry a preview; the job's page has the whole error.
+      h("td", { class: job.state === "succeeded" ? "error-cell muted" : "error-cell", title: errorPreview(job) }, errorPreview(job)),
       h("td", { class: "row-actions" }, actionButtons(job, config, () => loop.refresh())),
     )));
   });

@@ -45,14 +45,17 @@ function flowLine(el, queueData, limitData) {
   return new Set(paused.map((queue) => queue.name));
 }
 
-// The next runs of every active schedule, soonest first.
+// The next runs of the active schedules, soonest first: the six soonest runs all belong to the
+// six schedules due soonest, so that one small page is all the overview asks for.
+const UPCOMING = 6;
+
 function upcomingRuns(el, data) {
   const nowMs = Date.parse(data.now);
   const runs = data.schedules
     .filter((schedule) => !schedule.paused)
     .flatMap((schedule) => schedule.next_runs.slice(0, 3).map((at) => ({ at, schedule })))
     .sort((a, b) => Date.parse(a.at) - Date.parse(b.at))
-    .slice(0, 6);
+    .slice(0, UPCOMING);
   replaceChildren(el, runs.length
     ? runs.map(({ at, schedule }) => h("tr", {},
       h("td", {}, h("a", { href: "#/schedules" }, schedule.name)),
@@ -96,7 +99,7 @@ export function renderOverview(root, config) {
   loop = poller(async () => {
     const [stats, queueData, limitData, scheduleData] = await Promise.all([
       getJSON("/api/stats"), getJSON("/api/queues"), getJSON("/api/limits"),
-      getJSON("/api/schedules"),
+      getJSON(`/api/schedules?order=due&limit=${UPCOMING}`),
     ]);
     upcomingRuns(upcoming, scheduleData);
     const paused = flowLine(flow, queueData, limitData);

@@ -50,22 +50,46 @@ function lastRun(schedule, nowMs) {
   return h("a", { href: `#/jobs/${schedule.last_job_id}`, title: `job ${schedule.last_job_id}` }, when);
 }
 
+// Schedules come a page at a time (by name, keyset cursors), so a poll stays small however
+// many schedules there are.
+const PAGE_SIZE = 50;
+
 export function renderSchedules(root, config) {
   const body = h("tbody");
   const empty = h("p", { class: "muted", hidden: true },
     "No schedules yet. Define them in code with app.schedule(...), or with `rota schedules add`.");
+  const cursors = [null];
+  const previous = h("button", { type: "button", disabled: true, "data-page": "previous" }, "← previous");
+  const next = h("button", { type: "button", disabled: true, "data-page": "next" }, "next →");
+  const pageLabel = h("span", { class: "muted" });
+  let loop = null;
+  previous.addEventListener("click", () => {
+    if (cursors.length > 1) cursors.pop();
+    loop.refresh();
+  });
+  next.addEventListener("click", () => {
+    if (next.dataset.cursor) cursors.push(next.dataset.cursor);
+    loop.refresh();
+  });
   root.append(
     h("h1", { text: "Schedules" }),
+    h("div", { class: "toolbar" }, previous, next, pageLabel),
     h("table", { class: "grid schedules" },
       h("thead", {}, h("tr", {}, ["name", "kind", "rule", "next run", "last run", "last outcome", "state", ""].map((t) => h("th", { text: t })))),
       body),
     empty,
   );
-  let loop = null;
   loop = poller(async () => {
-    const data = await getJSON("/api/schedules");
+    const cursor = cursors[cursors.length - 1];
+    const params = new URLSearchParams({ limit: String(PAGE_SIZE) });
+    if (cursor) params.set("cursor", cursor);
+    const data = await getJSON(`/api/schedules?${params}`);
     const nowMs = parseTime(data.now);
-    empty.hidden = data.schedules.length > 0;
+    empty.hidden = data.schedules.length > 0 || cursors.length > 1;
+    previous.disabled = cursors.length <= 1;
+    next.disabled = !data.next_cursor;
+    next.dataset.cursor = data.next_cursor || "";
+    pageLabel.textContent = `page ${cursors.length}`;
     replaceChildren(body, data.schedules.map((schedule) => h("tr", { "data-schedule": schedule.name },
       h("td", { class: "mono" }, schedule.name),
       h("td", {}, schedule.kind),

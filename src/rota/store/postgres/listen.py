@@ -111,4 +111,4 @@ def tcp_defaults(conninfo: str) -> dict[str, Any]:
 def due_at(payload: str) -> datetime | None:
     """The run_at announced by a notification ("<queue> <epoch us>"); None if unreadable."""
     _, _, digits = payload.rpartition(" ")
-    return micros(int(digits)) if digits.isdigit() else None
+    return micros(int(digits)) if digits.isascii() and digits.isdigit() else None

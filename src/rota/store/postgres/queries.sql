@@ -478,9 +478,19 @@ FROM rota_schedules s LEFT JOIN rota_jobs j ON j.id = s.last_job_id
 WHERE s.name = %(name)s;
 
 -- name: list_schedules
+-- A keyset page by name in code-point order (COLLATE "C"), as SQLite and memory sort.
 SELECT {schedule_columns}
 FROM rota_schedules s LEFT JOIN rota_jobs j ON j.id = s.last_job_id
-ORDER BY s.name;
+WHERE %(after)s::text IS NULL OR s.name COLLATE "C" > %(after)s::text
+ORDER BY s.name COLLATE "C"
+LIMIT %(limit)s::bigint;
+
+-- name: list_due_schedules
+SELECT {schedule_columns}
+FROM rota_schedules s LEFT JOIN rota_jobs j ON j.id = s.last_job_id
+WHERE NOT s.paused
+ORDER BY s.due_at, s.name COLLATE "C"
+LIMIT %(limit)s::bigint;
 
 -- name: set_schedule_paused
 WITH s AS (

@@ -60,6 +60,7 @@ from rota.store.base import (
     ThroughputBucket,
     WorkerInfo,
     bucketize,
+    check_schedule_listing,
     decode_cursor,
     encode_cursor,
 )
@@ -679,8 +680,13 @@ class PostgresStore:
             raise ScheduleNotFound(name)
         return schedules.row_to_schedule(rows[0])
 
-    async def list_schedules(self) -> list[Schedule]:
-        return [schedules.row_to_schedule(row) for row in await self._fetch("list_schedules", {})]
+    async def list_schedules(
+        self, *, after: str | None = None, limit: int | None = None, due_first: bool = False
+    ) -> list[Schedule]:
+        check_schedule_listing(after, limit, due_first)
+        query = "list_due_schedules" if due_first else "list_schedules"
+        rows = await self._fetch(query, {"after": after, "limit": limit})
+        return [schedules.row_to_schedule(row) for row in rows]
 
     async def pause_schedule(self, name: str, *, now: datetime | None = None) -> Schedule:
         return await self._set_paused(name, True, now)

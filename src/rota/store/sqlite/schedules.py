@@ -133,8 +133,18 @@ def get(conn: sqlite3.Connection, name: str) -> Schedule:
     return _get(conn, name)
 
 
-def list_all(conn: sqlite3.Connection) -> list[Schedule]:
-    return [_from_row(row) for row in conn.execute(f"{_SELECT} ORDER BY s.name")]
+def list_page(
+    conn: sqlite3.Connection, after: str | None, limit: int | None, due_first: bool
+) -> list[Schedule]:
+    """Schedules by name after ``after`` (the primary key's order is code-point order), or the
+    unpaused ones soonest due first (the rota_schedules_due index)."""
+    if due_first:
+        query = f"{_SELECT} WHERE s.paused = 0 ORDER BY s.due_at, s.name LIMIT ?"
+        rows = conn.execute(query, (-1 if limit is None else limit,))
+    else:
+        query = f"{_SELECT} WHERE ? IS NULL OR s.name > ? ORDER BY s.name LIMIT ?"
+        rows = conn.execute(query, (after, after, -1 if limit is None else limit))
+    return [_from_row(row) for row in rows]
 
 
 def set_paused(conn: sqlite3.Connection, name: str, paused: bool, at: datetime) -> Schedule:

@@ -33,6 +33,7 @@ from rota.store.base import (
     RescueResult,
     ThroughputBucket,
     WorkerInfo,
+    check_schedule_listing,
     decode_cursor,
 )
 from rota.store.sqlite import claims, flow, jobs, migrations, schedules, workers
@@ -387,8 +388,11 @@ class SqliteStore:
     async def get_schedule(self, name: str) -> Schedule:
         return await self._db.read(lambda conn: schedules.get(conn, name))
 
-    async def list_schedules(self) -> list[Schedule]:
-        return await self._db.read(schedules.list_all)
+    async def list_schedules(
+        self, *, after: str | None = None, limit: int | None = None, due_first: bool = False
+    ) -> list[Schedule]:
+        check_schedule_listing(after, limit, due_first)
+        return await self._db.read(lambda conn: schedules.list_page(conn, after, limit, due_first))
 
     async def pause_schedule(self, name: str, *, now: datetime | None = None) -> Schedule:
         return await self._db.write(

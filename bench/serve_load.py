@@ -1,0 +1,265 @@
+"""`rota serve` under API load (C10, docs/decisions/0004): /healthz latency and lease safety.
+
+3,000 schedules with sparse cron rules (leap days, new year, month ends, in zones with DST) on
+an embedded SQLite file; `rota serve` with the demo's timing (lease 3 s, heartbeat 1 s) and a
+`hold` kind whose handler runs 20 s; 20 clients page through /api/schedules without pause for
+30 s while a probe asks /healthz every 50 ms. Prints the /healthz latency percentiles (target:
+at most 100 ms throughout), the schedule pages served, and the hold job's attempts (one means
+it kept its lease).
+
+    python -m bench.serve_load [--seconds 30] [--clients 20] [--schedules 3000]
+
+Everything runs on 127.0.0.1; the server is a child process, stopped by its PID.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+EXPRESSIONS = ("0 0 29 2 *", "0 0 1 1 *", "30 4 31 12 *", "0 6 29 2 *", "45 23 31 12 *")
+ZONES = (
+    "Europe/Berlin",
+    "America/New_York",
+    "Australia/Lord_Howe",
+    "America/Santiago",
+    "Pacific/Chatham",
+    "Europe/London",
+)
+HOLD_SECONDS = 20.0
+PROBE_EVERY_S = 0.05
+TARGET_MS = 100.0
+
+
+async def populate(path: Path, count: int) -> None:
+    """``count`` schedules over 30 distinct sparse rules."""
+    from rota.domain.schedule import Rule, ScheduleSpec
+    from rota.store.sqlite import SqliteStore
+
+    store = SqliteStore.from_url(f"sqlite:///{path}")
+    await store.migrate()
+    rules = [Rule.cron(expression, zone) for expression in EXPRESSIONS for zone in ZONES]
+    for index in range(count):
+        spec = ScheduleSpec(name=f"sparse-{index:05}", kind="email", rule=rules[index % len(rules)])
+        await store.create_schedule(spec)
+    await store.close()
+
+
+def serve_child(directory: str, port: int) -> None:
+    """The server: what `rota serve` runs for the demo, plus the 20 s `hold` kind."""
+    from rota.api import ApiSettings
+    from rota.app import App
+    from rota.cli.serve import _serve  # `rota serve` itself, minus argument parsing
+    from rota.demo import DEMO_HEARTBEAT, DEMO_LEASE, DEMO_RESCUE, add_demo_kinds
+    from rota.runtime.context import JobContext
+
+    os.chdir(directory)
+    app = add_demo_kinds(App("sqlite:///rota.db"))
+
+    @app.job("hold", max_attempts=3)
+    async def hold(ctx: JobContext, payload: Any) -> None:
+        await asyncio.sleep(HOLD_SECONDS)
+
+    app.auto_migrate = True
+    timing = {"lease": DEMO_LEASE, "heartbeat": DEMO_HEARTBEAT, "rescue": DEMO_RESCUE, "poll": 0.2}
+    settings = ApiSettings(heartbeat_interval_seconds=DEMO_HEARTBEAT.total_seconds())
+    aborted = asyncio.run(
+        _serve(
+            app,
+            settings,
+            host="127.0.0.1",
+            port=port,
+            workers=3,
+            concurrency=10,
+            demo=True,
+            shutdown_timeout=5.0,
+            timing=timing,
+        )
+    )
+    sys.stdout.flush()
+    os._exit(1 if aborted else 0)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _call(url: str, body: Any = None) -> Any:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(
+        url, data=data, headers={"Content-Type": "application/json"} if data else {}
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return json.loads(response.read() or b"null")
+
+
+def _wait_healthy(url: str, process: subprocess.Popen[bytes], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SystemExit("the server exited early")
+        try:
+            _call(url + "/healthz")
+            return
+        except (urllib.error.URLError, OSError):
+            time.sleep(0.1)
+    raise SystemExit("the server did not answer /healthz")
+
+
+def _percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+def measure(seconds: float, clients: int, schedules: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="rota-serve-load-") as directory:
+        started = time.perf_counter()
+        asyncio.run(populate(Path(directory) / "rota.db", schedules))
+        populate_s = time.perf_counter() - started
+        port = _free_port()
+        url = f"http://127.0.0.1:{port}"
+        log = (Path(directory) / "serve.log").open("wb")
+        process = subprocess.Popen(
+            [sys.executable, "-m", "bench.serve_load", "--child", directory, str(port)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            _wait_healthy(url, process, timeout=60)
+            return _load(url, seconds, clients) | {"populate_s": populate_s}
+        finally:
+            if process.poll() is None:
+                os.kill(process.pid, signal.SIGTERM)
+                try:
+                    process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    os.kill(process.pid, signal.SIGKILL)
+                    process.wait()
+            log.close()
+
+
+def _load(url: str, seconds: float, clients: int) -> dict[str, Any]:
+    stop = threading.Event()
+    pages: list[float] = []
+    errors: list[str] = []
+
+    def poll(client: int) -> None:
+        cursor: str | None = None
+        while not stop.is_set():
+            query = "?order=due&limit=6" if client % 4 == 0 else "?limit=50"
+            if cursor:
+                query += f"&cursor={cursor}"
+            began = time.perf_counter()
+            try:
+                page = _call(url + "/api/schedules" + query)
+            except (urllib.error.URLError, OSError) as error:
+                errors.append(repr(error))
+                continue
+            pages.append(time.perf_counter() - began)
+            cursor = page["next_cursor"]
+
+    threads = [threading.Thread(target=poll, args=(n,), daemon=True) for n in range(clients)]
+    for thread in threads:
+        thread.start()
+    job = _call(url + "/api/jobs", {"kind": "hold"})
+    # The probe runs in a process of its own: in this one it would wait for the pollers'
+    # threads to hand over the GIL, and measure that instead of the server.
+    probe = subprocess.run(
+        [sys.executable, "-m", "bench.serve_load", "--probe", url, str(seconds)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=seconds + 60,
+    )
+    health, probe_errors = json.loads(probe.stdout)
+    errors.extend(probe_errors)
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=60)
+    deadline = time.monotonic() + HOLD_SECONDS + 30
+    detail = _call(f"{url}/api/jobs/{job['id']}")
+    while detail["state"] not in ("succeeded", "dead") and time.monotonic() < deadline:
+        time.sleep(0.2)
+        detail = _call(f"{url}/api/jobs/{job['id']}")
+    return {
+        "seconds": seconds,
+        "clients": clients,
+        "pages": len(pages),
+        "pages_per_s": len(pages) / seconds,
+        "page_p50_ms": statistics.median(pages) * 1000 if pages else None,
+        "errors": len(errors),
+        "healthz_samples": len(health),
+        "healthz_p50_ms": statistics.median(health),
+        "healthz_p99_ms": _percentile(health, 0.99),
+        "healthz_max_ms": max(health),
+        "hold_state": detail["state"],
+        "hold_attempts": [(a["attempt"], a["outcome"]) for a in detail["attempts"]],
+    }
+
+
+def probe(url: str, seconds: float) -> None:
+    """Ask /healthz every PROBE_EVERY_S for ``seconds``; print the latencies (ms) and errors."""
+    latencies: list[float] = []
+    errors: list[str] = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        began = time.perf_counter()
+        try:
+            _call(url + "/healthz")
+        except (urllib.error.URLError, OSError) as error:
+            errors.append(repr(error))
+        latencies.append((time.perf_counter() - began) * 1000)
+        time.sleep(PROBE_EVERY_S)
+    print(json.dumps([latencies, errors]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--clients", type=int, default=20)
+    parser.add_argument("--schedules", type=int, default=3000)
+    parser.add_argument("--child", nargs=2, metavar=("DIR", "PORT"), help=argparse.SUPPRESS)
+    parser.add_argument("--probe", nargs=2, metavar=("URL", "SECONDS"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        serve_child(args.child[0], int(args.child[1]))
+        return
+    if args.probe:
+        probe(args.probe[0], float(args.probe[1]))
+        return
+    result = measure(args.seconds, args.clients, args.schedules)
+    held = result["hold_attempts"] == [(1, "succeeded")]
+    print(f"rota serve under API load: {args.schedules} sparse schedules, {args.clients} clients")
+    print(f"  schedules set up in           {result['populate_s']:.1f} s")
+    print(f"  /api/schedules pages served   {result['pages']} ({result['pages_per_s']:.0f}/s)")
+    print(f"  /api/schedules page p50       {result['page_p50_ms']:.1f} ms")
+    print(
+        f"  /healthz p50 / p99 / max      {result['healthz_p50_ms']:.1f} / "
+        f"{result['healthz_p99_ms']:.1f} / {result['healthz_max_ms']:.1f} ms "
+        f"({result['healthz_samples']} probes; target <= {TARGET_MS:.0f} ms)"
+    )
+    print(f"  request errors                {result['errors']}")
+    print(
+        f"  20 s job, lease 3 s           {result['hold_state']}, attempts "
+        f"{result['hold_attempts']} ({'kept its lease' if held else 'LOST ITS LEASE'})"
+    )
+
+
+if __name__ == "__main__":
+    main()
