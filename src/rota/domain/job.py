@@ -5,8 +5,8 @@ A job moves through one state machine (docs/architecture.md draws it)::
     pending ──claim──> running ──success──> succeeded
        ^  ^               │  ├──error, attempts left──> pending (run_at = now + backoff)
        │  │               │  ├──permanent error / last attempt──> dead
-       │  └──snooze / release / lease expired with attempts left──┘
-       │                  └──lease expired on the last attempt──> dead
+       │  └──snooze / release / lease expired (see rota.domain.blame)──┘
+       │                  └──lease expired on the last attempt, running alone──> dead
        └──retry── dead, cancelled <──cancel── pending, running
 """
 
@@ -51,7 +51,9 @@ class JobState(StrEnum):
     PENDING = "pending"  #: waiting; claimable once run_at <= now
     RUNNING = "running"  #: leased to a worker until lease_until
     SUCCEEDED = "succeeded"  #: terminal: the handler returned
-    DEAD = "dead"  #: terminal: attempts used up, permanent error, or lease lost on the last attempt
+    #: terminal: attempts used up, permanent error, or its worker died on its last attempt
+    #: while it ran alone (rota.domain.blame)
+    DEAD = "dead"
     CANCELLED = "cancelled"  #: terminal: cancelled before it could finish
 
     @property
@@ -303,10 +305,18 @@ class Job:
     last_error: str | None = None
     schedule: str | None = None
     slot_at: datetime | None = None
+    #: Expired leases under which its handler had started (rota.domain.blame): above 0, the
+    #: job is a crash suspect and runs alone.
+    crashes: int = 0
 
     @property
     def is_terminal(self) -> bool:
         return self.state.is_terminal
+
+    @property
+    def is_suspect(self) -> bool:
+        """A crash suspect: claimed alone, and started only on a worker holding nothing else."""
+        return self.crashes > 0
 
     def is_due(self, now: datetime) -> bool:
         return self.state is JobState.PENDING and self.run_at <= now

@@ -6,11 +6,13 @@ import re
 from functools import cache
 from importlib import resources
 
+from rota.domain import blame
+
 #: The columns every statement returning a job selects, in the order ``row_to_job`` reads.
 JOB_COLUMNS = (
     "id, kind, queue, payload, state, priority, run_at, attempt, max_attempts, created_at, "
     "tenant, unique_key, timeout_us, lease_token, lease_until, worker, started_at, "
-    "finished_at, last_error, schedule, slot_at"
+    "finished_at, last_error, schedule, slot_at, crashes"
 )
 
 #: A schedule's columns (alias s) and its last job's state (alias j), in the order
@@ -47,6 +49,29 @@ _WAKE = """
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 
 
+def _literal(text: str) -> str:
+    """``text`` as an SQL string literal (a constant of ours: no quote, no ``%``)."""
+    if "'" in text or "%" in text:
+        raise ValueError(f"not a plain constant: {text!r}")
+    return f"'{text}'"
+
+
+_LAST = "j.attempt >= j.max_attempts"
+#: rota.domain.blame.expire, for the expired lease of the row aliased j.
+_EXPIRY = {
+    "{expiry_dead}": f"(j.lease_started AND j.crashes > 0 AND {_LAST})",
+    "{expiry_given_back}": f"(NOT j.lease_started OR (j.crashes = 0 AND {_LAST}))",
+    "{expiry_crashes}": "(j.crashes + j.lease_started::int)",
+    "{expiry_error}": (
+        f"(CASE WHEN NOT j.lease_started THEN {_literal(blame.NOT_STARTED)}"
+        f" WHEN j.crashes = 0 AND {_LAST} THEN {_literal(blame.LAST_SHARED)}"
+        f" WHEN {_LAST} THEN "
+        + _literal(blame.DIED).replace("{crashes}", "' || (j.crashes + 1) || '")
+        + f" ELSE {_literal(blame.LEASE_EXPIRED)} END)"
+    ),
+}
+
+
 @cache
 def queries() -> dict[str, str]:
     """Every named statement of queries.sql, with {job_columns} (and {j.job_columns}, the
@@ -60,6 +85,8 @@ def queries() -> dict[str, str]:
     for name, body in bodies.items():
         for fragment, text_of in fragments.items():
             body = body.replace("{" + fragment + "}", text_of)
+        for placeholder, text_of in _EXPIRY.items():
+            body = body.replace(placeholder, text_of)
         named[name] = (
             body.replace("{job_columns}", JOB_COLUMNS)
             .replace("{j.job_columns}", _QUALIFIED_COLUMNS)

@@ -36,12 +36,16 @@ def row_to_job(row: Row) -> Job:
         last_error=row[18],
         schedule=row[19],
         slot_at=row[20],
+        crashes=row[21],
     )
 
 
 def candidate_job(row: Row) -> Job:
     """A claim candidate with just the fields the budget and the claim order look at."""
-    job_id, kind, queue, tenant, priority, run_at, state, attempt, max_attempts, created = row
+    (
+        job_id, kind, queue, tenant, priority, run_at, state, attempt, max_attempts, created,
+        crashes,
+    ) = row  # fmt: skip
     return Job(
         id=job_id,
         kind=kind,
@@ -54,6 +58,7 @@ def candidate_job(row: Row) -> Job:
         max_attempts=max_attempts,
         created_at=created,
         tenant=tenant,
+        crashes=crashes,
     )
 
 

@@ -127,13 +127,15 @@ SELECT * FROM (
     ORDER BY run_at, id LIMIT ?
 )"""
 
-# A lease is held through its lease_until instant and expired strictly after it. Without
+# A lease is held through its lease_until instant and expired strictly after it; one whose
+# expiry makes its job dead (rota.domain.blame.expire) is left to the rescuer. Without
 # INDEXED BY, SQLite (having no statistics) prefers the (state, id) index and would walk every
 # running job instead of the expired range of the partial index.
 _EXPIRED_READ = """
 SELECT id, queue, tenant, priority, run_at, kind, lease_token
 FROM rota_jobs INDEXED BY rota_jobs_leases
-WHERE state = 'running' AND lease_until < ? AND attempt < max_attempts
+WHERE state = 'running' AND lease_until < ?
+  AND NOT (lease_started AND crashes > 0 AND attempt >= max_attempts)
   AND queue IN ({queues}){kinds}{tenants}
 ORDER BY priority DESC, run_at, id LIMIT ?
 """
@@ -172,6 +174,7 @@ def choose(
     fair: bool,
     usage: Usage | None,
     blocked: Blocked | None = None,
+    suspects: frozenset[int] = frozenset(),
 ) -> Choice:
     """Up to ``limit`` due jobs of ``groups`` and expired leases of ``queues``, as
     ``rota.domain.flow.select`` chooses them (under a budget from ``usage``, if any), reading
@@ -184,7 +187,8 @@ def choose(
     take turns, a refused job still takes its tenant's turn, so the jobs a budget refuses
     ahead of another decide when that one comes: groups are then read up to four batches or
     64 jobs, MAX_READ_AHEAD at most (with more refused jobs ahead, a turn may come early).
-    Expired leases, few and of any group, are read that far ahead at once.
+    Expired leases, few and of any group, are read that far ahead at once. Expired leases
+    and ``suspects`` (ids of pending crash suspects) are taken alone (``select``).
     """
     blocked = blocked or Blocked()
     readable = [group for group in groups if blocked.readable(group, fair=fair)]
@@ -198,7 +202,7 @@ def choose(
     rows = _read_groups(conn, readable, quota, at_us)
     in_order = len(readable) <= 1 and not expired  # one group's rows come in claim order
     while True:
-        choice = _choose(rows + expired, limit, fair, usage, in_order=in_order)
+        choice = _choose(rows + expired, limit, fair, usage, in_order=in_order, suspects=suspects)
         if min(asked.values(), default=deepest) >= deepest:
             return choice
         again = [
@@ -217,19 +221,31 @@ def choose(
 
 
 def _choose(
-    candidates: list[Row], limit: int, fair: bool, usage: Usage | None, *, in_order: bool
+    candidates: list[Row],
+    limit: int,
+    fair: bool,
+    usage: Usage | None,
+    *,
+    in_order: bool,
+    suspects: frozenset[int],
 ) -> Choice:
     """``select`` over ``candidates``, under a fresh budget from ``usage``."""
-    if usage is None and (not fair or len({row[2] for row in candidates}) <= 1):
-        # Without a budget, in plain claim order or with one tenant, select would take the
-        # first candidates in claim order: the claim of jobs without tenants or limits, spared
-        # building a Job per candidate.
+    alone = any(row[6] is not None or row[0] in suspects for row in candidates)
+    if usage is None and not alone and (not fair or len({row[2] for row in candidates}) <= 1):
+        # Without a budget or a job to take alone, in plain claim order or with one tenant,
+        # select would take the first candidates in claim order: the claim of jobs without
+        # tenants or limits, spared building a Job per candidate.
         ordered = candidates if in_order else sorted(candidates, key=_claim_key)
         taken = ordered[:limit]
         expired = [row[6] for row in taken if row[6] is not None]
         return Choice([row[0] for row in taken], expired, None)
     budget = usage.budget() if usage is not None else None
-    chosen = select([_candidate(row) for row in candidates], limit=limit, budget=budget, fair=fair)
+    chosen = select(
+        [_candidate(row, row[0] in suspects) for row in candidates],
+        limit=limit,
+        budget=budget,
+        fair=fair,
+    )
     expired = [job.lease_token for job in chosen if job.lease_token is not None]
     return Choice([job.id for job in chosen], expired, budget)
 
@@ -319,8 +335,8 @@ def _read_expired(
     *,
     fair: bool,
 ) -> list[Row]:
-    """Up to ``limit`` running jobs of ``queues`` whose lease expired with attempts left, in
-    claim order, as ``blocked`` leaves them to consider."""
+    """Up to ``limit`` running jobs of ``queues`` whose lease expired and can be taken over,
+    in claim order, as ``blocked`` leaves them to consider."""
     kinds = [] if fair else sorted(blocked.kinds)
     tenants = sorted(blocked.tenants)
     sql = _EXPIRED_READ.format(
@@ -332,12 +348,27 @@ def _read_expired(
     return rows
 
 
+_SUSPECTS = """
+SELECT id FROM rota_jobs INDEXED BY rota_jobs_suspects
+WHERE state = 'pending' AND crashes > 0 AND queue IN ({queues})
+"""
+
+
+def suspects(conn: sqlite3.Connection, queues: Sequence[str]) -> frozenset[int]:
+    """The ids of the pending crash suspects of ``queues`` (few: a probe of a small index)."""
+    if not queues:
+        return frozenset()
+    sql = _SUSPECTS.format(queues=marks(len(queues)))
+    return frozenset(job_id for (job_id,) in conn.execute(sql, list(queues)))
+
+
 def _not_in(column: str, values: Sequence[str]) -> str:
     return f" AND {column} NOT IN ({marks(len(values))})" if values else ""
 
 
-def _candidate(row: Row) -> Job:
-    """A claim candidate with just the fields the budget and the claim order look at."""
+def _candidate(row: Row, suspect: bool) -> Job:
+    """A claim candidate with just the fields the budget, the claim order and the blame rule
+    look at (``crashes`` is only a marker: 1 for a suspect)."""
     job_id, queue, tenant, priority, run_at, kind, lease_token = row
     return Job(
         id=job_id,
@@ -352,4 +383,5 @@ def _candidate(row: Row) -> Job:
         created_at=EPOCH,
         tenant=tenant,
         lease_token=lease_token,
+        crashes=int(suspect),
     )
