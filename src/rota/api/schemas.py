@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rota.domain import blame
 from rota.domain.job import (
     MAX_ATTEMPTS_LIMIT,
     MAX_NAME_LENGTH,
@@ -125,6 +126,10 @@ class JobOut(BaseModel):
     schedule: str | None
     slot_at: datetime | None
     timeout_seconds: float | None
+    #: Expired leases under which its handler had started; above 0 it is a crash suspect.
+    crashes: int
+    #: Why the job runs alone (a crash suspect), or null.
+    quarantine: str | None
     payload: Any
 
 
@@ -258,6 +263,8 @@ def job_out(job: Job) -> dict[str, Any]:
         "schedule": job.schedule,
         "slot_at": job.slot_at,
         "timeout_seconds": job.timeout.total_seconds() if job.timeout is not None else None,
+        "crashes": job.crashes,
+        "quarantine": blame.quarantine(job),
         "payload": job.payload,
     }
 

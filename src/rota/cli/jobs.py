@@ -10,6 +10,7 @@ import click
 
 from rota.cli import cli, database_option, json_option, with_client
 from rota.config import parse_duration, parse_instant
+from rota.domain import blame
 from rota.domain.errors import InvalidInput
 from rota.domain.job import Attempt, Job, JobState
 
@@ -264,6 +265,8 @@ def job_json(job: Job) -> dict[str, Any]:
         "slot_at": _iso(job.slot_at),
         "timeout_seconds": job.timeout.total_seconds() if job.timeout else None,
         "last_error": job.last_error,
+        "crashes": job.crashes,
+        "quarantine": blame.quarantine(job),
         "payload": job.payload,
     }
 
