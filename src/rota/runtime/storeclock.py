@@ -106,7 +106,7 @@ class StoreClock:
         if strays and not self._warned:
             self._warned = True
             log.warning(
-                "this worker's monotonic clock runs at %.3gx the store's (the store's clock "
+                "this worker's monotonic clock runs at %.2gx the store's (the store's clock "
                 "moves %.3g s per local second): lease deadlines and heartbeats now follow the "
                 "store's clock; check the host's time keeping",
                 1 / measured,
