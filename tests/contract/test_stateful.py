@@ -22,7 +22,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from rota.domain import blame
 from rota.domain.errors import JobNotFound, LeaseLost, StateConflict
-from rota.domain.job import JobSpec, JobState
+from rota.domain.job import JobSpec, JobState, runs_alone
 from rota.domain.lease import Lease
 from rota.store import Store, open_store
 from rota.testing import FakeClock
@@ -44,6 +44,12 @@ class ModelJob:
     crashes: int = 0
     #: Whether the current lease's handler started (rota.domain.blame).
     started: bool = True
+
+    def alone_next(self) -> bool:
+        """Whether a claim's next attempt of this job runs alone."""
+        if self.state is JobState.RUNNING:
+            return blame.alone_after(self.expiry(), self.max_attempts)
+        return runs_alone(self.crashes, self.attempt + 1, self.max_attempts)
 
     def expiry(self) -> blame.Expiry:
         return blame.expire(
@@ -121,10 +127,10 @@ class StoreMachine(RuleBasedStateMachine):
             ),
             key=lambda job: (job.run_at, job.id),
         )
-        candidates = [job for job in due if job.run_at <= self.now] + expired[:1]
+        candidates = [job for job in due if job.run_at <= self.now] + expired
         claimable: list[ModelJob] = []
         for job in sorted(candidates, key=lambda job: (job.run_at, job.id))[:limit]:
-            alone = job.crashes > 0 or job.state is JobState.RUNNING  # suspects: alone
+            alone = job.alone_next()
             if alone and claimable:
                 break
             claimable.append(job)
@@ -143,7 +149,7 @@ class StoreMachine(RuleBasedStateMachine):
                 model.attempt, model.crashes = expiry.attempt, expiry.crashes
             model.state, model.attempt = JobState.RUNNING, model.attempt + 1
             model.token, model.lease_until = job.lease_token, self.now + LEASE
-            model.started = model.crashes == 0
+            model.started = not runs_alone(model.crashes, model.attempt, model.max_attempts)
             self.leases.append(job.lease)
 
     @precondition(lambda self: self.leases)

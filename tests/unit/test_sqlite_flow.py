@@ -104,8 +104,7 @@ async def test_every_claim_statement_reaches_jobs_through_an_index(
         conn.set_trace_callback(statements.append)
         claimed = _claim_rolled_back(conn, clock, 20, after="acme")
         conn.set_trace_callback(None)
-        # The first expired lease, taken over alone as a crash suspect.
-        assert [(job.attempt, job.crashes) for job in claimed.jobs] == [(2, 1)]
+        assert {job.kind for job in claimed.jobs} == {"pdf", "mail"}
         plans = {
             sql: [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}")]
             for sql in statements

@@ -167,3 +167,15 @@ def test_the_stores_now_is_extrapolated_from_the_latest_reading_at_its_rate() ->
     local.advance(3.0)  # a local second after the last reading: 2 s of the store's
     assert clock.now() == T0 + timedelta(seconds=6)
     assert clock.delay_s(T0 + timedelta(seconds=10)) == pytest.approx(2.0)
+
+
+def test_a_local_clock_that_slows_down_is_followed_at_the_next_reading() -> None:
+    clock = StoreClock(FakeClock(T0))
+    store_s = 0.0
+    for second in range(20):  # in step for 20 s, then the local clock runs at a fifth
+        clock.observe(second, second, T0 + timedelta(seconds=store_s))
+        store_s += 1.0 if second < 19 else 5.0
+    assert clock.rate == 1.0
+    clock.observe(20, 20, T0 + timedelta(seconds=store_s))
+    assert clock.measured == pytest.approx(1.0)  # the median has not moved yet
+    assert clock.rate == pytest.approx(5.0)  # but waits follow the slow clock already

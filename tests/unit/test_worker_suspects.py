@@ -1,5 +1,6 @@
-"""The worker's side of blame (C9): a crash suspect waits until the worker holds nothing else,
-its start is recorded before its handler runs, and nothing is claimed while it is held."""
+"""The worker's side of blame (C9): an attempt that runs alone (a crash suspect's last) waits
+until the worker holds nothing else, its start is recorded before its handler runs, and
+nothing is claimed while it is held."""
 
 from __future__ import annotations
 
@@ -22,8 +23,9 @@ async def app(clock: FakeClock) -> Any:
 
 
 async def make_suspect(app: App, clock: FakeClock, kind: str) -> int:
-    """A job of ``kind`` whose first worker died holding it (lease expired, rescued)."""
-    job = (await app.enqueue(kind)).job
+    """A job of ``kind`` whose first worker died holding it (lease expired, rescued), with
+    only its last attempt left: that attempt runs alone."""
+    job = (await app.enqueue(kind, max_attempts=2)).job
     await app.store.claim("died", queues=["default"], limit=1, lease=timedelta(seconds=5))
     clock.advance(timedelta(seconds=6))
     assert (await app.store.rescue()).requeued == [job.id]

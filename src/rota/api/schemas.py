@@ -128,7 +128,7 @@ class JobOut(BaseModel):
     timeout_seconds: float | None
     #: Expired leases under which its handler had started; above 0 it is a crash suspect.
     crashes: int
-    #: Why the job runs alone (a crash suspect), or null.
+    #: Why the job is a crash suspect and when it runs alone, or null.
     quarantine: str | None
     payload: Any
 

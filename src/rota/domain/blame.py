@@ -1,34 +1,38 @@
-"""Blame (C9): what a lease expiry costs its job, and which jobs run alone.
+"""Blame (C9): what a lease expiry costs its job, and which attempts run alone.
 
 A lease that expires means its worker died, hung or was cut off while holding the job. When the
-worker held other jobs too, nobody can tell which of them killed it; so the rule never makes a
-job dead for a crash it may merely have shared, and isolates every job a crash touched:
+worker held other jobs too, nobody can tell which of them killed it. So the rule charges a
+shared crash to every job it touched, as any of them could have caused it, but lets no shared
+crash make a job dead; a job is dead of crashes only once its worker died while it ran alone:
 
 - The job becomes a **crash suspect**: ``crashes`` counts the expired leases under which its
-  handler had started (an ordinary job's handler is taken to start when its claim is answered,
-  a suspect's only when its worker says so with ``Store.begin``).
-- A suspect **runs alone**: a claim that takes one takes no other job; its worker starts its
-  handler only once it holds nothing else, and claims nothing more until it finishes. So a
-  crash while a suspect's handler runs can only be the suspect's doing (or the machine's).
-- An expired lease whose handler never started gives its attempt back (a suspect still
-  waiting for its worker to empty, a claim whose answer was lost).
-- An expired ordinary lease (claimed before the job was a suspect, maybe beside other jobs)
-  counts as an attempt, except on the job's last attempt: then the attempt is given back and
-  the job runs again, alone. A crash it shared never makes a job dead.
-- An expired suspect lease counts; on the last attempt the job is dead, its reason saying how
+  handler had started (an ordinary attempt's handler is taken to start when its claim is
+  answered; an attempt that runs alone starts when its worker says so with ``Store.begin``).
+- An expired lease counts as an attempt, except that **a shared crash never uses up the last
+  attempt**: an ordinary lease that expires on the last attempt gives the attempt back.
+- A suspect's **last attempt runs alone**, and so does every attempt of a job whose worker
+  died twice while running it (``rota.domain.job.runs_alone``): a claim that reaches such a
+  job takes it alone (first in line it is the batch; further back the batch ends before it),
+  and its worker starts the handler only once it holds nothing else, and claims nothing more
+  until it finishes. A crash then can only be its own doing (or the machine's).
+- **An attempt whose handler never started is given back**: an attempt that runs alone, still
+  waiting for its worker to empty (or whose start was never recorded).
+- A lone attempt that expires on the last attempt makes the job dead, its reason saying how
   many times its worker died during it.
 
-So a poison pill with ``max_attempts`` n >= 2 kills workers at most n times (the first crash,
-in whatever batch, counts); an innocent batch-mate loses at most the attempt of that one crash
-and then runs alone. These functions are pure: every backend applies them (the SQL stores
-spell the same rule in their statements, the contract suite checks they agree).
+So a poison pill with ``max_attempts`` n >= 2 kills workers exactly n times (with n = 1, twice),
+whatever batches it was claimed in; a job claimed beside it loses at most two attempts to it,
+never its last, and then runs alone, where it succeeds. Only a job that crashed twice, or a
+suspect's last attempt, costs its worker the other slots. These functions are pure: every
+backend applies them (the SQL stores spell the same rule in their statements; the contract
+suite checks that they agree).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rota.domain.job import Job, JobState
+from rota.domain.job import Job, JobState, runs_alone
 
 #: An expired lease that counted as an attempt, with attempts left.
 LEASE_EXPIRED = "lease expired"
@@ -72,15 +76,17 @@ def expire(*, attempt: int, max_attempts: int, crashes: int, started: bool) -> E
     return Expiry(attempt, crashes + 1, dead=False, error=LEASE_EXPIRED)
 
 
-def runs_alone(candidate: Job) -> bool:
-    """Whether a claim candidate must be claimed alone: a suspect, or an expired lease (whose
-    job becomes a suspect as the claim takes it over)."""
-    return candidate.crashes > 0 or candidate.state is JobState.RUNNING
+def alone_after(expiry: Expiry, max_attempts: int) -> bool:
+    """Whether the attempt that follows ``expiry`` runs alone."""
+    return runs_alone(expiry.crashes, expiry.attempt + 1, max_attempts)
 
 
 def quarantine(job: Job) -> str | None:
-    """Why the job runs alone, in words for people; None for a job no crash has touched."""
+    """Why the job is watched, in words for people; None for a job no crash has touched."""
     if job.crashes <= 0:
         return None
     times = "once" if job.crashes == 1 else f"{job.crashes} times"
-    return f"crash suspect: its worker died {times} while running it, so it runs alone"
+    running = job.state is JobState.RUNNING
+    alone = runs_alone(job.crashes, job.attempt if running else job.attempt + 1, job.max_attempts)
+    when = "so it runs alone" if alone else "so its last attempt runs alone"
+    return f"crash suspect: its worker died {times} while running it, {when}"

@@ -11,14 +11,13 @@ applies to every tenant separately. These functions are pure: backends feed them
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from rota.domain.blame import runs_alone
 from rota.domain.errors import InvalidInput, InvalidJob
-from rota.domain.job import Job, JobState, validate_name
+from rota.domain.job import Job, validate_name
 
 #: A tenant limit with this key applies to each tenant on its own.
 EVERY_TENANT = "*"
@@ -207,34 +206,26 @@ def select(
     limit: int,
     budget: Budget | None,
     fair: bool,
+    alone: Callable[[Job], bool] = lambda job: False,
 ) -> list[Job]:
     """Up to ``limit`` jobs to claim: ``interleave`` order, skipping any job a limit forbids.
 
-    A crash suspect (``rota.domain.blame.runs_alone``) is claimed alone: first in line, it is
-    the whole batch; further back, the batch ends before it (it leads a later claim). Since a
-    claim can take over one expired lease at most, only one is considered: the first in claim
-    order that the limits allow (the others wait for the next claim, or the rescuer).
+    A candidate whose attempt must run ``alone`` (``rota.domain.blame``) is claimed alone:
+    first in line, it is the whole batch; further back, the batch ends before it (it leads a
+    later claim).
     """
-    fresh: list[Job] = []
-    expired: list[Job] = []
-    for job in candidates:
-        (expired if job.state is JobState.RUNNING else fresh).append(job)
-    expired.sort(key=claim_order)
-    first = next((job for job in expired if budget is None or budget.allows(job)), None)
-    if first is not None:
-        fresh.append(first)
     chosen: list[Job] = []
-    for job in interleave(fresh, fair=fair):
+    for job in interleave(candidates, fair=fair):
         if len(chosen) >= limit:
             break
         if budget is not None and not budget.allows(job):
             continue
-        alone = runs_alone(job)
-        if alone and chosen:
+        lone = alone(job)
+        if lone and chosen:
             break
         if budget is not None:
             budget.take(job)
         chosen.append(job)
-        if alone:
+        if lone:
             break
     return chosen

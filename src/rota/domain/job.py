@@ -82,6 +82,16 @@ class Outcome(StrEnum):
     CANCELLED = "cancelled"
 
 
+#: A job whose worker died this often while running it runs alone from then on.
+ALONE_AFTER_CRASHES = 2
+
+
+def runs_alone(crashes: int, attempt: int, max_attempts: int) -> bool:
+    """Whether attempt ``attempt`` of a job with ``crashes`` runs alone: a crash suspect's
+    last attempt, and every attempt once its worker died ``ALONE_AFTER_CRASHES`` times."""
+    return crashes >= ALONE_AFTER_CRASHES or (crashes > 0 and attempt >= max_attempts)
+
+
 @functools.lru_cache(maxsize=4096)
 def _is_valid_name(value: str) -> bool:
     """Kinds, queues and tenants repeat endlessly: remember the ones already checked."""
@@ -315,8 +325,13 @@ class Job:
 
     @property
     def is_suspect(self) -> bool:
-        """A crash suspect: claimed alone, and started only on a worker holding nothing else."""
+        """A crash suspect: a worker died while running it (rota.domain.blame)."""
         return self.crashes > 0
+
+    @property
+    def runs_alone(self) -> bool:
+        """Whether this attempt (of a claimed job) runs alone on its worker (rota.domain.blame)."""
+        return runs_alone(self.crashes, self.attempt, self.max_attempts)
 
     def is_due(self, now: datetime) -> bool:
         return self.state is JobState.PENDING and self.run_at <= now

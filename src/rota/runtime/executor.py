@@ -3,8 +3,9 @@
 Outcomes: success -> complete (batched); ``Snooze`` -> pending later, attempt given back;
 ``Permanent`` or an unknown kind -> dead; a timeout or any other exception -> retry with the
 kind's backoff (dead when attempts are used up). A job whose lease is lost, or that was
-cancelled, reports nothing: its result is discarded. A crash suspect waits until it is the
-worker's only job, and its start is recorded (``Store.begin``) before its handler runs.
+cancelled, reports nothing: its result is discarded. An attempt that runs alone (a crash
+suspect's, ``rota.domain.blame``) waits until it is the worker's only job, and its start is
+recorded (``Store.begin``) before its handler runs.
 """
 
 from __future__ import annotations
@@ -120,7 +121,7 @@ class Executor:
         job = execution.job
         with job_context(job.id, job.kind, job.attempt, self._worker):
             try:
-                if job.is_suspect and self._until_alone is not None:
+                if job.runs_alone and self._until_alone is not None:
                     await self._until_alone(execution)
                 await self._run(execution)
             except asyncio.CancelledError:
@@ -147,7 +148,7 @@ class Executor:
                 retry=DEFAULT_RETRY,
             )
             return
-        if job.is_suspect and not await self._begin(execution):
+        if job.runs_alone and not await self._begin(execution):
             return
         metrics = self._kind_metrics(job.kind)
         metrics.lag.observe(max(0.0, ((job.started_at or job.run_at) - job.run_at).total_seconds()))
@@ -210,9 +211,10 @@ class Executor:
             metrics.duration(outcome).observe(max(0.0, self._clock.monotonic() - execution.started))
 
     async def _begin(self, execution: Execution) -> bool:
-        """Record a suspect's start before its handler runs; False if it must not run."""
+        """Record the start of an attempt that runs alone before its handler runs; False if
+        it must not run."""
         log.warning(
-            "running crash suspect alone (its worker died %d time(s) while running it)",
+            "running a crash suspect alone: its worker died %d time(s) while running it",
             execution.job.crashes,
         )
 

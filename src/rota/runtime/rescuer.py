@@ -34,8 +34,8 @@ class Rescuer:
             )
         if result.requeued:
             log.info(
-                "%d expired lease(s) returned to pending, as crash suspects where their handler "
-                "had started",
+                "%d expired lease(s) returned to pending (crash suspects where their handler had "
+                "started)",
                 len(result.requeued),
             )
         return result

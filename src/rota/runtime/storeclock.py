@@ -11,9 +11,12 @@ and keep running handlers whose leases the store already gave away; one that run
 fence itself out early. When the rate strays from 1 by more than the tolerance, local waits
 for lease deadlines and heartbeats are scaled to it.
 
-The rate is the median of slopes between readings at least ``min_baseline_s`` store seconds
-apart, each slope kept only when the requests' round trips make it precise to half the
-tolerance, so a step of the store's clock (or one slow answer) moves it little.
+The measured rate is the median of slopes between readings at least ``min_baseline_s`` store
+seconds apart, each slope kept only when the requests' round trips make it precise to half the
+tolerance, so a step of the store's clock (or one slow answer) moves it little. Local waits
+follow the larger of it and the latest slope: a local clock that has just slowed down is
+followed at the next heartbeat, not once it is the median (erring that way only shortens
+waits: heartbeats come sooner, a deadline passes earlier).
 """
 
 from __future__ import annotations
@@ -80,8 +83,8 @@ class StoreClock:
 
     @property
     def rate(self) -> float:
-        """The rate local waits follow: the measured one when it strays from 1 by more than
-        the tolerance, else exactly 1."""
+        """The rate local waits follow: the larger of the measured rate and the latest slope
+        when it strays from 1 by more than the tolerance, else exactly 1."""
         return self._rate
 
     def observe(
@@ -95,15 +98,15 @@ class StoreClock:
         if not for_rate:
             return
         self._readings.append(reading)
-        measured = self._measure()
-        if measured is None:
+        slopes = self._slopes()
+        if not slopes:
             return
-        self._measured = measured
+        measured = self._measured = statistics.median(slopes)
         if self._metrics is not None:
             self._metrics.clock_rate.set(measured)
-        strays = abs(measured - 1.0) > self._tolerance
-        self._rate = measured if strays else 1.0
-        if strays and not self._warned:
+        followed = max(measured, slopes[-1])
+        self._rate = followed if abs(followed - 1.0) > self._tolerance else 1.0
+        if abs(measured - 1.0) > self._tolerance and not self._warned:
             self._warned = True
             log.warning(
                 "this worker's monotonic clock runs at %.2gx the store's (the store's clock "
@@ -132,7 +135,8 @@ class StoreClock:
             return None
         return self.local_s((due_at - now).total_seconds())
 
-    def _measure(self) -> float | None:
+    def _slopes(self) -> list[float]:
+        """Rates between readings far and precise enough apart, oldest first."""
         readings = list(self._readings)
         slopes: list[float] = []
         later = 0
@@ -151,7 +155,7 @@ class StoreClock:
             if (old.round_trip + new.round_trip) / 2 / local > self._tolerance / 2:
                 continue  # too imprecise to tell a stray rate from a slow answer
             slopes.append(self._baseline(old, new) / local)
-        return statistics.median(slopes) if slopes else None
+        return slopes
 
     @staticmethod
     def _baseline(old: Reading, new: Reading) -> float:

@@ -4,8 +4,9 @@ One asyncio loop runs: the claim loop (claims sized to free slots, woken by the 
 short poll), one task per held job, and the background services (heartbeat, rescuer,
 registry, and any extra such as the schedule firer), each a ``tick()`` tests call directly.
 
-A crash suspect (``rota.domain.blame``) runs alone: while the worker holds one it claims
-nothing, and the suspect's handler starts only once every other job it holds has finished.
+An attempt that runs alone (a crash suspect's, ``rota.domain.blame``) runs alone indeed: while
+the worker holds one it claims nothing, and its handler starts only once every other job it
+holds has finished.
 Local deadlines and timers are set from the store's clock as the worker measures it
 (``storeclock``), never from the local wall clock.
 """
@@ -117,8 +118,9 @@ class Worker:
         self.metrics = metrics or Metrics()
         self.store_clock = StoreClock(self._clock, metrics=self.metrics)
         self._held: dict[int, Execution] = {}
-        #: The crash suspect this worker holds, if any: nothing else is claimed meanwhile.
-        self._suspect: Execution | None = None
+        #: The attempt this worker holds that runs alone, if any: nothing else is claimed
+        #: meanwhile.
+        self._alone: Execution | None = None
         self._threads = ThreadPoolExecutor(
             max_workers=self.settings.concurrency, thread_name_prefix="rota-job"
         )
@@ -175,8 +177,8 @@ class Worker:
         self._services.append(service)
 
     def free_slots(self) -> int:
-        """Jobs a claim may take now: none while a crash suspect is held."""
-        if self._suspect is not None:
+        """Jobs a claim may take now: none while an attempt that runs alone is held."""
+        if self._alone is not None:
             return 0
         return self.settings.concurrency - len(self._held)
 
@@ -327,8 +329,8 @@ class Worker:
             job=job, ctx=JobContext(job=job, worker=self.name), deadline=deadline, lease=job.lease
         )
         self._held[job.id] = execution
-        if job.is_suspect:
-            self._suspect = execution
+        if job.runs_alone:
+            self._alone = execution
         self._arm(execution)
         execution.task = asyncio.create_task(self._execute(execution), name=f"rota-job-{job.id}")
 
@@ -361,13 +363,13 @@ class Worker:
             if execution.timer is not None:
                 execution.timer.cancel()
             self._held.pop(execution.job.id, None)
-            if self._suspect is execution:
-                self._suspect = None
+            if self._alone is execution:
+                self._alone = None
             self._slot_freed.set()
             self._job_finished.set()
 
     async def _until_alone(self, execution: Execution) -> None:
-        """Return once ``execution`` is the only job held: a suspect's handler starts alone."""
+        """Return once ``execution`` is the only job held, for its handler to start alone."""
         while any(other is not execution for other in self._held.values()):
             self._job_finished.clear()
             await self._job_finished.wait()

@@ -36,6 +36,7 @@ from rota.domain.job import (
     JobSpec,
     JobState,
     Outcome,
+    runs_alone,
     truncate,
 )
 from rota.domain.lease import Lease
@@ -261,7 +262,10 @@ class MemoryStore:
             ]
             budget = self._budget(at) if self._limits else None
             claimed: list[Job] = []
-            for job in select(candidates, limit=limit, budget=budget, fair=fair):
+            chosen = select(
+                candidates, limit=limit, budget=budget, fair=fair, alone=self._runs_alone_next
+            )
+            for job in chosen:
                 attempt, crashes, last_error = job.attempt, job.crashes, job.last_error
                 if job.state is JobState.RUNNING:
                     expiry = self._expiry(job)
@@ -269,8 +273,8 @@ class MemoryStore:
                     attempt, crashes, last_error = expiry.attempt, expiry.crashes, expiry.error
                 token = self._next_token
                 self._next_token += 1
-                if crashes == 0:
-                    self._started.add(token)
+                if not runs_alone(crashes, attempt + 1, job.max_attempts):
+                    self._started.add(token)  # an ordinary attempt starts as it is claimed
                 taken = replace(
                     job,
                     state=JobState.RUNNING,
@@ -330,6 +334,12 @@ class MemoryStore:
             and job.lease_until < at
             and not self._expiry(job).dead
         )
+
+    def _runs_alone_next(self, job: Job) -> bool:
+        """Whether the claim candidate ``job``'s next attempt runs alone (the lock held)."""
+        if job.state is JobState.RUNNING:
+            return blame.alone_after(self._expiry(job), job.max_attempts)
+        return runs_alone(job.crashes, job.attempt + 1, job.max_attempts)
 
     def _expiry(self, job: Job) -> blame.Expiry:
         """What the expiry of ``job``'s current lease does to it (the lock held)."""

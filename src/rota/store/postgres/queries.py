@@ -7,6 +7,7 @@ from functools import cache
 from importlib import resources
 
 from rota.domain import blame
+from rota.domain.job import ALONE_AFTER_CRASHES
 
 #: The columns every statement returning a job selects, in the order ``row_to_job`` reads.
 JOB_COLUMNS = (
@@ -57,11 +58,29 @@ def _literal(text: str) -> str:
 
 
 _LAST = "j.attempt >= j.max_attempts"
-#: rota.domain.blame.expire, for the expired lease of the row aliased j.
+_GIVEN_BACK = f"(NOT j.lease_started OR (j.crashes = 0 AND {_LAST}))"
+_CRASHES_AFTER = "(j.crashes + j.lease_started::int)"
+_ATTEMPT_AFTER = f"(j.attempt - CASE WHEN {_GIVEN_BACK} THEN 1 ELSE 0 END)"
+
+
+def _alone(crashes: str, attempt: str) -> str:
+    """rota.domain.job.runs_alone of the row j's next attempt, SQL for its crashes and the
+    attempt before it."""
+    return (
+        f"({crashes} >= {ALONE_AFTER_CRASHES}"
+        f" OR ({crashes} > 0 AND {attempt} + 1 >= j.max_attempts))"
+    )
+
+
+#: rota.domain.blame.expire, for the expired lease of the row aliased j, and which attempts
+#: run alone.
 _EXPIRY = {
     "{expiry_dead}": f"(j.lease_started AND j.crashes > 0 AND {_LAST})",
-    "{expiry_given_back}": f"(NOT j.lease_started OR (j.crashes = 0 AND {_LAST}))",
-    "{expiry_crashes}": "(j.crashes + j.lease_started::int)",
+    "{expiry_given_back}": _GIVEN_BACK,
+    "{expiry_crashes}": _CRASHES_AFTER,
+    #: Whether the next attempt runs alone: of a pending row, and after the row's expiry.
+    "{alone_next}": _alone("j.crashes", "j.attempt"),
+    "{alone_after_expiry}": _alone(_CRASHES_AFTER, _ATTEMPT_AFTER),
     "{expiry_error}": (
         f"(CASE WHEN NOT j.lease_started THEN {_literal(blame.NOT_STARTED)}"
         f" WHEN j.crashes = 0 AND {_LAST} THEN {_literal(blame.LAST_SHARED)}"

@@ -5,7 +5,8 @@
 -- {tally} adds the terminal transitions of the CTE "done" to rota_finished_per_minute;
 -- {wake} notifies workers of the jobs "done" made pending (due now or later), on commit.
 -- {expiry_*} spell rota.domain.blame.expire for the expired lease of the row j: whether it
--- makes the job dead, whether the attempt is given back, the new crash count, the error.
+-- makes the job dead, whether the attempt is given back, the new crash count, the error;
+-- {alone_next} and {alone_after_expiry} whether the row's next attempt runs alone.
 
 -- name: now
 SELECT coalesce(%(now)s::timestamptz, now());
@@ -110,7 +111,7 @@ WITH RECURSIVE open_queues AS MATERIALIZED (
     SELECT c.id, c.priority, c.run_at, g.queue, g.tenant, c.alone
     FROM groups g
     CROSS JOIN LATERAL (
-        SELECT j.id, j.priority, j.run_at, j.crashes > 0 AS alone FROM rota_jobs j
+        SELECT j.id, j.priority, j.run_at, {alone_next} AS alone FROM rota_jobs j
         WHERE j.state = 'pending' AND j.queue = g.queue AND coalesce(j.tenant, '') = g.tenant
           AND j.priority = g.priority
           AND j.run_at <= coalesce(%(now)s::timestamptz, now())
@@ -121,10 +122,8 @@ WITH RECURSIVE open_queues AS MATERIALIZED (
         FOR UPDATE SKIP LOCKED
     ) AS c
 ), expired AS MATERIALIZED (
-    -- Taken over alone, so one claim takes one at most: the first in claim order (the limited
-    -- path reads further, for the first its budget allows). The rest wait, unlocked, for the
-    -- next claim or the rescuer.
-    SELECT j.id, j.priority, j.run_at, j.queue, coalesce(j.tenant, '') AS tenant, true AS alone
+    SELECT j.id, j.priority, j.run_at, j.queue, coalesce(j.tenant, '') AS tenant,
+           {alone_after_expiry} AS alone
     FROM rota_jobs j
     WHERE j.state = 'running' AND j.lease_until < coalesce(%(now)s::timestamptz, now())
       AND NOT {expiry_dead} AND j.queue IN (SELECT name FROM open_queues)
@@ -132,7 +131,7 @@ WITH RECURSIVE open_queues AS MATERIALIZED (
       AND coalesce(j.tenant, '') <> ALL(%(blocked_tenants)s::text[])
     -- Expired leases are few; sorting them in claim order keeps one order for all jobs.
     ORDER BY j.priority DESC, j.run_at, j.id
-    LIMIT CASE WHEN %(limited)s THEN %(take)s ELSE 1 END
+    LIMIT %(take)s
     FOR UPDATE SKIP LOCKED
 ), candidates AS MATERIALIZED (
     SELECT id, priority, run_at, alone,
@@ -150,13 +149,14 @@ WITH RECURSIVE open_queues AS MATERIALIZED (
 -- name: _take
 -- Lease the rows of "batch": attempt + 1, a new fencing token, lease_until from the store
 -- clock. Taking over an expired lease settles it first (blame: its attempt may be given back)
--- and ends the silent worker's attempt in the history. A suspect's handler has not started.
+-- and ends the silent worker's attempt in the history. An attempt that runs alone has not
+-- started yet: its worker says when (begin).
 UPDATE rota_jobs j SET
     state = 'running',
     attempt = j.attempt + 1
         - CASE WHEN j.state = 'running' AND {expiry_given_back} THEN 1 ELSE 0 END,
     crashes = CASE WHEN j.state = 'running' THEN {expiry_crashes} ELSE j.crashes END,
-    lease_started = CASE WHEN j.state = 'running' THEN {expiry_crashes} ELSE j.crashes END = 0,
+    lease_started = NOT CASE WHEN j.state = 'running' THEN {alone_after_expiry} ELSE {alone_next} END,
     lease_token = nextval('rota_lease_token_seq'),
     lease_until = coalesce(%(now)s::timestamptz, now()) + %(lease)s::interval,
     worker = %(worker)s,
@@ -179,8 +179,8 @@ WHERE j.id = batch.id
 -- When the walk was cut short, a last row (NULLs but for its tenant) names the last tenant
 -- walked, so the next claim can start beyond it even if this one found nothing due.
 {_candidates}, batch AS (
-    -- A crash suspect is claimed alone: first in line, it is the batch; further back, the
-    -- batch ends just before it (rota.domain.flow.select).
+    -- An attempt that runs alone is claimed alone: first in line, it is the batch; further
+    -- back, the batch ends just before it (rota.domain.flow.select).
     SELECT id FROM chosen
     WHERE pos < coalesce((SELECT min(pos) FROM chosen WHERE alone), %(take)s + 1)
        OR (pos = 1 AND alone)
@@ -205,7 +205,7 @@ SELECT {walk_marker_columns} FROM (
 -- among under the limits' budget.
 {_candidates}
 SELECT j.id, j.kind, j.queue, j.tenant, j.priority, j.run_at, j.state, j.attempt,
-       j.max_attempts, j.created_at, j.crashes
+       j.max_attempts, j.created_at, chosen.alone
 FROM chosen JOIN rota_jobs j USING (id)
 ORDER BY chosen.pos;
 

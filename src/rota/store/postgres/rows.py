@@ -41,11 +41,9 @@ def row_to_job(row: Row) -> Job:
 
 
 def candidate_job(row: Row) -> Job:
-    """A claim candidate with just the fields the budget and the claim order look at."""
-    (
-        job_id, kind, queue, tenant, priority, run_at, state, attempt, max_attempts, created,
-        crashes,
-    ) = row  # fmt: skip
+    """A claim candidate with just the fields the budget and the claim order look at (the
+    row's last column, whether it runs alone, is the caller's)."""
+    job_id, kind, queue, tenant, priority, run_at, state, attempt, max_attempts, created = row[:10]
     return Job(
         id=job_id,
         kind=kind,
@@ -58,7 +56,6 @@ def candidate_job(row: Row) -> Job:
         max_attempts=max_attempts,
         created_at=created,
         tenant=tenant,
-        crashes=crashes,
     )
 
 

@@ -49,7 +49,7 @@ _TAKE = f"""
 WITH taken (taken_id, taken_token) AS (VALUES {{pairs}})
 UPDATE rota_jobs
 SET state = 'running', attempt = attempt + 1, lease_token = taken_token, lease_until = ?,
-    worker = ?, started_at = ?, finished_at = NULL, lease_started = crashes = 0
+    worker = ?, started_at = ?, finished_at = NULL, lease_started = NOT {candidates.ALONE_NEXT}
 FROM taken WHERE id = taken_id
 RETURNING {JOB_COLUMNS}
 """
@@ -110,7 +110,7 @@ def claim(
         fair=fair,
         usage=usage,
         blocked=blocked,
-        suspects=candidates.suspects(conn, wanted),
+        alone=candidates.alone(conn, wanted),
     )
     jobs = _take(conn, worker, choice, lease, at)
     if usage is not None and choice.budget is not None and choice.budget.started:
@@ -250,15 +250,17 @@ FROM rota_jobs INDEXED BY rota_jobs_leases
 WHERE state = 'running' AND lease_until < ?
 ORDER BY id LIMIT ?
 """
+# NOT INDEXED: by rowid, as every statement reaching a job by its id (the (state, id) index
+# would serve too, at the cost of a second lookup).
 _EXPIRED_BY_ID = """
-SELECT id, lease_token, attempt, max_attempts, crashes, lease_started FROM rota_jobs
+SELECT id, lease_token, attempt, max_attempts, crashes, lease_started FROM rota_jobs NOT INDEXED
 WHERE id IN ({ids}) AND state = 'running'
 """
 # Fenced by the token observed, like every write after a claim: a rescue can never overwrite
 # a job that completed or was re-claimed since. :settle is 0 for a claim taking the lease
 # over, which then leases the row itself (so its state and run_at stay for the take).
 _EXPIRE = """
-UPDATE rota_jobs SET
+UPDATE rota_jobs NOT INDEXED SET
     state = CASE WHEN NOT :settle THEN state WHEN :dead THEN 'dead' ELSE 'pending' END,
     run_at = CASE WHEN :settle AND NOT :dead THEN :now ELSE run_at END,
     finished_at = CASE WHEN :settle AND :dead THEN :now ELSE finished_at END,

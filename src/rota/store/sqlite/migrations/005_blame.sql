@@ -5,8 +5,9 @@
 ALTER TABLE rota_jobs ADD COLUMN crashes INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE rota_jobs ADD COLUMN lease_started INTEGER NOT NULL DEFAULT 1;
 
--- claim: the pending suspects of the claimed queues, which a claim takes alone. Suspects are
--- few, and ordinary jobs never enter this index, so it costs them nothing. Its columns cover
--- the lookup (SQLite covers no query with a partial index lacking a column of its WHERE).
-CREATE INDEX rota_jobs_suspects ON rota_jobs (queue, id, state, crashes)
+-- claim: the pending suspects of the claimed queues, among which are the jobs a claim takes
+-- alone. Suspects are few, and ordinary jobs never enter this index, so it costs them
+-- nothing. Its columns cover the lookup (SQLite covers no query with a partial index lacking
+-- a column of its WHERE).
+CREATE INDEX rota_jobs_suspects ON rota_jobs (queue, id, state, crashes, attempt, max_attempts)
     WHERE state = 'pending' AND crashes > 0;
