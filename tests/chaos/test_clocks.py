@@ -17,6 +17,8 @@ slot) and heartbeats keep leases relative to the DB's current time.
 from __future__ import annotations
 
 import asyncio
+import itertools
+import re
 import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -32,9 +34,9 @@ from rota.testing import FakeClock
 from tests.chaos.conftest import CHAOS_OPTIONS, MARGIN_S
 from tests.support import faketime
 from tests.support.chaosfleet import ChaosFleet, all_terminal
-from tests.support.history import START, check_store, read_events
+from tests.support.history import HISTORY_CLOCK_ENV, START, Report, check_store, read_events
 from tests.support.nemesis import Fault, Nemesis
-from tests.support.processes import eventually
+from tests.support.processes import WorkerProcess, eventually
 
 SKEWS = {"behind": "-120", "ahead": "+120", "fast": "+120 x1.5"}
 LIVENESS_S = CHAOS_OPTIONS.lease_s + CHAOS_OPTIONS.rescue_s + 5.0
@@ -157,6 +159,84 @@ async def test_bumped_and_strobed_worker_clocks_change_nothing(
     assert {e.worker for e in read_events(fleet.history)} == {w.name for w in workers}
 
 
+async def run_under_rate(
+    fleet: ChaosFleet, store: Store, tmp_path: Path, spec: str, job_s: float
+) -> tuple[Report, WorkerProcess]:
+    """A worker whose every clock (monotonic too) runs at libfaketime ``spec`` takes eight
+    ``long`` jobs of ``job_s`` of its seconds; then an unskewed worker joins for the rest."""
+    if faketime.library() is None:
+        pytest.skip(faketime.INSTALL_HINT)
+    uptime = {HISTORY_CLOCK_ENV: "uptime"}  # CLOCK_MONOTONIC is faked in the skewed worker
+    fake = faketime.FakeTime(tmp_path / "skewed.rc", spec, fake_monotonic=True)
+    skewed = fleet.start("skewed", env={**fake.env(), **uptime})
+    await fleet.wait_ready(skewed, within_s=60)
+    ids = [
+        r.job.id
+        for r in await store.enqueue(
+            [JobSpec(kind="long", payload={"s": job_s}) for _ in range(24)]
+        )
+    ]
+
+    async def skewed_is_busy() -> bool:
+        held = {info.name: info.running for info in await store.list_workers()}
+        return held.get("skewed", 0) >= CHAOS_OPTIONS.concurrency
+
+    await eventually(skewed_is_busy, within_s=30, what="the skewed worker to take 8 jobs")
+    await fleet.start_ready("steady", env=uptime)
+    await all_terminal(store, len(ids), within_s=120)
+    report = await check_store(
+        store, fleet.history, enqueued=ids, expected=dict.fromkeys(ids, JobState.SUCCEEDED)
+    )
+    return report, skewed
+
+
+def measured_speed(worker: WorkerProcess) -> float:
+    """The speed of its clock against the store's that the worker logged (once)."""
+    [speed] = re.findall(r"clock runs at ([0-9.]+)x the store's", worker.stderr())
+    return float(speed)
+
+
+def overlapping(report: Report) -> list[tuple[int, int, int]]:
+    """(job, token, token) of every two executions of a job that overlapped at all."""
+    found = []
+    for job_id, runs in report.runs.items():
+        for one, other in itertools.combinations(runs, 2):
+            one_end, other_end = one.end_ns or 2**63, other.end_ns or 2**63
+            if one.start_ns < other_end and other.start_ns < one_end:
+                found.append((job_id, one.token, other.token))
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+@pytest.mark.timeout(240)
+async def test_a_worker_whose_clock_runs_slow_heartbeats_and_self_fences_on_store_time(
+    fleet: ChaosFleet, store: Store, tmp_path: Path
+) -> None:
+    """libfaketime x0.2: each of the worker's seconds is five of the store's. Trusting its own
+    clock it would heartbeat every 5 s on a 3 s lease and run on past it."""
+    report, skewed = await run_under_rate(fleet, store, tmp_path, "+0 x0.2", job_s=1.0)
+    report.assert_clean()
+    assert overlapping(report) == [], "an execution overlapped another, under a lease or after"
+    assert report.reexecuted() == [], "a lease ran out under a running handler"
+    assert any(run.worker == "skewed" for runs in report.runs.values() for run in runs)
+    assert measured_speed(skewed) == pytest.approx(0.2, rel=0.05)
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+@pytest.mark.timeout(240)
+async def test_a_worker_whose_clock_runs_fast_measures_it_and_keeps_its_leases(
+    fleet: ChaosFleet, store: Store, tmp_path: Path
+) -> None:
+    """libfaketime x5: each of the worker's seconds is a fifth of the store's; trusting its
+    own clock it would give up its leases five times too early."""
+    report, skewed = await run_under_rate(fleet, store, tmp_path, "+0 x5", job_s=20.0)
+    report.assert_clean()
+    assert report.reexecuted() == [], "a lease was given up under a running handler"
+    assert measured_speed(skewed) == pytest.approx(5, rel=0.05)
+
+
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 LEASE = timedelta(seconds=10)
 
@@ -181,7 +261,7 @@ async def test_db_time_jumping_forward_expires_every_lease_and_fences_every_stal
     for job in held:
         with pytest.raises(LeaseLost):
             await store.complete(job.lease, now=jump)
-    assert await store.heartbeat([j.lease for j in held], lease=LEASE, now=jump) == [
+    assert (await store.heartbeat([j.lease for j in held], lease=LEASE, now=jump)).lost == [
         j.lease for j in held
     ]
     again = await store.claim("B", queues=["default"], limit=50, lease=LEASE, now=jump)
@@ -211,7 +291,7 @@ async def test_db_time_stepping_back_an_hour_fires_nothing_early(timed_store: St
     assert await store.fire_due(now=T0 + LEASE) == []  # the slot already fired stays fired
     assert await store.rescue(now=back) == type(await store.rescue(now=back))()
     # A heartbeat keeps the lease `LEASE` ahead of the DB's clock as it now reads.
-    assert await store.heartbeat([held.lease], lease=LEASE, now=back) == []
+    assert (await store.heartbeat([held.lease], lease=LEASE, now=back)).lost == []
     assert (await store.get(held.id)).lease_until == back + LEASE
     # Forward again: everything fires on time, once.
     later = T0 + LEASE

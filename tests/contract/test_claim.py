@@ -7,8 +7,9 @@ from datetime import timedelta
 
 import pytest
 
+from rota.domain import blame
 from rota.domain.errors import LeaseLost
-from rota.domain.job import JobSpec, JobState
+from rota.domain.job import JobSpec, JobState, Outcome
 from rota.store import Store
 from rota.testing import FakeClock
 from tests.contract.helpers import LEASE, add, claim_one
@@ -103,7 +104,7 @@ async def test_expired_lease_is_reclaimed_and_stale_worker_fenced(
     a = await claim_one(store, "A")
     assert a is not None
     clock.advance(timedelta(seconds=20))
-    assert await store.heartbeat([a.lease], lease=LEASE) == []  # lease now ends at +50 s
+    assert (await store.heartbeat([a.lease], lease=LEASE)).lost == []  # lease now ends at +50 s
     clock.advance(timedelta(seconds=25))
     assert await claim_one(store, "B") is None, "the heartbeat kept A's lease alive"
     clock.advance(timedelta(seconds=10))  # A stays silent: its lease expires
@@ -111,7 +112,7 @@ async def test_expired_lease_is_reclaimed_and_stale_worker_fenced(
     assert b is not None and b.attempt == 2 and b.lease_token > a.lease_token  # type: ignore[operator]
     with pytest.raises(LeaseLost):
         await store.complete(a.lease)
-    assert await store.heartbeat([a.lease], lease=LEASE) == [a.lease]
+    assert (await store.heartbeat([a.lease], lease=LEASE)).lost == [a.lease]
     await store.complete(b.lease)
     final = await store.get(b.id)
     assert (final.state, final.attempt) == (JobState.SUCCEEDED, 2)
@@ -129,16 +130,34 @@ async def test_lease_at_exactly_its_expiry_instant_is_still_held(
     assert await claim_one(store, "B") is not None
 
 
-async def test_expired_lease_on_last_attempt_is_not_claimed(store: Store, clock: FakeClock) -> None:
+async def test_an_ordinary_lease_expired_on_the_last_attempt_is_given_back_and_run_alone(
+    store: Store, clock: FakeClock
+) -> None:
     job = await add(store, max_attempts=1)
     assert await claim_one(store, "A") is not None
     clock.advance(timedelta(minutes=1))
-    assert await claim_one(store, "B") is None, "no attempts left"
+    [taken] = await store.claim("B", queues=["default"], limit=5, lease=LEASE)
+    assert (taken.id, taken.attempt, taken.crashes) == (job.id, 1, 1)
+    [expired] = (await store.attempts(job.id))[:1]
+    assert (expired.outcome, expired.error) == (Outcome.LEASE_EXPIRED, blame.LAST_SHARED)
+
+
+async def test_a_suspects_lease_expired_on_the_last_attempt_is_not_claimed(
+    store: Store, clock: FakeClock
+) -> None:
+    job = await add(store, max_attempts=1)
+    assert await claim_one(store, "A") is not None
+    clock.advance(timedelta(minutes=1))
+    suspect = await claim_one(store, "B")  # attempt 1 again, now a suspect
+    assert suspect is not None and suspect.is_suspect
+    await store.begin(suspect.lease)
+    clock.advance(timedelta(minutes=1))
+    assert await claim_one(store, "C") is None, "no attempts left"
     result = await store.rescue()
     assert result.dead == [job.id]
     dead = await store.get(job.id)
-    assert dead.state is JobState.DEAD
-    assert dead.last_error == "lease expired on the last attempt"
+    assert (dead.state, dead.attempt, dead.crashes) == (JobState.DEAD, 1, 2)
+    assert dead.last_error == blame.died(2)
 
 
 async def test_concurrent_claimers_never_share_a_job(store: Store) -> None:

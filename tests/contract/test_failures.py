@@ -102,7 +102,7 @@ async def test_cancel_running_job_fences_its_worker(store: Store) -> None:
     held = await claim_one(store)
     assert held is not None
     await store.cancel(job.id)
-    assert await store.heartbeat([held.lease], lease=LEASE) == [held.lease]
+    assert (await store.heartbeat([held.lease], lease=LEASE)).lost == [held.lease]
     with pytest.raises(LeaseLost):
         await store.complete(held.lease)
     assert (await store.get(job.id)).state is JobState.CANCELLED

@@ -9,7 +9,7 @@ import pytest
 from rota.domain.errors import LeaseLost
 from rota.domain.job import Job, JobSpec, JobState, Outcome
 from rota.domain.lease import Lease
-from rota.store import Store
+from rota.store import Beat, Store
 from rota.testing import FakeClock
 from tests.contract.helpers import LEASE, add, claim_one
 
@@ -50,7 +50,7 @@ async def test_stale_worker_write_is_fenced_and_changes_nothing(
         with pytest.raises(LeaseLost):
             await store.release(a.lease)
     else:
-        assert await store.heartbeat([a.lease], lease=LEASE) == [a.lease]
+        assert (await store.heartbeat([a.lease], lease=LEASE)).lost == [a.lease]
     assert await store.get(b.id) == before
     await store.complete(b.lease)
     assert (await store.get(b.id)).state is JobState.SUCCEEDED
@@ -72,7 +72,14 @@ async def test_lease_for_unknown_job_is_lost(store: Store) -> None:
     ghost = Lease(job_id=987654, token=1, attempt=1, worker="w")
     with pytest.raises(LeaseLost):
         await store.complete(ghost)
-    assert await store.heartbeat([ghost], lease=LEASE) == [ghost]
+    assert (await store.heartbeat([ghost], lease=LEASE)).lost == [ghost]
+
+
+async def test_a_heartbeat_of_no_lease_reads_the_stores_clock(
+    store: Store, clock: FakeClock
+) -> None:
+    clock.advance(timedelta(minutes=3))
+    assert await store.heartbeat([], lease=LEASE) == Beat([], clock.now())
 
 
 async def test_heartbeat_extends_every_held_lease_and_reports_only_lost_ones(
@@ -82,8 +89,8 @@ async def test_heartbeat_extends_every_held_lease_and_reports_only_lost_ones(
     held = await store.claim("w", queues=["default"], limit=3, lease=timedelta(seconds=10))
     await store.cancel(held[1].id)
     clock.advance(timedelta(seconds=8))
-    lost = await store.heartbeat([job.lease for job in held], lease=timedelta(seconds=10))
-    assert lost == [held[1].lease]
+    beat = await store.heartbeat([job.lease for job in held], lease=timedelta(seconds=10))
+    assert (beat.lost, beat.now) == ([held[1].lease], clock.now())
     clock.advance(timedelta(seconds=8))  # past the original lease, within the renewed one
     assert await store.claim("x", queues=["default"], limit=3, lease=LEASE) == []
     assert (await store.get(held[0].id)).lease_until == clock.now() + timedelta(seconds=2)

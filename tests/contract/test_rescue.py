@@ -57,13 +57,13 @@ async def test_rescue_never_touches_a_reclaimed_job(store: Store, clock: FakeClo
 async def test_rescue_leaves_live_leases_alone_and_respects_its_limit(
     store: Store, clock: FakeClock
 ) -> None:
-    await store.enqueue([JobSpec(kind="a", max_attempts=1) for _ in range(5)])
+    await store.enqueue([JobSpec(kind="a", max_attempts=3) for _ in range(5)])
     await store.claim("w", queues=["default"], limit=5, lease=timedelta(seconds=5))
     await add(store)
     await claim_one(store, lease=timedelta(hours=1))
     clock.advance(timedelta(seconds=6))
     first = await store.rescue(limit=3)
     second = await store.rescue(limit=3)
-    assert (len(first.dead), len(second.dead)) == (3, 2)
+    assert (len(first.requeued), len(second.requeued)) == (3, 2)
     counts = await store.counts()
-    assert (counts.by_state[JobState.DEAD], counts.by_state[JobState.RUNNING]) == (5, 1)
+    assert (counts.by_state[JobState.PENDING], counts.by_state[JobState.RUNNING]) == (5, 1)

@@ -20,8 +20,9 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from rota.domain import blame
 from rota.domain.errors import JobNotFound, LeaseLost, StateConflict
-from rota.domain.job import JobSpec, JobState
+from rota.domain.job import JobSpec, JobState, runs_alone
 from rota.domain.lease import Lease
 from rota.store import Store, open_store
 from rota.testing import FakeClock
@@ -40,6 +41,23 @@ class ModelJob:
     max_attempts: int
     token: int | None = None
     lease_until: datetime | None = None
+    crashes: int = 0
+    #: Whether the current lease's handler started (rota.domain.blame).
+    started: bool = True
+
+    def alone_next(self) -> bool:
+        """Whether a claim's next attempt of this job runs alone."""
+        if self.state is JobState.RUNNING:
+            return blame.alone_after(self.expiry(), self.max_attempts)
+        return runs_alone(self.crashes, self.attempt + 1, self.max_attempts)
+
+    def expiry(self) -> blame.Expiry:
+        return blame.expire(
+            attempt=self.attempt,
+            max_attempts=self.max_attempts,
+            crashes=self.crashes,
+            started=self.started,
+        )
 
 
 class StoreMachine(RuleBasedStateMachine):
@@ -97,20 +115,27 @@ class StoreMachine(RuleBasedStateMachine):
 
     @rule(limit=st.integers(1, 4))
     def claim(self, limit: int) -> None:
-        claimable = sorted(
+        due = [job for job in self.jobs.values() if job.state is JobState.PENDING]
+        expired = sorted(
             (
                 job
                 for job in self.jobs.values()
-                if (job.state is JobState.PENDING and job.run_at <= self.now)
-                or (
-                    job.state is JobState.RUNNING
-                    and job.lease_until is not None
-                    and job.lease_until < self.now
-                    and job.attempt < job.max_attempts
-                )
+                if job.state is JobState.RUNNING
+                and job.lease_until is not None
+                and job.lease_until < self.now
+                and not job.expiry().dead
             ),
             key=lambda job: (job.run_at, job.id),
-        )[:limit]
+        )
+        candidates = [job for job in due if job.run_at <= self.now] + expired
+        claimable: list[ModelJob] = []
+        for job in sorted(candidates, key=lambda job: (job.run_at, job.id))[:limit]:
+            alone = job.alone_next()
+            if alone and claimable:
+                break
+            claimable.append(job)
+            if alone:
+                break
         claimed = self.run(self.store.claim("w", queues=["default"], limit=limit, lease=LEASE))
         assert [job.id for job in claimed] == [job.id for job in claimable]
         tokens = [job.lease_token or 0 for job in claimed]
@@ -119,15 +144,31 @@ class StoreMachine(RuleBasedStateMachine):
         self.max_token = max([self.max_token, *tokens])
         for job in claimed:
             model = self.jobs[job.id]
+            if model.state is JobState.RUNNING:  # taking over an expired lease
+                expiry = model.expiry()
+                model.attempt, model.crashes = expiry.attempt, expiry.crashes
             model.state, model.attempt = JobState.RUNNING, model.attempt + 1
             model.token, model.lease_until = job.lease_token, self.now + LEASE
+            model.started = not runs_alone(model.crashes, model.attempt, model.max_attempts)
             self.leases.append(job.lease)
+
+    @precondition(lambda self: self.leases)
+    @rule(data=st.data())
+    def begin(self, data: st.DataObject) -> None:
+        lease = data.draw(st.sampled_from(self.leases))
+        try:
+            self.run(self.store.begin(lease))
+        except LeaseLost:
+            assert not self._holds(lease), "a held lease was refused"
+            return
+        assert self._holds(lease), "a stale lease was accepted"
+        self.jobs[lease.job_id].started = True
 
     @precondition(lambda self: self.leases)
     @rule(data=st.data())
     def heartbeat(self, data: st.DataObject) -> None:
         lease = data.draw(st.sampled_from(self.leases))
-        lost = self.run(self.store.heartbeat([lease], lease=LEASE))
+        lost = self.run(self.store.heartbeat([lease], lease=LEASE)).lost
         assert (lost == []) == self._holds(lease)
         if not lost:
             self.jobs[lease.job_id].lease_until = self.now + LEASE
@@ -185,7 +226,9 @@ class StoreMachine(RuleBasedStateMachine):
         assert sorted(result.dead + result.requeued) == sorted(job.id for job in expired)
         for job in expired:
             job.lease_until = None
-            if job.attempt >= job.max_attempts:
+            expiry = job.expiry()
+            job.attempt, job.crashes = expiry.attempt, expiry.crashes
+            if expiry.dead:
                 job.state = JobState.DEAD
             else:
                 job.state, job.run_at = JobState.PENDING, self.now
@@ -230,6 +273,7 @@ class StoreMachine(RuleBasedStateMachine):
             row = self.run(self.store.get(model.id))
             assert row.state is model.state, (model, row)
             assert row.attempt == model.attempt
+            assert row.crashes == model.crashes
             assert row.attempt <= row.max_attempts
             if model.state is JobState.RUNNING:
                 assert (row.lease_token, row.lease_until) == (model.token, model.lease_until)

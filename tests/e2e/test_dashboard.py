@@ -136,6 +136,18 @@ async def test_hostile_job_data_renders_as_text(page: Watched, served: Served) -
     await page.assert_clean()
 
 
+async def test_a_crash_suspects_page_says_why_it_is_watched(page: Watched, served: Served) -> None:
+    [result] = await served.store.enqueue([JobSpec(kind="email")])
+    await served.store.claim("worker-1", queues=["default"], limit=1, lease=timedelta(seconds=5))
+    later = await served.store.now() + timedelta(seconds=6)  # its worker died: lease expired
+    assert (await served.store.rescue(now=later)).requeued == [result.job.id]
+    await page.page.goto(served.url + f"/#/jobs/{result.job.id}")
+    await expect(page.page.locator("p.quarantine")).to_have_text(
+        "crash suspect: its worker died once while running it, so its last attempt runs alone"
+    )
+    await page.assert_clean()
+
+
 async def test_dead_job_is_retried_from_its_detail_page_without_reload(
     page: Watched, served: Served
 ) -> None:

@@ -50,7 +50,7 @@ async def _claim_until_empty(url: str, index: int) -> dict[str, Any]:
             leases = [job.lease for job in jobs]
             style = rnd.random()
             if style < 0.2:
-                lost += len(await store.heartbeat(leases, lease=LEASE))
+                lost += len((await store.heartbeat(leases, lease=LEASE)).lost)
             if style < 0.4:
                 for lease in leases:
                     await store.complete(lease)  # raises LeaseLost if fenced out

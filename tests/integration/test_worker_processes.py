@@ -41,6 +41,7 @@ from tests.support.processes import (
     WorkerProcess,
     eventually,
     pause_between_writes,
+    supervise,
 )
 
 pytestmark = pytest.mark.slow
@@ -240,6 +241,69 @@ async def test_a_stalled_worker_does_not_start_a_job_it_lost_meanwhile(
     report = await check_store(store, fleet.history, enqueued=[blocker.id, victim.id])
     report.assert_clean()
     assert report.of(STALE_START) == [], report.summary()
+
+
+# ---------------------------------------------------------------------- poison pills (C9)
+
+
+async def all_terminal(store: Store, ids: list[int]) -> bool:
+    return all([(await store.get(job_id)).is_terminal for job_id in ids])
+
+
+async def test_a_poison_pill_dies_after_its_attempts_and_its_batch_mates_succeed(
+    fleet: Fleet, store: Store
+) -> None:
+    """The issue's reproduction: a job whose handler SIGKILLs its worker, claimed in one batch
+    with four others by one worker that a supervisor restarts whenever it dies."""
+    results = await store.enqueue(
+        [JobSpec(kind="pill", max_attempts=3)] + [JobSpec(kind="sleep", payload=0.2)] * 4
+    )
+    ids = [result.job.id for result in results]
+    pill, innocents = ids[0], ids[1:]
+    deaths = await supervise(
+        fleet,
+        "w",
+        lambda: all_terminal(store, ids),
+        max_restarts=6,
+        within_s=120,
+        concurrency=5,
+    )
+    dead = await store.get(pill)
+    assert (dead.state, dead.attempt, dead.crashes) == (JobState.DEAD, 3, 3)
+    assert (
+        dead.last_error == "worker died during this job 3 times (lease expired on the last attempt)"
+    )
+    assert deaths == 3, "the pill killed its worker once per attempt"
+    for job_id in innocents:
+        job = await store.get(job_id)
+        assert job.state is JobState.SUCCEEDED, (job, await store.attempts(job_id))
+    report = await check_store(store, fleet.history, enqueued=ids)
+    report.assert_clean()
+    assert [len(report.executed(pill))] == [3]
+
+
+async def test_one_pill_among_a_hundred_jobs_costs_three_restarts_and_no_other_job(
+    fleet: Fleet, store: Store
+) -> None:
+    specs = [JobSpec(kind="sleep", payload=0.02) for _ in range(100)]
+    specs[37] = JobSpec(kind="pill", max_attempts=3)
+    ids = [result.job.id for result in await store.enqueue(specs)]
+    deaths = await supervise(
+        fleet,
+        "w",
+        lambda: all_terminal(store, ids),
+        max_restarts=6,
+        within_s=180,
+        concurrency=10,
+    )
+    assert deaths <= 3
+    expected = dict.fromkeys(ids, JobState.SUCCEEDED)
+    expected[ids[37]] = JobState.DEAD
+    report = await check_store(store, fleet.history, enqueued=ids, expected=expected)
+    report.assert_clean()
+    assert (await store.get(ids[37])).last_error == (
+        f"worker died during this job {deaths} times (lease expired on the last attempt)"
+    )
 
 
 # ---------------------------------------------------------------------- graceful shutdown

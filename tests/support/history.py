@@ -7,7 +7,10 @@ The recorder appends one JSON line per event to a file shared by every worker of
 Each line is one ``write(2)`` on a descriptor opened with ``O_APPEND``: nothing is buffered in
 the process, so a SIGKILL loses no line that was written, and lines of several processes never
 interleave. ``mono_ns`` is CLOCK_MONOTONIC, which Linux shares between processes, so events of
-different workers can be ordered on it.
+different workers can be ordered on it. A test whose workers run with a faked CLOCK_MONOTONIC
+(libfaketime without ``FAKETIME_DONT_FAKE_MONOTONIC``) sets ``ROTA_TEST_HISTORY_CLOCK=uptime``
+for every worker: ``mono_ns`` then comes from /proc/uptime (the kernel's boot clock, which
+libfaketime does not touch, at 10 ms resolution).
 
 The checker (TESTPLAN section 6) reads those lines, the final job rows and each job's attempt
 history from the store, and names every violation of the guarantees it finds (TESTPLAN's
@@ -63,6 +66,8 @@ from rota.store import JobFilter, Store
 
 #: The environment variable naming the history file of a worker process.
 HISTORY_ENV = "ROTA_TEST_HISTORY"
+#: Set to ``uptime`` to take event instants from /proc/uptime (see the module docstring).
+HISTORY_CLOCK_ENV = "ROTA_TEST_HISTORY_CLOCK"
 
 START, END_OK, END_ERR, CANCELLED = "start", "end_ok", "end_err", "cancelled"
 EVENTS = (START, END_OK, END_ERR, CANCELLED)
@@ -127,6 +132,7 @@ class Recorder:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._uptime = os.environ.get(HISTORY_CLOCK_ENV) == "uptime"
 
     def record(self, ctx: JobContext, event: str) -> Event:
         if event not in EVENTS:
@@ -138,7 +144,7 @@ class Recorder:
             worker=ctx.worker,
             pid=os.getpid(),
             event=event,
-            mono_ns=time.monotonic_ns(),
+            mono_ns=uptime_ns() if self._uptime else time.monotonic_ns(),
             wall=time.time(),
         )
         os.write(self._fd, (entry.to_json() + "\n").encode())
@@ -161,6 +167,14 @@ class Recorder:
 
     def close(self) -> None:
         os.close(self._fd)
+
+
+def uptime_ns() -> int:
+    """The kernel's boot clock from /proc/uptime (beyond libfaketime's reach), in ns."""
+    with open("/proc/uptime", "rb") as uptime:
+        seconds = uptime.read().split()[0].decode()
+    whole, _, fraction = seconds.partition(".")
+    return int(whole) * 1_000_000_000 + int(fraction.ljust(9, "0")[:9])
 
 
 def read_events(path: str | os.PathLike[str]) -> list[Event]:

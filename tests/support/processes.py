@@ -252,6 +252,41 @@ class Fleet:
         return "\n".join(parts)
 
 
+async def supervise(
+    fleet: Fleet,
+    name: str,
+    until: Callable[[], Any],
+    *,
+    max_restarts: int,
+    within_s: float,
+    **overrides: Any,
+) -> int:
+    """Keep one worker running, as a supervisor would: start ``name-1``, and whenever the
+    worker dies start the next incarnation, until ``until()`` (sync or async) is true.
+    Returns how many times the worker died; AssertionError past ``max_restarts`` deaths or
+    ``within_s`` seconds."""
+    deaths = 0
+    current = fleet.start(f"{name}-1", **overrides)
+
+    async def settled() -> bool:
+        nonlocal current, deaths
+        value = until()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return True
+        if not current.alive:
+            deaths += 1
+            assert deaths <= max_restarts, f"{name} died {deaths} times"
+            current = fleet.start(f"{name}-{deaths + 1}", **overrides)
+        return False
+
+    await eventually(settled, within_s=within_s, what=f"{name} to finish the work")
+    current.terminate()
+    await current.wait_exit()
+    return deaths
+
+
 async def pause_between_writes(worker: WorkerProcess, database_url: str, tries: int = 50) -> None:
     """SIGSTOP ``worker`` at a moment it holds no SQLite write lock (any moment on PostgreSQL,
     where each of the worker's statements commits on its own and a paused client holds no

@@ -5,7 +5,7 @@ root, with ``ROTA_DATABASE_URL`` naming the store and ``ROTA_TEST_HISTORY`` the 
 every handler records its executions to (see ``tests.support.history``). Only worker
 subprocesses import this module: it reads its environment at import time.
 
-Payloads that are durations are seconds. ``sleep`` also takes ``{"s": first, "then": later}``:
+Payloads that are durations are seconds. ``pill`` SIGKILLs its own worker. ``sleep`` also takes ``{"s": first, "then": later}``:
 ``first`` seconds the first time the job is claimed, ``then`` seconds every later time (a job
 that is slow only until its worker dies under it).
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import time
 from datetime import timedelta
 from typing import Any
@@ -21,7 +22,7 @@ from typing import Any
 import rota
 from rota import JobContext, Permanent, RetryPolicy, Snooze
 from rota.domain.job import Outcome
-from tests.support.history import HISTORY_ENV, Recorder, Stopped
+from tests.support.history import HISTORY_ENV, START, Recorder, Stopped
 
 app = rota.App(os.environ["ROTA_DATABASE_URL"])
 recorder = Recorder(os.environ[HISTORY_ENV])
@@ -99,3 +100,10 @@ async def snooze_once(ctx: JobContext, payload: Any) -> None:
         history = await app.store.attempts(ctx.job_id)
         if not any(attempt.outcome is Outcome.SNOOZED for attempt in history):
             raise Snooze(float(payload))
+
+
+@app.job("pill", retry=FAST_RETRY)
+async def pill(ctx: JobContext, payload: Any) -> None:
+    """A poison pill: kills its own worker process (SIGKILL) as soon as it starts."""
+    recorder.record(ctx, START)
+    os.kill(os.getpid(), signal.SIGKILL)

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from rota.cli import cli
+from rota.domain.job import JobSpec
+from rota.store.sqlite import SqliteStore
+from rota.testing import FakeClock
 from tests.support.cli import migrated
 
 
@@ -64,6 +69,29 @@ def test_enqueue_list_show_cancel_retry_round_trip(tmp_path: Path) -> None:
     assert code == 0
     code, out, _ = run("jobs", "show", str(job["id"]), "--json", db=db)
     assert json.loads(out)["state"] == "pending"
+
+
+def test_jobs_show_says_why_a_crash_suspect_runs_alone(tmp_path: Path) -> None:
+    db = tmp_path / "cli.db"
+
+    async def suspect() -> int:
+        clock = FakeClock()
+        store = SqliteStore(db, clock=clock)
+        await store.migrate()
+        [result] = await store.enqueue([JobSpec(kind="email")])
+        await store.claim("w1", queues=["default"], limit=1, lease=timedelta(seconds=5))
+        clock.advance(timedelta(seconds=6))
+        await store.rescue()
+        await store.close()
+        return result.job.id
+
+    job_id = asyncio.run(suspect())
+    code, out, _ = run("jobs", "show", str(job_id), db=db)
+    assert code == 0
+    assert "quarantine: crash suspect: its worker died once while running it" in out
+    code, out, _ = run("jobs", "show", str(job_id), "--json", db=db)
+    shown = json.loads(out)
+    assert (shown["crashes"], shown["attempts"][0]["error"]) == (1, "lease expired")
 
 
 @pytest.mark.parametrize(

@@ -274,7 +274,7 @@ async def test_numbers_beyond_sqlite_integers_name_no_job(store: SqliteStore) ->
         await store.fail(ghost, error="x", retry_in=timedelta(0))
     with pytest.raises(LeaseLost):
         await store.release(ghost)
-    assert await store.heartbeat([ghost], lease=LEASE) == [ghost]
+    assert (await store.heartbeat([ghost], lease=LEASE)).lost == [ghost]
     await store.enqueue([JobSpec(kind="a")])
     assert len(await store.claim("w", queues=["default"], limit=huge, lease=LEASE)) == 1
     assert await store.count_jobs(JobFilter(), limit=huge) == 1
@@ -392,7 +392,7 @@ async def test_batches_larger_than_one_statement_claim_and_complete_in_order(
     assert [job.priority for job in jobs] == sorted((job.priority for job in jobs), reverse=True)
     tokens = [job.lease.token for job in jobs]
     assert tokens == sorted(tokens) and len(set(tokens)) == 900
-    assert await store.heartbeat([job.lease for job in jobs], lease=LEASE) == []
+    assert (await store.heartbeat([job.lease for job in jobs], lease=LEASE)).lost == []
     assert await store.complete_many([job.lease for job in jobs]) == []
     counts = await store.counts()
     assert (counts.total(JobState.SUCCEEDED), counts.total(JobState.PENDING)) == (900, 100)

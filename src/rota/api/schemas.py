@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from rota.domain import blame
 from rota.domain.job import (
     INSTANT_PATTERN,
     MAX_ATTEMPTS_LIMIT,
@@ -173,8 +174,8 @@ class JobFilterBody(_Request):
     )
 
 
-class JobOut(BaseModel):
-    """A job as the API shows it; instants are ISO 8601 in UTC."""
+class JobFields(BaseModel):
+    """What a job's detail and a list both show; instants are ISO 8601 in UTC."""
 
     id: int
     kind: str
@@ -192,36 +193,26 @@ class JobOut(BaseModel):
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
-    last_error: str | None
     schedule: str | None
     slot_at: datetime | None
     timeout_seconds: float | None
+    #: Expired leases under which its handler had started; above 0 it is a crash suspect.
+    crashes: int
+    #: Why the job is a crash suspect and when it runs alone, or null.
+    quarantine: str | None
+
+
+class JobOut(JobFields):
+    """A job as the API shows it, with its whole payload and last error."""
+
+    last_error: str | None
     payload: Any
 
 
-class JobSummary(BaseModel):
-    """A job in a list: its fields with bounded previews of its payload (JSON text) and last
-    error, each with a flag saying it was cut; ``GET /api/jobs/{id}`` has the whole values."""
+class JobSummary(JobFields):
+    """A job in a list: bounded previews of its payload (JSON text) and last error, each with
+    a flag saying it was cut; ``GET /api/jobs/{id}`` has the whole values."""
 
-    id: int
-    kind: str
-    queue: str
-    state: StateName
-    priority: int
-    run_at: datetime
-    attempt: int
-    max_attempts: int
-    tenant: str | None
-    unique_key: str | None
-    worker: str | None
-    lease_until: datetime | None
-    lease_token: int | None
-    created_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
-    schedule: str | None
-    slot_at: datetime | None
-    timeout_seconds: float | None
     payload_preview: str = Field(
         description=f"At most {PREVIEW_BYTES} bytes of the payload's JSON."
     )
@@ -360,6 +351,8 @@ def job_out(job: Job) -> dict[str, Any]:
         "schedule": job.schedule,
         "slot_at": job.slot_at,
         "timeout_seconds": job.timeout.total_seconds() if job.timeout is not None else None,
+        "crashes": job.crashes,
+        "quarantine": blame.quarantine(job),
         "payload": job.payload,
     }
 

@@ -11,6 +11,7 @@ import click
 from rota.cli import Target, cli, heartbeat_option, json_option, uses_database, with_client
 from rota.cli.terminal import console, shown, table
 from rota.config import parse_duration, parse_instant, parse_json
+from rota.domain import blame
 from rota.domain.errors import InvalidInput, InvalidJob
 from rota.domain.job import Attempt, Job, JobState, validate_name
 from rota.store.base import WorkerInfo
@@ -313,6 +314,8 @@ def job_json(job: Job) -> dict[str, Any]:
         "slot_at": _iso(job.slot_at),
         "timeout_seconds": job.timeout.total_seconds() if job.timeout else None,
         "last_error": job.last_error,
+        "crashes": job.crashes,
+        "quarantine": blame.quarantine(job),
         "payload": job.payload,
     }
 

@@ -11,7 +11,7 @@ applies to every tenant separately. These functions are pure: backends feed them
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -206,15 +206,26 @@ def select(
     limit: int,
     budget: Budget | None,
     fair: bool,
+    alone: Callable[[Job], bool] = lambda job: False,
 ) -> list[Job]:
-    """Up to ``limit`` jobs to claim: ``interleave`` order, skipping any job a limit forbids."""
+    """Up to ``limit`` jobs to claim: ``interleave`` order, skipping any job a limit forbids.
+
+    A candidate whose attempt must run ``alone`` (``rota.domain.blame``) is claimed alone:
+    first in line, it is the whole batch; further back, the batch ends before it (it leads a
+    later claim).
+    """
     chosen: list[Job] = []
     for job in interleave(candidates, fair=fair):
         if len(chosen) >= limit:
             break
+        if budget is not None and not budget.allows(job):
+            continue
+        lone = alone(job)
+        if lone and chosen:
+            break
         if budget is not None:
-            if not budget.allows(job):
-                continue
             budget.take(job)
         chosen.append(job)
+        if lone:
+            break
     return chosen

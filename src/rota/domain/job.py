@@ -5,8 +5,8 @@ A job moves through one state machine (docs/architecture.md draws it)::
     pending ──claim──> running ──success──> succeeded
        ^  ^               │  ├──error, attempts left──> pending (run_at = now + backoff)
        │  │               │  ├──permanent error / last attempt──> dead
-       │  └──snooze / release / lease expired with attempts left──┘
-       │                  └──lease expired on the last attempt──> dead
+       │  └──snooze / release / lease expired (see rota.domain.blame)──┘
+       │                  └──lease expired on the last attempt, running alone──> dead
        └──retry── dead, cancelled <──cancel── pending, running
 """
 
@@ -65,7 +65,9 @@ class JobState(StrEnum):
     PENDING = "pending"  #: waiting; claimable once run_at <= now
     RUNNING = "running"  #: leased to a worker until lease_until
     SUCCEEDED = "succeeded"  #: terminal: the handler returned
-    DEAD = "dead"  #: terminal: attempts used up, permanent error, or lease lost on the last attempt
+    #: terminal: attempts used up, permanent error, or its worker died on its last attempt
+    #: while it ran alone (rota.domain.blame)
+    DEAD = "dead"
     CANCELLED = "cancelled"  #: terminal: cancelled before it could finish
 
     @property
@@ -92,6 +94,16 @@ class Outcome(StrEnum):
     RELEASED = "released"  #: the worker shut down and handed the job back
     LEASE_EXPIRED = "lease_expired"  #: the worker went silent past its lease
     CANCELLED = "cancelled"
+
+
+#: A job whose worker died this often while running it runs alone from then on.
+ALONE_AFTER_CRASHES = 2
+
+
+def runs_alone(crashes: int, attempt: int, max_attempts: int) -> bool:
+    """Whether attempt ``attempt`` of a job with ``crashes`` runs alone: a crash suspect's
+    last attempt, and every attempt once its worker died ``ALONE_AFTER_CRASHES`` times."""
+    return crashes >= ALONE_AFTER_CRASHES or (crashes > 0 and attempt >= max_attempts)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -378,10 +390,23 @@ class Job:
     last_error: str | None = None
     schedule: str | None = None
     slot_at: datetime | None = None
+    #: Expired leases under which its handler had started (rota.domain.blame): above 0, the
+    #: job is a crash suspect and runs alone.
+    crashes: int = 0
 
     @property
     def is_terminal(self) -> bool:
         return self.state.is_terminal
+
+    @property
+    def is_suspect(self) -> bool:
+        """A crash suspect: a worker died while running it (rota.domain.blame)."""
+        return self.crashes > 0
+
+    @property
+    def runs_alone(self) -> bool:
+        """Whether this attempt (of a claimed job) runs alone on its worker (rota.domain.blame)."""
+        return runs_alone(self.crashes, self.attempt, self.max_attempts)
 
     def is_due(self, now: datetime) -> bool:
         return self.state is JobState.PENDING and self.run_at <= now

@@ -71,6 +71,13 @@ class Metrics:
         self.workers_alive = Gauge(
             "rota_workers_alive", "Workers that sent a heartbeat recently.", registry=r
         )
+        self.clock_rate = Gauge(
+            "rota_store_clock_rate_ratio",
+            "Seconds of the store's clock per second of this worker's monotonic clock, as "
+            "measured from heartbeats (0 until measured; lease deadlines and heartbeats follow "
+            "the store's clock when it strays from 1).",
+            registry=r,
+        )
         self.schedules_fired = Counter(
             "rota_schedule_runs_total",
             "Schedule slots turned into jobs by this process.",

@@ -3,7 +3,9 @@
 Outcomes: success -> complete (batched); ``Snooze`` -> pending later, attempt given back;
 ``Permanent`` or an unknown kind -> dead; a timeout or any other exception -> retry with the
 kind's backoff (dead when attempts are used up). A job whose lease is lost, or that was
-cancelled, reports nothing: its result is discarded.
+cancelled, reports nothing: its result is discarded. An attempt that runs alone (a crash
+suspect's, ``rota.domain.blame``) waits until it is the worker's only job, and its start is
+recorded (``Store.begin``) before its handler runs.
 """
 
 from __future__ import annotations
@@ -97,6 +99,7 @@ class Executor:
         completer: Completer,
         lease: timedelta,
         on_abandon: Callable[[], None] = lambda: None,
+        until_alone: Callable[[Execution], Awaitable[None]] | None = None,
     ) -> None:
         self._store = store
         self._registry = registry
@@ -106,6 +109,7 @@ class Executor:
         self._threads = threads
         self._completer = completer
         self._on_abandon = on_abandon
+        self._until_alone = until_alone
         self._lease_s = lease.total_seconds()
         self._by_kind: dict[str, _KindMetrics] = {}
 
@@ -120,6 +124,8 @@ class Executor:
         job = execution.job
         with job_context(job.id, job.kind, job.attempt, self._worker):
             try:
+                if job.runs_alone and self._until_alone is not None:
+                    await self._until_alone(execution)
                 await self._run(execution)
             except asyncio.CancelledError:
                 await self._on_interrupted(execution)
@@ -144,6 +150,8 @@ class Executor:
                 permanent=True,
                 retry=DEFAULT_RETRY,
             )
+            return
+        if job.runs_alone and not await self._begin(execution):
             return
         metrics = self._kind_metrics(job.kind)
         metrics.lag.observe(max(0.0, ((job.started_at or job.run_at) - job.run_at).total_seconds()))
@@ -204,6 +212,26 @@ class Executor:
         finally:
             metrics.running.dec()
             metrics.duration(outcome).observe(max(0.0, self._clock.monotonic() - execution.started))
+
+    async def _begin(self, execution: Execution) -> bool:
+        """Record the start of an attempt that runs alone before its handler runs; False if
+        it must not run."""
+        log.warning(
+            "running a crash suspect alone: its worker died %d time(s) while running it",
+            execution.job.crashes,
+        )
+
+        async def begin() -> bool:
+            await self._store.begin(execution.lease)
+            return True
+
+        try:
+            if await self._retrying(execution, begin):
+                return True
+        except LeaseLost:
+            self._lost(execution, "the handler started")
+            return False
+        return False  # the store stayed unreachable until the lease ran out: never started
 
     async def _call_sync(self, handler: Callable[..., Any], execution: Execution) -> Any:
         # Carry the job's logging context into the thread, and keep the thread's future: it

@@ -1,4 +1,4 @@
-"""Rescuer: expired leases become pending again, or dead on their last attempt."""
+"""Rescuer: expired leases become pending again, or dead (rota.domain.blame decides)."""
 
 from __future__ import annotations
 
@@ -27,10 +27,15 @@ class Rescuer:
         result = await self._store.rescue(limit=self._batch)
         if result.dead:
             log.warning(
-                "%d job(s) dead: lease expired on the last attempt (ids %s)",
+                "%d job(s) dead: their worker died while each ran alone on its last attempt "
+                "(ids %s)",
                 len(result.dead),
                 ", ".join(map(str, result.dead[:20])),
             )
         if result.requeued:
-            log.info("%d expired lease(s) returned to pending", len(result.requeued))
+            log.info(
+                "%d expired lease(s) returned to pending (crash suspects where their handler had "
+                "started)",
+                len(result.requeued),
+            )
         return result

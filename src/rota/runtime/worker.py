@@ -3,6 +3,12 @@
 One asyncio loop runs: the claim loop (claims sized to free slots, woken by the store or a
 short poll), one task per held job, and the background services (heartbeat, rescuer,
 registry, and any extra such as the schedule firer), each a ``tick()`` tests call directly.
+
+An attempt that runs alone (a crash suspect's, ``rota.domain.blame``) runs alone indeed: while
+the worker holds one it claims nothing, and its handler starts only once every other job it
+holds has finished.
+Local deadlines and timers are set from the store's clock as the worker measures it
+(``storeclock``), never from the local wall clock.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from rota.runtime.pruner import Pruner
 from rota.runtime.registry import Registry
 from rota.runtime.rescuer import Rescuer
 from rota.runtime.services import ErrorLog, Service, bounded, run_service, wait_or_stop
+from rota.runtime.storeclock import StoreClock
 from rota.store.base import Store, WorkerInfo
 
 log = logging.getLogger("rota.worker")
@@ -121,7 +128,11 @@ class Worker:
         self._registry = registry
         self._clock = clock or SystemClock()
         self.metrics = metrics or Metrics()
+        self.store_clock = StoreClock(self._clock, metrics=self.metrics)
         self._held: dict[int, Execution] = {}
+        #: The attempt this worker holds that runs alone, if any: nothing else is claimed
+        #: meanwhile.
+        self._alone: Execution | None = None
         self._threads = ThreadPoolExecutor(
             max_workers=self.settings.concurrency, thread_name_prefix="rota-job"
         )
@@ -136,6 +147,7 @@ class Worker:
             completer=self._completer,
             lease=self.settings.lease,
             on_abandon=self._simulate_restart,
+            until_alone=self._until_alone,
         )
         self._resume_claims_at = 0.0
         self.heartbeater = Heartbeater(self)
@@ -152,6 +164,7 @@ class Worker:
         # asyncio events bind to a loop only when first awaited, so they can be made here.
         self._wake = asyncio.Event()
         self._slot_freed = asyncio.Event()
+        self._job_finished = asyncio.Event()
         self._stop_claiming = asyncio.Event()
         self._stopped_services = asyncio.Event()
         self._aborted = asyncio.Event()
@@ -176,6 +189,9 @@ class Worker:
         self._services.append(service)
 
     def free_slots(self) -> int:
+        """Jobs a claim may take now: none while an attempt that runs alone is held."""
+        if self._alone is not None:
+            return 0
         return self.settings.concurrency - len(self._held)
 
     def request_stop(self) -> None:
@@ -210,6 +226,7 @@ class Worker:
         self._bind_loop()
         current_worker.set(self.name)
         await self.registration.register()
+        await self.heartbeater.read_clock()  # where the store's clock stands, before any wait
         log.info(
             "worker %s started: queues %s, concurrency %d, kinds %s",
             self.name,
@@ -263,6 +280,10 @@ class Worker:
             self.metrics.claims.labels("error").inc()
             raise
         self.metrics.claims.labels("claimed" if jobs else "empty").inc()
+        if jobs and jobs[0].started_at is not None:  # the store's now as it leased them
+            self.store_clock.observe(
+                sent, self._clock.monotonic(), jobs[0].started_at, for_rate=False
+            )
         deadline = sent + self._lease_margin()
         for job in jobs:
             self.metrics.jobs_claimed.labels(job.queue).inc()
@@ -307,16 +328,21 @@ class Worker:
             self._bound_loop = asyncio.get_running_loop()
 
     def _lease_margin(self) -> float:
-        """Seconds after sending a claim or heartbeat during which the lease is surely ours:
-        the lease less a safety margin for clock rate differences and the request's own trip."""
+        """Local seconds after sending a claim or heartbeat during which the lease is surely
+        ours: the lease less a safety margin for the request's own trip and an error in the
+        measured clock rate, as the store's clock runs (``StoreClock.rate``)."""
         lease = self.settings.lease.total_seconds()
-        return lease - min(self.settings.heartbeat.total_seconds(), lease * 0.2)
+        return self.store_clock.local_s(
+            lease - min(self.settings.heartbeat.total_seconds(), lease * 0.2)
+        )
 
     def _start(self, job: Job, deadline: float) -> None:
         execution = Execution(
             job=job, ctx=JobContext(job=job, worker=self.name), deadline=deadline, lease=job.lease
         )
         self._held[job.id] = execution
+        if job.runs_alone:
+            self._alone = execution
         self._arm(execution)
         execution.task = asyncio.create_task(self._execute(execution), name=f"rota-job-{job.id}")
 
@@ -349,7 +375,16 @@ class Worker:
             if execution.timer is not None:
                 execution.timer.cancel()
             self._held.pop(execution.job.id, None)
+            if self._alone is execution:
+                self._alone = None
             self._slot_freed.set()
+            self._job_finished.set()
+
+    async def _until_alone(self, execution: Execution) -> None:
+        """Return once ``execution`` is the only job held, for its handler to start alone."""
+        while any(other is not execution for other in self._held.values()):
+            self._job_finished.clear()
+            await self._job_finished.wait()
 
     def _simulate_restart(self) -> None:
         """A handler raised Abandon: like a crashed and restarted process, claim nothing for
@@ -361,9 +396,10 @@ class Worker:
         if due_at is None:
             self._wake.set()
             return
-        # A future job: arm one timer for the earliest such instant we have heard of.
-        delay = (due_at - self._clock.now()).total_seconds()
-        if delay <= 0:
+        # A future job: arm one timer for the earliest such instant we have heard of. The due
+        # time is on the store's clock, and so is the delay: the local wall clock may be off.
+        delay = self.store_clock.delay_s(due_at)
+        if delay is None or delay <= 0:
             self._wake.set()
             return
         at = self._clock.monotonic() + delay
@@ -488,7 +524,9 @@ class Heartbeater:
 
     A lease counts as lost when the store says so, and also when heartbeats have failed for
     so long that the lease may have expired: then another worker may already be running the
-    job, so ours stops (any late write would be fenced anyway).
+    job, so ours stops (any late write would be fenced anyway). Every answer is a reading of
+    the store's clock (with nothing held, the tick reads just that): the interval follows the
+    store's clock, and is a quarter of it until the rate has been measured once.
     """
 
     name = "heartbeat"
@@ -497,7 +535,20 @@ class Heartbeater:
         self._worker = worker
 
     def interval_s(self) -> float:
-        return self._worker.settings.heartbeat.total_seconds()
+        clock = self._worker.store_clock
+        interval = clock.local_s(self._worker.settings.heartbeat.total_seconds())
+        return interval if clock.measured is not None else interval / 4
+
+    async def read_clock(self) -> None:
+        """Read the store's clock (a heartbeat of no lease)."""
+        worker = self._worker
+        sent = worker._clock.monotonic()
+        beat = await bounded(
+            worker._store.heartbeat([], lease=worker.settings.lease),
+            self.interval_s(),
+            "a clock read",
+        )
+        worker.store_clock.observe(sent, worker._clock.monotonic(), beat.now)
 
     async def tick(self) -> list[Job]:
         """Renew all leases; return the jobs whose handlers it stopped (lease lost)."""
@@ -507,10 +558,12 @@ class Heartbeater:
         overdue = self._expire_overdue(list(worker._held.values()))
         held = [execution for execution in worker._held.values() if execution.stop is None]
         if not held:
+            if not overdue:  # a clock reading, unless this tick has jobs to report stopped
+                await self.read_clock()
             return overdue
         sent = worker._clock.monotonic()
         try:
-            lost = await bounded(
+            beat = await bounded(
                 worker._store.heartbeat(
                     [execution.lease for execution in held], lease=worker.settings.lease
                 ),
@@ -522,7 +575,8 @@ class Heartbeater:
         except Exception:
             self._expire_overdue(held)
             raise
-        lost_ids = {lease.job_id for lease in lost}
+        worker.store_clock.observe(sent, worker._clock.monotonic(), beat.now)
+        lost_ids = {lease.job_id for lease in beat.lost}
         lost_jobs: list[Job] = []
         for execution in held:
             if execution.job.id not in lost_ids:

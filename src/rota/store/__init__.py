@@ -10,9 +10,10 @@ from urllib.parse import urlsplit
 
 from rota.domain.clock import Clock
 from rota.domain.errors import InvalidInput
-from rota.store.base import Counts, JobFilter, Page, RescueResult, Store, WorkerInfo
+from rota.store.base import Beat, Counts, JobFilter, Page, RescueResult, Store, WorkerInfo
 
 __all__ = [
+    "Beat",
     "Counts",
     "JobFilter",
     "Page",

@@ -181,10 +181,20 @@ class LimitInfo:
 
 @dataclass(frozen=True, slots=True)
 class RescueResult:
-    """What a rescue pass did: expired leases made dead (last attempt) or made pending again."""
+    """What a rescue pass did: expired leases made dead (see ``Store.rescue``) or pending again."""
 
     dead: list[int] = field(default_factory=list)
     requeued: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Beat:
+    """What a heartbeat did: the leases it found lost, and the store's clock as it renewed the
+    others (their lease_until is ``now`` + the lease), for a worker to measure its own clock
+    against."""
+
+    lost: list[Lease]
+    now: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,14 +272,28 @@ class Store(Protocol):
 
         Two concurrent callers never receive the same job; never more than ``limit`` rows.
         Each claimed job gets attempt + 1, a fencing token strictly greater than every token
-        issued before, and lease_until = now + lease.
+        issued before, and lease_until = now + lease. Taking over an expired lease first
+        applies ``rota.domain.blame.expire`` to it (so its attempt may be given back, and it
+        cannot be taken when that makes it dead).
+
+        A crash suspect (``Job.is_suspect``, and every expired lease) is claimed alone: when it
+        comes first in the claim's order it is the only job returned, and otherwise the batch
+        ends before it (``rota.domain.flow.select``).
         """
         ...
 
     async def heartbeat(
         self, leases: Sequence[Lease], *, lease: timedelta, now: datetime | None = None
-    ) -> list[Lease]:
-        """Extend every still-held lease to now + lease; return the leases that are lost."""
+    ) -> Beat:
+        """Extend every still-held lease to now + lease, in one statement; return the leases
+        that are lost and the store's ``now`` (also for an empty ``leases``: a clock reading)."""
+        ...
+
+    async def begin(self, lease: Lease, *, now: datetime | None = None) -> None:
+        """Record that the handler of this lease starts now. A crash suspect's worker calls it
+        (holding nothing else) before running the handler: from then on, an expiry of this
+        lease counts against the job; without it the attempt is given back
+        (``rota.domain.blame``). Ordinary leases need not call it. Fenced (LeaseLost)."""
         ...
 
     async def complete(self, lease: Lease, *, now: datetime | None = None) -> None:
@@ -351,7 +375,9 @@ class Store(Protocol):
         ...
 
     async def rescue(self, *, now: datetime | None = None, limit: int = 1000) -> RescueResult:
-        """Expired leases: dead on the last attempt, otherwise pending again (due now).
+        """Expired leases, by ``rota.domain.blame.expire``: dead when a suspect's worker died
+        on its last attempt, otherwise pending again (due now), the attempt counted or given
+        back, the job a crash suspect when its handler had started.
 
         Each row is rewritten only if it still carries the token the rescuer observed, so a
         rescue never overwrites a job that completed or was re-claimed meanwhile.

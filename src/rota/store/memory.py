@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
+from rota.domain import blame
 from rota.domain.clock import Clock, SystemClock, utc
 from rota.domain.errors import JobNotFound, LeaseLost, ScheduleNotFound, StateConflict
 from rota.domain.flow import (
@@ -35,6 +36,7 @@ from rota.domain.job import (
     JobSpec,
     JobState,
     Outcome,
+    runs_alone,
     truncate,
 )
 from rota.domain.lease import Lease
@@ -43,6 +45,7 @@ from rota.domain.schedule_state import Firing, Schedule, decide, upserted
 from rota.store.base import (
     MAX_BULK,
     MAX_PAGE_SIZE,
+    Beat,
     Counts,
     JobFilter,
     LimitInfo,
@@ -75,6 +78,9 @@ class MemoryStore:
         self._schedules: dict[str, Schedule] = {}
         self._next_id = 1
         self._next_token = 1
+        #: Tokens of the leases whose handler started (rota.domain.blame): every ordinary
+        #: lease from its claim, a suspect's once its worker calls ``begin``.
+        self._started: set[int] = set()
         self._wakeups: list[Callable[[datetime | None], None]] = []
         self._queues: dict[str, QueueInfo] = {}
         self._limits: dict[Key, Limit] = {}
@@ -257,15 +263,25 @@ class MemoryStore:
             ]
             budget = self._budget(at) if self._limits else None
             claimed: list[Job] = []
-            for job in select(candidates, limit=limit, budget=budget, fair=fair):
+            chosen = select(
+                candidates, limit=limit, budget=budget, fair=fair, alone=self._runs_alone_next
+            )
+            for job in chosen:
+                attempt, crashes, last_error = job.attempt, job.crashes, job.last_error
                 if job.state is JobState.RUNNING:
-                    self._end_attempt(job, at, Outcome.LEASE_EXPIRED, "lease expired")
+                    expiry = self._expiry(job)
+                    self._end_attempt(job, at, Outcome.LEASE_EXPIRED, expiry.error)
+                    attempt, crashes, last_error = expiry.attempt, expiry.crashes, expiry.error
                 token = self._next_token
                 self._next_token += 1
+                if not runs_alone(crashes, attempt + 1, job.max_attempts):
+                    self._started.add(token)  # an ordinary attempt starts as it is claimed
                 taken = replace(
                     job,
                     state=JobState.RUNNING,
-                    attempt=job.attempt + 1,
+                    attempt=attempt + 1,
+                    crashes=crashes,
+                    last_error=last_error,
                     lease_token=token,
                     lease_until=at + lease,
                     worker=worker,
@@ -310,15 +326,29 @@ class MemoryStore:
         starts.append(at)
         del starts[: max(0, len(starts) - limit.rate)]  # only the last `rate` starts matter
 
-    @staticmethod
-    def _is_claimable(job: Job, at: datetime) -> bool:
+    def _is_claimable(self, job: Job, at: datetime) -> bool:
         if job.state is JobState.PENDING:
             return job.run_at <= at
         return (
             job.state is JobState.RUNNING
             and job.lease_until is not None
             and job.lease_until < at
-            and job.attempt < job.max_attempts
+            and not self._expiry(job).dead
+        )
+
+    def _runs_alone_next(self, job: Job) -> bool:
+        """Whether the claim candidate ``job``'s next attempt runs alone (the lock held)."""
+        if job.state is JobState.RUNNING:
+            return blame.alone_after(self._expiry(job), job.max_attempts)
+        return runs_alone(job.crashes, job.attempt + 1, job.max_attempts)
+
+    def _expiry(self, job: Job) -> blame.Expiry:
+        """What the expiry of ``job``'s current lease does to it (the lock held)."""
+        return blame.expire(
+            attempt=job.attempt,
+            max_attempts=job.max_attempts,
+            crashes=job.crashes,
+            started=job.lease_token in self._started,
         )
 
     def _held(self, lease: Lease) -> Job:
@@ -330,7 +360,7 @@ class MemoryStore:
 
     async def heartbeat(
         self, leases: Sequence[Lease], *, lease: timedelta, now: datetime | None = None
-    ) -> list[Lease]:
+    ) -> Beat:
         lost: list[Lease] = []
         with self._lock:
             at = self._now(now)
@@ -341,7 +371,12 @@ class MemoryStore:
                     lost.append(held)
                     continue
                 self._jobs[job.id] = replace(job, lease_until=at + lease)
-        return lost
+        return Beat(lost, at)
+
+    async def begin(self, lease: Lease, *, now: datetime | None = None) -> None:
+        with self._lock:
+            self._held(lease)
+            self._started.add(lease.token)
 
     async def complete(self, lease: Lease, *, now: datetime | None = None) -> None:
         with self._lock:
@@ -446,6 +481,7 @@ class MemoryStore:
         error: str | None,
         trace: str | None = None,
     ) -> None:
+        self._started.discard(job.lease_token or 0)
         history = self._history[job.id]
         for index in range(len(history) - 1, -1, -1):
             if history[index].token == job.lease_token:
@@ -603,18 +639,21 @@ class MemoryStore:
                 key=lambda job: job.id,
             )[: max(0, limit)]
             for job in expired:
-                if job.attempt >= job.max_attempts:
-                    message = "lease expired on the last attempt"
-                    self._finish(job, at, JobState.DEAD, Outcome.LEASE_EXPIRED, message)
+                expiry = self._expiry(job)
+                if expiry.dead:
+                    dead_job = replace(job, crashes=expiry.crashes)
+                    self._finish(dead_job, at, JobState.DEAD, Outcome.LEASE_EXPIRED, expiry.error)
                     dead.append(job.id)
                 else:
-                    self._end_attempt(job, at, Outcome.LEASE_EXPIRED, "lease expired")
+                    self._end_attempt(job, at, Outcome.LEASE_EXPIRED, expiry.error)
                     self._jobs[job.id] = replace(
                         job,
                         state=JobState.PENDING,
                         run_at=at,
+                        attempt=expiry.attempt,
+                        crashes=expiry.crashes,
                         lease_until=None,
-                        last_error="lease expired",
+                        last_error=expiry.error,
                     )
                     requeued.append(job.id)
             if requeued:

@@ -17,7 +17,8 @@ from tests.unit.api.conftest import MakeApp, asgi_client, dead_job, total_jobs
 JOB_FIELDS = {
     "id", "kind", "queue", "state", "priority", "run_at", "attempt", "max_attempts", "tenant",
     "unique_key", "worker", "lease_until", "lease_token", "created_at", "started_at",
-    "finished_at", "last_error", "schedule", "slot_at", "timeout_seconds", "payload",
+    "finished_at", "last_error", "schedule", "slot_at", "timeout_seconds", "crashes",
+    "quarantine", "payload",
 }  # fmt: skip
 
 
@@ -118,6 +119,24 @@ async def test_get_job_has_attempts(api: httpx.AsyncClient, store: MemoryStore) 
     }  # fmt: skip
     assert attempt["worker"] == "w1" and attempt["outcome"] == "failed"
     assert "ValueError: boom" in attempt["traceback"]
+
+
+async def test_a_crash_suspect_shows_why_it_runs_alone(
+    api: httpx.AsyncClient, store: MemoryStore, clock: FakeClock
+) -> None:
+    [result] = await store.enqueue([JobSpec(kind="email")])
+    await store.claim("w1", queues=["default"], limit=1, lease=timedelta(seconds=5))
+    clock.advance(timedelta(seconds=6))  # its worker died: the lease expired
+    await store.rescue()
+    detail = (await api.get(f"/api/jobs/{result.job.id}")).json()
+    listed = (await api.get("/api/jobs")).json()["jobs"][0]
+    for shown in (detail, listed):
+        assert shown["crashes"] == 1
+        assert shown["quarantine"] == (
+            "crash suspect: its worker died once while running it, so its last attempt runs alone"
+        )
+    fresh = (await api.post("/api/jobs", json={"kind": "email"})).json()
+    assert (fresh["crashes"], fresh["quarantine"]) == (0, None)
 
 
 async def test_retry_and_cancel(api: httpx.AsyncClient, store: MemoryStore) -> None:

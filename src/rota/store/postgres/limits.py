@@ -64,11 +64,13 @@ async def claim_limited(
             },
         )
     ).fetchall()
+    alone = {row[0] for row in candidates if row[10]}
     chosen = select(
         (candidate_job(row) for row in candidates),
         limit=limit,
         budget=budget,
         fair=params["fair"],
+        alone=lambda job: job.id in alone,
     )
     if not chosen:
         return []

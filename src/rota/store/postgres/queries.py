@@ -6,11 +6,14 @@ import re
 from functools import cache
 from importlib import resources
 
+from rota.domain import blame
+from rota.domain.job import ALONE_AFTER_CRASHES
+
 #: The columns every statement returning a job selects, in the order ``row_to_job`` reads.
 JOB_COLUMNS = (
     "id, kind, queue, payload, state, priority, run_at, attempt, max_attempts, created_at, "
     "tenant, unique_key, timeout_us, lease_token, lease_until, worker, started_at, "
-    "finished_at, last_error, schedule, slot_at"
+    "finished_at, last_error, schedule, slot_at, crashes"
 )
 
 #: A schedule's columns (alias s) and its last job's state (alias j), in the order
@@ -47,6 +50,47 @@ _WAKE = """
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 
 
+def _literal(text: str) -> str:
+    """``text`` as an SQL string literal (a constant of ours: no quote, no ``%``)."""
+    if "'" in text or "%" in text:
+        raise ValueError(f"not a plain constant: {text!r}")
+    return f"'{text}'"
+
+
+_LAST = "j.attempt >= j.max_attempts"
+_GIVEN_BACK = f"(NOT j.lease_started OR (j.crashes = 0 AND {_LAST}))"
+_CRASHES_AFTER = "(j.crashes + j.lease_started::int)"
+_ATTEMPT_AFTER = f"(j.attempt - CASE WHEN {_GIVEN_BACK} THEN 1 ELSE 0 END)"
+
+
+def _alone(crashes: str, attempt: str) -> str:
+    """rota.domain.job.runs_alone of the row j's next attempt, SQL for its crashes and the
+    attempt before it."""
+    return (
+        f"({crashes} >= {ALONE_AFTER_CRASHES}"
+        f" OR ({crashes} > 0 AND {attempt} + 1 >= j.max_attempts))"
+    )
+
+
+#: rota.domain.blame.expire, for the expired lease of the row aliased j, and which attempts
+#: run alone.
+_EXPIRY = {
+    "{expiry_dead}": f"(j.lease_started AND j.crashes > 0 AND {_LAST})",
+    "{expiry_given_back}": _GIVEN_BACK,
+    "{expiry_crashes}": _CRASHES_AFTER,
+    #: Whether the next attempt runs alone: of a pending row, and after the row's expiry.
+    "{alone_next}": _alone("j.crashes", "j.attempt"),
+    "{alone_after_expiry}": _alone(_CRASHES_AFTER, _ATTEMPT_AFTER),
+    "{expiry_error}": (
+        f"(CASE WHEN NOT j.lease_started THEN {_literal(blame.NOT_STARTED)}"
+        f" WHEN j.crashes = 0 AND {_LAST} THEN {_literal(blame.LAST_SHARED)}"
+        f" WHEN {_LAST} THEN "
+        + _literal(blame.DIED).replace("{crashes}", "' || (j.crashes + 1) || '")
+        + f" ELSE {_literal(blame.LEASE_EXPIRED)} END)"
+    ),
+}
+
+
 @cache
 def queries() -> dict[str, str]:
     """Every named statement of queries.sql, with {job_columns} (and {j.job_columns}, the
@@ -60,6 +104,8 @@ def queries() -> dict[str, str]:
     for name, body in bodies.items():
         for fragment, text_of in fragments.items():
             body = body.replace("{" + fragment + "}", text_of)
+        for placeholder, text_of in _EXPIRY.items():
+            body = body.replace(placeholder, text_of)
         named[name] = (
             body.replace("{job_columns}", JOB_COLUMNS)
             .replace("{j.job_columns}", _QUALIFIED_COLUMNS)

@@ -4,6 +4,9 @@
 -- Every write after a claim is fenced: WHERE state = 'running' AND lease_token = <token>.
 -- {tally} adds the terminal transitions of the CTE "done" to rota_finished_per_minute;
 -- {wake} notifies workers of the jobs "done" made pending (due now or later), on commit.
+-- {expiry_*} spell rota.domain.blame.expire for the expired lease of the row j: whether it
+-- makes the job dead, whether the attempt is given back, the new crash count, the error;
+-- {alone_next} and {alone_after_expiry} whether the row's next attempt runs alone.
 
 -- name: now
 SELECT coalesce(%(now)s::timestamptz, now());
@@ -44,7 +47,8 @@ COPY rota_jobs (id, kind, queue, payload, priority, run_at, max_attempts, tenant
                 created_at) FROM STDIN;
 
 -- name: _candidates
--- The jobs a claim may take, locked, as the CTE "chosen" (ids) over "candidates".
+-- The jobs a claim may take, locked, as the CTE "chosen" (ids, in claim order) over
+-- "candidates".
 -- Groups: a loose index scan over rota_jobs_due finds each (tenant, priority) group with
 -- pending jobs, one probe per group, starting after the tenant this store served last
 -- (phase 1) and wrapping around (phase 2), at most max_groups per queue. Each group is read
@@ -104,10 +108,10 @@ WITH RECURSIVE open_queues AS MATERIALIZED (
                 ELSE %(take)s END AS n
     FROM groups
 ), due AS MATERIALIZED (
-    SELECT c.id, c.priority, c.run_at, g.queue, g.tenant
+    SELECT c.id, c.priority, c.run_at, g.queue, g.tenant, c.alone
     FROM groups g
     CROSS JOIN LATERAL (
-        SELECT j.id, j.priority, j.run_at FROM rota_jobs j
+        SELECT j.id, j.priority, j.run_at, {alone_next} AS alone FROM rota_jobs j
         WHERE j.state = 'pending' AND j.queue = g.queue AND coalesce(j.tenant, '') = g.tenant
           AND j.priority = g.priority
           AND j.run_at <= coalesce(%(now)s::timestamptz, now())
@@ -118,10 +122,11 @@ WITH RECURSIVE open_queues AS MATERIALIZED (
         FOR UPDATE SKIP LOCKED
     ) AS c
 ), expired AS MATERIALIZED (
-    SELECT j.id, j.priority, j.run_at, j.queue, coalesce(j.tenant, '') AS tenant
+    SELECT j.id, j.priority, j.run_at, j.queue, coalesce(j.tenant, '') AS tenant,
+           {alone_after_expiry} AS alone
     FROM rota_jobs j
     WHERE j.state = 'running' AND j.lease_until < coalesce(%(now)s::timestamptz, now())
-      AND j.attempt < j.max_attempts AND j.queue IN (SELECT name FROM open_queues)
+      AND NOT {expiry_dead} AND j.queue IN (SELECT name FROM open_queues)
       AND j.kind <> ALL(%(blocked_kinds)s::text[])
       AND coalesce(j.tenant, '') <> ALL(%(blocked_tenants)s::text[])
     -- Expired leases are few; sorting them in claim order keeps one order for all jobs.
@@ -129,21 +134,29 @@ WITH RECURSIVE open_queues AS MATERIALIZED (
     LIMIT %(take)s
     FOR UPDATE SKIP LOCKED
 ), candidates AS MATERIALIZED (
-    SELECT id, priority, run_at,
+    SELECT id, priority, run_at, alone,
            row_number() OVER (PARTITION BY queue, tenant ORDER BY priority DESC, run_at, id) AS turn
     FROM (SELECT * FROM due UNION ALL SELECT * FROM expired) AS locked
 ), chosen AS MATERIALIZED (
-    SELECT id, turn FROM candidates
-    ORDER BY CASE WHEN %(fair)s THEN turn ELSE 0 END, priority DESC, run_at, id
+    SELECT id, turn, alone,
+           row_number() OVER (ORDER BY CASE WHEN %(fair)s THEN turn ELSE 0 END,
+                                       priority DESC, run_at, id) AS pos
+    FROM candidates
+    ORDER BY pos
     LIMIT %(take)s
 )
 
 -- name: _take
--- Lease the rows of "chosen": attempt + 1, a new fencing token, lease_until from the store
--- clock. Taking over an expired lease ends the silent worker's attempt in the history.
+-- Lease the rows of "batch": attempt + 1, a new fencing token, lease_until from the store
+-- clock. Taking over an expired lease settles it first (blame: its attempt may be given back)
+-- and ends the silent worker's attempt in the history. An attempt that runs alone has not
+-- started yet: its worker says when (begin).
 UPDATE rota_jobs j SET
     state = 'running',
-    attempt = j.attempt + 1,
+    attempt = j.attempt + 1
+        - CASE WHEN j.state = 'running' AND {expiry_given_back} THEN 1 ELSE 0 END,
+    crashes = CASE WHEN j.state = 'running' THEN {expiry_crashes} ELSE j.crashes END,
+    lease_started = NOT CASE WHEN j.state = 'running' THEN {alone_after_expiry} ELSE {alone_next} END,
     lease_token = nextval('rota_lease_token_seq'),
     lease_until = coalesce(%(now)s::timestamptz, now()) + %(lease)s::interval,
     worker = %(worker)s,
@@ -154,18 +167,24 @@ UPDATE rota_jobs j SET
             'attempt', j.attempt, 'token', j.lease_token, 'worker', j.worker,
             'started_us', (extract(epoch FROM j.started_at) * 1000000)::bigint,
             'finished_us', (extract(epoch FROM coalesce(%(now)s::timestamptz, now())) * 1000000)::bigint,
-            'outcome', 'lease_expired', 'error', 'lease expired'))
+            'outcome', 'lease_expired', 'error', {expiry_error}))
         ELSE j.history END,
-    last_error = CASE WHEN j.state = 'running' THEN 'lease expired' ELSE j.last_error END
-FROM chosen
-WHERE j.id = chosen.id
+    last_error = CASE WHEN j.state = 'running' THEN {expiry_error} ELSE j.last_error END
+FROM batch
+WHERE j.id = batch.id
 
 -- name: claim
 -- One statement for a claim when no limit exists. If one does, it claims nothing and returns
 -- a row of NULLs, and the store takes the limited path (claim_candidates in a transaction).
 -- When the walk was cut short, a last row (NULLs but for its tenant) names the last tenant
 -- walked, so the next claim can start beyond it even if this one found nothing due.
-{_candidates}, taken AS (
+{_candidates}, batch AS (
+    -- An attempt that runs alone is claimed alone: first in line, it is the batch; further
+    -- back, the batch ends just before it (rota.domain.flow.select).
+    SELECT id FROM chosen
+    WHERE pos < coalesce((SELECT min(pos) FROM chosen WHERE alone), %(take)s + 1)
+       OR (pos = 1 AND alone)
+), taken AS (
 {_take}
 RETURNING {j.job_columns}
 )
@@ -186,12 +205,12 @@ SELECT {walk_marker_columns} FROM (
 -- among under the limits' budget.
 {_candidates}
 SELECT j.id, j.kind, j.queue, j.tenant, j.priority, j.run_at, j.state, j.attempt,
-       j.max_attempts, j.created_at
+       j.max_attempts, j.created_at, chosen.alone
 FROM chosen JOIN rota_jobs j USING (id)
-ORDER BY chosen.turn, j.priority DESC, j.run_at, j.id;
+ORDER BY chosen.pos;
 
 -- name: claim_ids
-WITH chosen AS (SELECT unnest(%(ids)s::bigint[]) AS id)
+WITH batch AS (SELECT unnest(%(ids)s::bigint[]) AS id)
 {_take}
 RETURNING {j.job_columns};
 
@@ -249,11 +268,22 @@ WHERE state = 'running' AND tenant IS NOT NULL
 GROUP BY tenant ORDER BY tenant;
 
 -- name: heartbeat
--- One statement renews all of a worker's leases; ids missing from the result are lost.
-UPDATE rota_jobs j SET lease_until = coalesce(%(now)s::timestamptz, now()) + %(lease)s::interval
-FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS l(id, token)
-WHERE j.id = l.id AND j.state = 'running' AND j.lease_token = l.token
-RETURNING j.id;
+-- One statement renews all of a worker's leases; ids missing from the result are lost. The
+-- store's clock comes back too: the worker measures its own clock against it.
+WITH renewed AS (
+    UPDATE rota_jobs j
+    SET lease_until = coalesce(%(now)s::timestamptz, now()) + %(lease)s::interval
+    FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS l(id, token)
+    WHERE j.id = l.id AND j.state = 'running' AND j.lease_token = l.token
+    RETURNING j.id
+)
+SELECT coalesce(%(now)s::timestamptz, now()), array(SELECT id FROM renewed);
+
+-- name: begin
+-- A crash suspect's handler starts: from now on an expiry of this lease counts against it.
+UPDATE rota_jobs SET lease_started = true
+WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s
+RETURNING id;
 
 -- name: complete
 -- A whole batch of leases in one statement; every row still checks its own token.
@@ -342,7 +372,8 @@ FROM rota_jobs WHERE id = %(id)s;
 
 -- name: rescue
 -- Lock the expired rows and rewrite them in one statement, each only if it still carries the
--- token observed: a rescue can never overwrite a job that completed or was re-claimed.
+-- token observed: a rescue can never overwrite a job that completed or was re-claimed. Each
+-- is settled by the blame rule: dead, or pending with its attempt counted or given back.
 WITH expired AS MATERIALIZED (
     SELECT id, lease_token FROM rota_jobs
     WHERE state = 'running' AND lease_until < coalesce(%(now)s::timestamptz, now())
@@ -351,21 +382,18 @@ WITH expired AS MATERIALIZED (
     FOR UPDATE SKIP LOCKED
 ), done AS (
 UPDATE rota_jobs j SET
-    state = CASE WHEN j.attempt >= j.max_attempts THEN 'dead' ELSE 'pending' END,
-    run_at = CASE WHEN j.attempt >= j.max_attempts THEN j.run_at
-                  ELSE coalesce(%(now)s::timestamptz, now()) END,
-    finished_at = CASE WHEN j.attempt >= j.max_attempts
-                       THEN coalesce(%(now)s::timestamptz, now()) END,
+    state = CASE WHEN {expiry_dead} THEN 'dead' ELSE 'pending' END,
+    run_at = CASE WHEN {expiry_dead} THEN j.run_at ELSE coalesce(%(now)s::timestamptz, now()) END,
+    finished_at = CASE WHEN {expiry_dead} THEN coalesce(%(now)s::timestamptz, now()) END,
     lease_until = NULL,
-    last_error = CASE WHEN j.attempt >= j.max_attempts
-                      THEN 'lease expired on the last attempt' ELSE 'lease expired' END,
+    attempt = j.attempt - CASE WHEN {expiry_given_back} THEN 1 ELSE 0 END,
+    crashes = {expiry_crashes},
+    last_error = {expiry_error},
     history = coalesce(j.history, '[]'::jsonb) || jsonb_build_array(jsonb_build_object(
         'attempt', j.attempt, 'token', j.lease_token, 'worker', j.worker,
         'started_us', (extract(epoch FROM j.started_at) * 1000000)::bigint,
         'finished_us', (extract(epoch FROM coalesce(%(now)s::timestamptz, now())) * 1000000)::bigint,
-        'outcome', 'lease_expired',
-        'error', CASE WHEN j.attempt >= j.max_attempts
-                      THEN 'lease expired on the last attempt' ELSE 'lease expired' END))
+        'outcome', 'lease_expired', 'error', {expiry_error}))
 FROM expired
 WHERE j.id = expired.id AND j.state = 'running' AND j.lease_token = expired.lease_token
 RETURNING j.id, j.state, j.queue, j.run_at

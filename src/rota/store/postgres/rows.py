@@ -36,12 +36,14 @@ def row_to_job(row: Row) -> Job:
         last_error=row[18],
         schedule=row[19],
         slot_at=row[20],
+        crashes=row[21],
     )
 
 
 def candidate_job(row: Row) -> Job:
-    """A claim candidate with just the fields the budget and the claim order look at."""
-    job_id, kind, queue, tenant, priority, run_at, state, attempt, max_attempts, created = row
+    """A claim candidate with just the fields the budget and the claim order look at (the
+    row's last column, whether it runs alone, is the caller's)."""
+    job_id, kind, queue, tenant, priority, run_at, state, attempt, max_attempts, created = row[:10]
     return Job(
         id=job_id,
         kind=kind,

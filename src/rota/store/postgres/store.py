@@ -51,6 +51,7 @@ from rota.domain.schedule_state import Firing, Schedule
 from rota.store.base import (
     MAX_BULK,
     MAX_PAGE_SIZE,
+    Beat,
     Counts,
     JobFilter,
     LimitInfo,
@@ -349,10 +350,11 @@ class PostgresStore:
 
     async def heartbeat(
         self, leases: Sequence[Lease], *, lease: timedelta, now: datetime | None = None
-    ) -> list[Lease]:
+    ) -> Beat:
         if not leases:
-            return []
-        rows = await self._fetch(
+            [(instant,)] = await self._fetch("now", {"now": self._now(now)})
+            return Beat([], instant)
+        [(instant, renewed)] = await self._fetch(
             "heartbeat",
             {
                 "now": self._now(now),
@@ -361,8 +363,12 @@ class PostgresStore:
                 "tokens": [held.token for held in leases],
             },
         )
-        kept = {row[0] for row in rows}
-        return [held for held in leases if held.job_id not in kept]
+        kept = set(renewed)
+        return Beat([held for held in leases if held.job_id not in kept], instant)
+
+    async def begin(self, lease: Lease, *, now: datetime | None = None) -> None:
+        if not await self._fetch("begin", {"id": lease.job_id, "token": lease.token}):
+            raise LeaseLost(lease.job_id, lease.token)
 
     async def complete(self, lease: Lease, *, now: datetime | None = None) -> None:
         if await self.complete_many([lease], now=now):

@@ -20,8 +20,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from rota.domain import blame
 from rota.domain.flow import Budget, select
-from rota.domain.job import Job, JobState
+from rota.domain.job import ALONE_AFTER_CRASHES, Job, JobState
 from rota.store.sqlite.flow import Usage
 from rota.store.sqlite.rows import EPOCH, chunks, from_us, marks
 
@@ -118,7 +119,8 @@ _WALK_AFTER = _WALK.format(after=" AND tenant > :after", until="")
 _WALK_UNTIL = _WALK.format(after="", until=" AND coalesce(j.tenant, '') <= :after")
 
 # Every candidate row: id, queue, tenant, priority, run_at, kind, and the lease token of a
-# running job whose lease expired (NULL for a pending job).
+# running job whose lease expired (NULL for a pending job); an expired lease's row goes on
+# with attempt, max_attempts, crashes and lease_started, for the blame rule.
 _GROUP_READ = """
 SELECT * FROM (
     SELECT id, queue, tenant, priority, run_at, kind, NULL FROM rota_jobs INDEXED BY rota_jobs_due
@@ -127,18 +129,25 @@ SELECT * FROM (
     ORDER BY run_at, id LIMIT ?
 )"""
 
-# A lease is held through its lease_until instant and expired strictly after it. Without
+# A lease is held through its lease_until instant and expired strictly after it; one whose
+# expiry makes its job dead (rota.domain.blame.expire) is left to the rescuer. Without
 # INDEXED BY, SQLite (having no statistics) prefers the (state, id) index and would walk every
 # running job instead of the expired range of the partial index.
 _EXPIRED_READ = """
-SELECT id, queue, tenant, priority, run_at, kind, lease_token
+SELECT id, queue, tenant, priority, run_at, kind, lease_token,
+       attempt, max_attempts, crashes, lease_started
 FROM rota_jobs INDEXED BY rota_jobs_leases
-WHERE state = 'running' AND lease_until < ? AND attempt < max_attempts
+WHERE state = 'running' AND lease_until < ?
+  AND NOT (lease_started AND crashes > 0 AND attempt >= max_attempts)
   AND queue IN ({queues}){kinds}{tenants}
 ORDER BY priority DESC, run_at, id LIMIT ?
 """
 
 Row = tuple[Any, ...]
+
+#: Whether the attempt a claim gives a row runs alone (rota.domain.job.runs_alone), from the
+#: row's values before the claim (an expired lease taken over is settled first).
+ALONE_NEXT = f"(crashes >= {ALONE_AFTER_CRASHES} OR (crashes > 0 AND attempt + 1 >= max_attempts))"
 
 
 def walk(conn: sqlite3.Connection, queues: Sequence[str], after: str) -> Walk:
@@ -172,6 +181,7 @@ def choose(
     fair: bool,
     usage: Usage | None,
     blocked: Blocked | None = None,
+    alone: frozenset[int] = frozenset(),
 ) -> Choice:
     """Up to ``limit`` due jobs of ``groups`` and expired leases of ``queues``, as
     ``rota.domain.flow.select`` chooses them (under a budget from ``usage``, if any), reading
@@ -184,12 +194,15 @@ def choose(
     take turns, a refused job still takes its tenant's turn, so the jobs a budget refuses
     ahead of another decide when that one comes: groups are then read up to four batches or
     64 jobs, MAX_READ_AHEAD at most (with more refused jobs ahead, a turn may come early).
-    Expired leases, few and of any group, are read that far ahead at once.
+    Expired leases, few and of any group, are read that far ahead at once. The jobs of
+    ``alone`` (pending) and the expired leases whose next attempt runs alone are taken alone
+    (``select``).
     """
     blocked = blocked or Blocked()
     readable = [group for group in groups if blocked.readable(group, fair=fair)]
     ahead = max(limit, min(max(4 * limit, 64), MAX_READ_AHEAD))
     expired = _read_expired(conn, queues, ahead, at_us, blocked, fair=fair)
+    alone = alone | {row[0] for row in expired if _alone_after_expiry(row)}
     tenants = {group.tenant for group in readable} | {row[2] for row in expired}
     turns = fair and len(tenants) > 1
     deepest = ahead if turns else limit
@@ -198,7 +211,7 @@ def choose(
     rows = _read_groups(conn, readable, quota, at_us)
     in_order = len(readable) <= 1 and not expired  # one group's rows come in claim order
     while True:
-        choice = _choose(rows + expired, limit, fair, usage, in_order=in_order)
+        choice = _choose(rows + expired, limit, fair, usage, in_order=in_order, alone=alone)
         if min(asked.values(), default=deepest) >= deepest:
             return choice
         again = [
@@ -217,19 +230,32 @@ def choose(
 
 
 def _choose(
-    candidates: list[Row], limit: int, fair: bool, usage: Usage | None, *, in_order: bool
+    candidates: list[Row],
+    limit: int,
+    fair: bool,
+    usage: Usage | None,
+    *,
+    in_order: bool,
+    alone: frozenset[int],
 ) -> Choice:
     """``select`` over ``candidates``, under a fresh budget from ``usage``."""
-    if usage is None and (not fair or len({row[2] for row in candidates}) <= 1):
-        # Without a budget, in plain claim order or with one tenant, select would take the
-        # first candidates in claim order: the claim of jobs without tenants or limits, spared
-        # building a Job per candidate.
+    lone = any(row[0] in alone for row in candidates)
+    if usage is None and not lone and (not fair or len({row[2] for row in candidates}) <= 1):
+        # Without a budget or a job to take alone, in plain claim order or with one tenant,
+        # select would take the first candidates in claim order: the claim of jobs without
+        # tenants or limits, spared building a Job per candidate.
         ordered = candidates if in_order else sorted(candidates, key=_claim_key)
         taken = ordered[:limit]
         expired = [row[6] for row in taken if row[6] is not None]
         return Choice([row[0] for row in taken], expired, None)
     budget = usage.budget() if usage is not None else None
-    chosen = select([_candidate(row) for row in candidates], limit=limit, budget=budget, fair=fair)
+    chosen = select(
+        [_candidate(row) for row in candidates],
+        limit=limit,
+        budget=budget,
+        fair=fair,
+        alone=lambda job: job.id in alone,
+    )
     expired = [job.lease_token for job in chosen if job.lease_token is not None]
     return Choice([job.id for job in chosen], expired, budget)
 
@@ -319,8 +345,8 @@ def _read_expired(
     *,
     fair: bool,
 ) -> list[Row]:
-    """Up to ``limit`` running jobs of ``queues`` whose lease expired with attempts left, in
-    claim order, as ``blocked`` leaves them to consider."""
+    """Up to ``limit`` running jobs of ``queues`` whose lease expired and can be taken over,
+    in claim order, as ``blocked`` leaves them to consider."""
     kinds = [] if fair else sorted(blocked.kinds)
     tenants = sorted(blocked.tenants)
     sql = _EXPIRED_READ.format(
@@ -332,13 +358,36 @@ def _read_expired(
     return rows
 
 
+_ALONE = f"""
+SELECT id FROM rota_jobs INDEXED BY rota_jobs_suspects
+WHERE state = 'pending' AND crashes > 0 AND queue IN ({{queues}}) AND {ALONE_NEXT}
+"""
+
+
+def alone(conn: sqlite3.Connection, queues: Sequence[str]) -> frozenset[int]:
+    """The ids of the pending jobs of ``queues`` whose next attempt runs alone: crash suspects
+    only, so a probe of a small index."""
+    if not queues:
+        return frozenset()
+    sql = _ALONE.format(queues=marks(len(queues)))
+    return frozenset(job_id for (job_id,) in conn.execute(sql, list(queues)))
+
+
+def _alone_after_expiry(row: Row) -> bool:
+    attempt, max_attempts, crashes, started = row[7:11]
+    expiry = blame.expire(
+        attempt=attempt, max_attempts=max_attempts, crashes=crashes, started=bool(started)
+    )
+    return blame.alone_after(expiry, max_attempts)
+
+
 def _not_in(column: str, values: Sequence[str]) -> str:
     return f" AND {column} NOT IN ({marks(len(values))})" if values else ""
 
 
 def _candidate(row: Row) -> Job:
     """A claim candidate with just the fields the budget and the claim order look at."""
-    job_id, queue, tenant, priority, run_at, kind, lease_token = row
+    job_id, queue, tenant, priority, run_at, kind, lease_token = row[:7]
     return Job(
         id=job_id,
         kind=kind,

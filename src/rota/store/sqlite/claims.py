@@ -14,7 +14,9 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
+from rota.domain import blame
 from rota.domain.errors import LeaseLost
 from rota.domain.flow import LimitScope
 from rota.domain.job import (
@@ -26,7 +28,7 @@ from rota.domain.job import (
     truncate,
 )
 from rota.domain.lease import Lease
-from rota.store.base import RescueResult
+from rota.store.base import Beat, RescueResult
 from rota.store.sqlite import candidates, flow
 from rota.store.sqlite.rows import (
     JOB_COLUMNS,
@@ -39,9 +41,6 @@ from rota.store.sqlite.rows import (
     to_us,
 )
 
-LEASE_EXPIRED = "lease expired"
-LAST_ATTEMPT_EXPIRED = "lease expired on the last attempt"
-
 _ADVANCE_TOKEN = (
     "UPDATE rota_meta SET value = value + ? WHERE name = 'fencing_token' RETURNING value"
 )
@@ -50,7 +49,7 @@ _TAKE = f"""
 WITH taken (taken_id, taken_token) AS (VALUES {{pairs}})
 UPDATE rota_jobs
 SET state = 'running', attempt = attempt + 1, lease_token = taken_token, lease_until = ?,
-    worker = ?, started_at = ?, finished_at = NULL
+    worker = ?, started_at = ?, finished_at = NULL, lease_started = NOT {candidates.ALONE_NEXT}
 FROM taken WHERE id = taken_id
 RETURNING {JOB_COLUMNS}
 """
@@ -111,6 +110,7 @@ def claim(
         fair=fair,
         usage=usage,
         blocked=blocked,
+        alone=candidates.alone(conn, wanted),
     )
     jobs = _take(conn, worker, choice, lease, at)
     if usage is not None and choice.budget is not None and choice.budget.started:
@@ -139,7 +139,9 @@ def _take(
     (last,) = conn.execute(_ADVANCE_TOKEN, (len(choice.ids),)).fetchone()
     first = last - len(choice.ids) + 1
     at_us = to_us(at)
-    end_attempts(conn, choice.expired_tokens, at_us, Outcome.LEASE_EXPIRED, LEASE_EXPIRED)
+    # Taking over an expired lease first settles it as the rescuer would (minus the state).
+    if choice.expired_tokens:
+        _expire(conn, _expired_rows(conn, choice.ids), at_us, settle=False)
     taken = [(job_id, first + index) for index, job_id in enumerate(choice.ids)]
     lease_until_us = to_us(at + lease)
     jobs: list[Job] = []
@@ -157,10 +159,16 @@ def _take(
 
 def heartbeat(
     conn: sqlite3.Connection, leases: Sequence[Lease], lease: timedelta, at: datetime
-) -> list[Lease]:
-    """Extend every held lease to at + lease; return the lost ones, in the order given."""
+) -> Beat:
+    """Extend every held lease to at + lease; the lost ones, in the order given, and ``at``."""
     held = _fenced(conn, "lease_until = ?", [to_us(at + lease)], _pairs(leases))
-    return [item for item in leases if (item.job_id, item.token) not in held]
+    return Beat([item for item in leases if (item.job_id, item.token) not in held], at)
+
+
+def begin(conn: sqlite3.Connection, lease: Lease) -> None:
+    """Record that the lease's handler starts (see ``Store.begin``). Fenced."""
+    if not _fenced(conn, "lease_started = 1", [], _pairs([lease])):
+        raise LeaseLost(lease.job_id, lease.token)
 
 
 def complete(conn: sqlite3.Connection, leases: Sequence[Lease], at: datetime) -> list[Lease]:
@@ -237,44 +245,79 @@ def give_back(
 
 
 _EXPIRED = """
-SELECT id, lease_token, attempt >= max_attempts FROM rota_jobs INDEXED BY rota_jobs_leases
+SELECT id, lease_token, attempt, max_attempts, crashes, lease_started
+FROM rota_jobs INDEXED BY rota_jobs_leases
 WHERE state = 'running' AND lease_until < ?
 ORDER BY id LIMIT ?
+"""
+# NOT INDEXED: by rowid, as every statement reaching a job by its id (the (state, id) index
+# would serve too, at the cost of a second lookup).
+_EXPIRED_BY_ID = """
+SELECT id, lease_token, attempt, max_attempts, crashes, lease_started FROM rota_jobs NOT INDEXED
+WHERE id IN ({ids}) AND state = 'running'
+"""
+# Fenced by the token observed, like every write after a claim: a rescue can never overwrite
+# a job that completed or was re-claimed since. :settle is 0 for a claim taking the lease
+# over, which then leases the row itself (so its state and run_at stay for the take).
+_EXPIRE = """
+UPDATE rota_jobs NOT INDEXED SET
+    state = CASE WHEN NOT :settle THEN state WHEN :dead THEN 'dead' ELSE 'pending' END,
+    run_at = CASE WHEN :settle AND NOT :dead THEN :now ELSE run_at END,
+    finished_at = CASE WHEN :settle AND :dead THEN :now ELSE finished_at END,
+    lease_until = CASE WHEN :settle THEN NULL ELSE lease_until END,
+    attempt = :attempt, crashes = :crashes, last_error = :error
+WHERE id = :id AND state = 'running' AND lease_token = :token
 """
 
 
 def rescue(conn: sqlite3.Connection, limit: int, at: datetime) -> RescueResult:
-    """Expired leases: dead on their last attempt, otherwise pending and due at ``at``."""
+    """Expired leases, by ``rota.domain.blame.expire``: dead, or pending and due at ``at``."""
     if limit <= 0:
         return RescueResult()
-    at_us = to_us(at)
-    expired = conn.execute(_EXPIRED, (at_us, clamp(limit))).fetchall()
-    last = [(job_id, token) for job_id, token, is_last in expired if is_last]
-    more = [(job_id, token) for job_id, token, is_last in expired if not is_last]
-    # Fenced by the token observed above, like every write after a claim: a rescue can never
-    # overwrite a job that completed or was re-claimed in between.
-    dead = _fenced(
-        conn,
-        "state = 'dead', lease_until = NULL, finished_at = ?, last_error = ?",
-        [at_us, LAST_ATTEMPT_EXPIRED],
-        last,
-    )
-    end_attempts(
-        conn, [token for _, token in dead], at_us, Outcome.LEASE_EXPIRED, LAST_ATTEMPT_EXPIRED
-    )
-    requeued = _fenced(
-        conn,
-        "state = 'pending', run_at = ?, lease_until = NULL, last_error = ?",
-        [at_us, LEASE_EXPIRED],
-        more,
-    )
-    end_attempts(
-        conn, [token for _, token in requeued], at_us, Outcome.LEASE_EXPIRED, LEASE_EXPIRED
-    )
+    expired = conn.execute(_EXPIRED, (to_us(at), clamp(limit))).fetchall()
+    settled = _expire(conn, expired, to_us(at), settle=True)
     return RescueResult(
-        dead=sorted(job_id for job_id, _ in dead),
-        requeued=sorted(job_id for job_id, _ in requeued),
+        dead=sorted(job_id for job_id, expiry in settled if expiry.dead),
+        requeued=sorted(job_id for job_id, expiry in settled if not expiry.dead),
     )
+
+
+def _expired_rows(conn: sqlite3.Connection, ids: Sequence[int]) -> list[Any]:
+    """The expired leases among the jobs ``ids`` a claim chose (still running: read in the
+    claim's own transaction), as ``_expire`` takes them."""
+    rows: list[Any] = []
+    for part in chunks(ids):
+        rows += conn.execute(_EXPIRED_BY_ID.format(ids=marks(len(part))), part).fetchall()
+    return rows
+
+
+def _expire(
+    conn: sqlite3.Connection, rows: Sequence[Any], at_us: int, *, settle: bool
+) -> list[tuple[int, blame.Expiry]]:
+    """Apply the blame rule to expired leases, given as (id, token, attempt, max_attempts,
+    crashes, lease_started) rows read in this transaction; close their attempts."""
+    settled: list[tuple[int, blame.Expiry]] = []
+    for job_id, token, attempt, max_attempts, crashes, started in rows:
+        expiry = blame.expire(
+            attempt=attempt, max_attempts=max_attempts, crashes=crashes, started=bool(started)
+        )
+        changed = conn.execute(
+            _EXPIRE,
+            {
+                "settle": settle,
+                "dead": expiry.dead,
+                "now": at_us,
+                "attempt": expiry.attempt,
+                "crashes": expiry.crashes,
+                "error": expiry.error,
+                "id": job_id,
+                "token": token,
+            },
+        ).rowcount
+        if changed:
+            end_attempts(conn, [token], at_us, Outcome.LEASE_EXPIRED, expiry.error)
+            settled.append((job_id, expiry))
+    return settled
 
 
 def _fenced(

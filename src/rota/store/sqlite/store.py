@@ -25,6 +25,7 @@ from rota.domain.schedule import ScheduleSpec
 from rota.domain.schedule_state import Firing, Schedule
 from rota.store.base import (
     MAX_BULK,
+    Beat,
     Counts,
     JobFilter,
     LimitInfo,
@@ -210,11 +211,14 @@ class SqliteStore:
 
     async def heartbeat(
         self, leases: Sequence[Lease], *, lease: timedelta, now: datetime | None = None
-    ) -> list[Lease]:
+    ) -> Beat:
         held = list(leases)
         if not held:
-            return []
+            return Beat([], self._at(now))
         return await self._db.write(lambda conn: claims.heartbeat(conn, held, lease, self._at(now)))
+
+    async def begin(self, lease: Lease, *, now: datetime | None = None) -> None:
+        await self._db.write(lambda conn: claims.begin(conn, lease))
 
     async def complete(self, lease: Lease, *, now: datetime | None = None) -> None:
         lost = await self._db.write(lambda conn: claims.complete(conn, [lease], self._at(now)))

@@ -1,0 +1,162 @@
+"""The store's clock as one worker sees it: where it stands and how fast it runs against the
+worker's own monotonic clock.
+
+Leases and due times are decided by the store's clock; a worker can only wait on its own.
+Each claim and heartbeat answer carries the store's ``now``: paired with the local monotonic
+instants at which the request was sent and its answer came, it is a reading. From readings the
+worker knows the store's now at any local instant (so a due time becomes a local timer without
+the local wall clock), and the rate of the store's clock per local second. A local clock that
+runs slow (a VM starved of ticks, libfaketime ``x0.2``) would otherwise send heartbeats late
+and keep running handlers whose leases the store already gave away; one that runs fast would
+fence itself out early. When the rate strays from 1 by more than the tolerance, local waits
+for lease deadlines and heartbeats are scaled to it.
+
+The measured rate is the median of slopes between readings at least ``min_baseline_s`` store
+seconds apart, each slope kept only when the requests' round trips make it precise to half the
+tolerance, so a step of the store's clock (or one slow answer) moves it little. Local waits
+follow the larger of it and the latest slope: a local clock that has just slowed down is
+followed at the next heartbeat, not once it is the median (erring that way only shortens
+waits: heartbeats come sooner, a deadline passes earlier).
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+from collections import deque
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from rota.domain.clock import Clock
+from rota.observability.metrics import Metrics
+
+log = logging.getLogger("rota.worker")
+
+#: How far the rate may stray from 1 before local waits follow the store's clock.
+DEFAULT_TOLERANCE = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """The store's clock read once: ``store`` fell between the local instants ``sent`` and
+    ``received`` (monotonic seconds)."""
+
+    sent: float
+    received: float
+    store: datetime
+
+    @property
+    def local(self) -> float:
+        return (self.sent + self.received) / 2
+
+    @property
+    def round_trip(self) -> float:
+        return max(0.0, self.received - self.sent)
+
+
+class StoreClock:
+    """Readings of the store's clock and what follows from them; see the module docstring."""
+
+    def __init__(
+        self,
+        clock: Clock,
+        *,
+        metrics: Metrics | None = None,
+        tolerance: float = DEFAULT_TOLERANCE,
+        min_baseline_s: float = 1.0,
+        keep: int = 32,
+    ) -> None:
+        self._clock = clock
+        self._metrics = metrics
+        self._tolerance = tolerance
+        self._min_baseline_s = min_baseline_s
+        self._readings: deque[Reading] = deque(maxlen=keep)
+        self._latest: Reading | None = None
+        self._measured: float | None = None
+        self._rate = 1.0
+        self._warned = False
+
+    @property
+    def measured(self) -> float | None:
+        """The store's seconds per local second, once readings far enough apart exist."""
+        return self._measured
+
+    @property
+    def rate(self) -> float:
+        """The rate local waits follow: the larger of the measured rate and the latest slope
+        when it strays from 1 by more than the tolerance, else exactly 1."""
+        return self._rate
+
+    def observe(
+        self, sent: float, received: float, store_now: datetime, *, for_rate: bool = True
+    ) -> None:
+        """Add a reading: ``store_now`` came in answer to a request sent at local ``sent``.
+        Readings at a steady cadence (heartbeats) measure the rate; any reading (a claim's
+        too) says where the store's clock stands."""
+        reading = Reading(sent, received, store_now)
+        self._latest = reading
+        if not for_rate:
+            return
+        self._readings.append(reading)
+        slopes = self._slopes()
+        if not slopes:
+            return
+        measured = self._measured = statistics.median(slopes)
+        if self._metrics is not None:
+            self._metrics.clock_rate.set(measured)
+        followed = max(measured, slopes[-1])
+        self._rate = followed if abs(followed - 1.0) > self._tolerance else 1.0
+        if abs(measured - 1.0) > self._tolerance and not self._warned:
+            self._warned = True
+            log.warning(
+                "this worker's monotonic clock runs at %.2gx the store's (the store's clock "
+                "moves %.3g s per local second): lease deadlines and heartbeats now follow the "
+                "store's clock; check the host's time keeping",
+                1 / measured,
+                measured,
+            )
+
+    def local_s(self, store_s: float) -> float:
+        """The local seconds that ``store_s`` seconds of the store's clock take."""
+        return store_s / self._rate
+
+    def now(self) -> datetime | None:
+        """The store's now, extrapolated from the latest reading; None before any reading."""
+        last = self._latest
+        if last is None:
+            return None
+        elapsed = (self._clock.monotonic() - last.local) * self._rate
+        return last.store + timedelta(seconds=elapsed)
+
+    def delay_s(self, due_at: datetime) -> float | None:
+        """Local seconds until the store's clock reaches ``due_at``; None before any reading."""
+        now = self.now()
+        if now is None:
+            return None
+        return self.local_s((due_at - now).total_seconds())
+
+    def _slopes(self) -> list[float]:
+        """Rates between readings far and precise enough apart, oldest first."""
+        readings = list(self._readings)
+        slopes: list[float] = []
+        later = 0
+        for index, old in enumerate(readings):
+            later = max(later, index + 1)
+            while later < len(readings) and self._baseline(old, readings[later]) < (
+                self._min_baseline_s
+            ):
+                later += 1
+            if later >= len(readings):
+                break
+            new = readings[later]
+            local = new.local - old.local
+            if local <= 0:
+                continue
+            if (old.round_trip + new.round_trip) / 2 / local > self._tolerance / 2:
+                continue  # too imprecise to tell a stray rate from a slow answer
+            slopes.append(self._baseline(old, new) / local)
+        return slopes
+
+    @staticmethod
+    def _baseline(old: Reading, new: Reading) -> float:
+        return (new.store - old.store).total_seconds()
