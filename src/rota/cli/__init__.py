@@ -2,8 +2,10 @@
 
 The group and the shared plumbing live here; each family of commands has its own module.
 
-Data goes to stdout, logs and progress to stderr. Bad input prints one line and exits 2; an
-unreachable store exits 1; no traceback reaches the user unless ROTA_DEBUG is set.
+Data goes to stdout, logs and progress to stderr. Bad input, and a database that cannot be
+connected to (its cause in one line: refused, unknown database or role, authentication, SSL),
+print one line and exit 2; a store that fails otherwise exits 1; no traceback reaches the user
+unless ROTA_DEBUG is set.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import click
 
 from rota.config import DEFAULT_DATABASE_URL
 from rota.domain.errors import (
+    ConnectionFailed,
     InvalidInput,
     MigrationsPending,
     NotFound,
@@ -42,6 +45,15 @@ def database_option(default: str | None = DEFAULT_DATABASE_URL) -> Callable[[F],
         help="memory://, sqlite:///path.db or postgresql://... (prefer the environment "
         "variable for URLs with a password: command lines are visible to other users).",
     )
+
+
+def listen_option(func: F) -> F:
+    return click.option(
+        "--listen-database-url",
+        envvar="ROTA_LISTEN_DATABASE_URL",
+        help="A direct postgresql:// connection for LISTEN when --database-url goes through "
+        "a transaction pooler such as PgBouncer (without it, workers there poll).",
+    )(func)
 
 
 def json_option(func: F) -> F:
@@ -123,7 +135,7 @@ def main() -> None:
     except click.ClickException as error:
         error.show()
         sys.exit(error.exit_code)
-    except (InvalidInput, NotFound, StateConflict) as error:
+    except (InvalidInput, NotFound, StateConflict, ConnectionFailed) as error:
         click.echo(f"error: {error}", err=True)
         sys.exit(2)
     except (StoreUnavailable, MigrationsPending, RotaError) as error:

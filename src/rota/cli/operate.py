@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from rota.cli import cli, database_option, run, split
+from rota.cli import cli, database_option, listen_option, run, split
 from rota.config import load_app, parse_retention
 from rota.domain.errors import MigrationsPending
 
@@ -26,6 +26,7 @@ from rota.domain.errors import MigrationsPending
     help="Your rota.App, e.g. myproject.jobs:app.",
 )
 @database_option(default=None)
+@listen_option
 @click.option(
     "--concurrency",
     envvar="ROTA_CONCURRENCY",
@@ -89,6 +90,7 @@ from rota.domain.errors import MigrationsPending
 def worker(
     app_ref: str,
     database_url: str | None,
+    listen_database_url: str | None,
     concurrency: int,
     queues: str | None,
     name: str | None,
@@ -107,6 +109,8 @@ def worker(
     app = load_app(app_ref)
     if database_url:
         app.with_database(database_url)
+    if listen_database_url:
+        app.listen_database_url = listen_database_url
     options: dict[str, Any] = {
         "name": name,
         "queues": split(queues),
