@@ -183,15 +183,23 @@ def check(database_url: str, app_ref: str | None) -> None:
         app = load_app(app_ref)
         click.echo(f"app {app_ref}: kinds {', '.join(app.registry.kinds()) or '(none)'}")
 
-    async def go() -> tuple[datetime, list[str]]:
+    async def go() -> tuple[datetime, list[str], bool | None]:
         store = open_store(database_url)
         try:
-            return await store.now(), await store.pending_migrations()
+            now, pending = await store.now(), await store.pending_migrations()
+            return now, pending, getattr(store, "behind_pooler", None)
         finally:
             await store.close()
 
-    now, pending = run(go())
+    now, pending, pooled = run(go())
     click.echo(f"database {redact_url(database_url)}: reachable, clock {now.isoformat()}")
+    if pooled is not None:
+        click.echo(
+            "connection: through a transaction pooler (no prepared statements; LISTEN only "
+            "with --listen-database-url)"
+            if pooled
+            else "connection: direct (or session pooling)"
+        )
     if pending:
         raise MigrationsPending(f"migrations pending: {', '.join(pending)} (run `rota migrate`)")
     click.echo("schema: up to date")
