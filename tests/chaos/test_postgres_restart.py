@@ -31,6 +31,7 @@ from rota.store import JobFilter, Store, open_store
 from tests.chaos.conftest import CHAOS_OPTIONS, MARGIN_S
 from tests.support.chaosfleet import ChaosFleet, all_terminal
 from tests.support.history import START, check_store, read_events
+from tests.support.pgbouncer import SERVER_LOGIN_RETRY_S, PgBouncer
 from tests.support.postgres import Cluster
 from tests.support.processes import eventually
 
@@ -280,7 +281,49 @@ async def test_claims_resume_within_the_reconnect_cap_of_the_server_accepting_co
     server's own "ready to accept connections" to each worker's first job start is measured;
     it must be within the reconnect cap, plus MARGIN_S of slack for a loaded machine. Workers
     poll every 60 s, so only their reconnects can bring them back this soon."""
-    fleet, store = cluster_fleet, cluster_store
+    delays = await _outage_and_first_starts(cluster, cluster_store, cluster_fleet, shape)
+    for name, delay in delays.items():
+        assert delay <= RECONNECT_BOUND_S + MARGIN_S, f"{name} claimed again {delay:.2f}s late"
+    for worker in cluster_fleet.workers:
+        # The pool's connections came back through the capped dialer, not the pool's own
+        # doubling backoff.
+        assert "PostgreSQL: connected again" in worker.stderr(), worker.name
+
+
+@pytest.mark.timeout(180)
+async def test_claims_resume_promptly_through_pgbouncer_after_a_restart(
+    cluster: Cluster, cluster_url: str, cluster_store: Store, tmp_path: Path
+) -> None:
+    """TESTPLAN T24 with T18: the same outage with the workers behind PgBouncer (transaction
+    pooling) in front of the throwaway cluster, LISTEN direct. PgBouncer reconnects to the
+    server itself, after its ``server_login_retry``, which the bound then includes."""
+    bouncer = PgBouncer.start(cluster.url)
+    fleet = ChaosFleet(
+        bouncer.route(cluster_url),
+        cluster_store,
+        tmp_path,
+        OPTIONS,
+        effects=cluster_url,
+        listen_database_url=cluster_url,
+    )
+    try:
+        delays = await _outage_and_first_starts(cluster, cluster_store, fleet, "fast")
+    finally:
+        fleet.close()
+        print(fleet.logs(tail=40))
+        bouncer.stop()
+    bound = RECONNECT_BOUND_S + SERVER_LOGIN_RETRY_S + MARGIN_S
+    for name, delay in delays.items():
+        assert delay <= bound, f"{name} claimed again {delay:.2f}s late"
+    assert "prepared statement" not in fleet.logs()
+
+
+async def _outage_and_first_starts(
+    cluster: Cluster, store: Store, fleet: ChaosFleet, shape: str
+) -> dict[str, float]:
+    """Stop the cluster (``shape``: a pg_ctl stop mode, or "kill") with work falling due,
+    keep it down OUTAGE_S, start it; return each worker's delay from the server's "ready to
+    accept connections" to its first job start, once every job is done."""
     workers = [fleet.start(f"w{index}") for index in range(2)]
     for worker in workers:
         await fleet.wait_ready(worker)
@@ -313,13 +356,13 @@ async def test_claims_resume_within_the_reconnect_cap_of_the_server_accepting_co
     )
     delays = {name: round(at - ready, 3) for name, at in first_starts().items()}
     print(f"{shape}: first job start after PostgreSQL was ready, per worker: {delays}s")
-    for name, delay in delays.items():
-        assert delay <= RECONNECT_BOUND_S + MARGIN_S, f"{name} claimed again {delay:.2f}s late"
     for worker in workers:
-        # The pool's connections came back through the capped dialer, without a restart.
-        assert "PostgreSQL: connected again" in worker.stderr(), worker.name
+        # The listener came back through the capped dialer (and, when connected directly,
+        # the pool's connections too), without a restart of the worker.
+        assert "listener: connected again" in worker.stderr(), worker.name
         assert worker.alive
     await all_terminal(store, len(jobs), within_s=60)
+    return delays
 
 
 def _start(cluster: Cluster) -> bool:
