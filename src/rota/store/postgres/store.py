@@ -14,14 +14,12 @@ import logging
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 import psycopg
 from psycopg import sql
 
 from rota.domain.clock import Clock, utc
 from rota.domain.errors import (
-    InvalidInput,
     JobNotFound,
     LeaseLost,
     ScheduleNotFound,
@@ -46,7 +44,6 @@ from rota.domain.job import (
     truncate,
 )
 from rota.domain.lease import Lease
-from rota.domain.retry import RECONNECT_BACKOFF
 from rota.domain.schedule import ScheduleSpec
 from rota.domain.schedule_state import Firing, Schedule
 from rota.store.base import (
@@ -65,7 +62,7 @@ from rota.store.base import (
     encode_cursor,
 )
 from rota.store.postgres import schedules
-from rota.store.postgres.connect import POOLER_MODES, Connections
+from rota.store.postgres.connect import Connections, url_settings
 from rota.store.postgres.enqueue import (
     COPY_THRESHOLD,
     Flow,
@@ -90,8 +87,6 @@ log = logging.getLogger("rota.store.postgres")
 MAX_CLAIM_GROUPS = 64
 #: Above this many rows, counts() samples terminal states instead of counting every row.
 EXACT_COUNT_LIMIT = 200_000
-_OUR_PARAMS = {"pool_min", "pool_max", "prepare", "pooler"}
-_FALSE = ("0", "false", "no", "off")
 _MIGRATION_LOCK = 0x726F7461  # "rota": the advisory lock that serialises migrators
 
 
@@ -116,8 +111,6 @@ class PostgresStore:
         pooler: str = "auto",
         listen_conninfo: str | None = None,
     ) -> None:
-        if pooler not in POOLER_MODES:
-            raise InvalidInput(f"pooler must be one of {', '.join(POOLER_MODES)}")
         self._clock = clock
         self._connections = Connections(
             conninfo,
@@ -141,29 +134,15 @@ class PostgresStore:
         the backend keys it hands out; ``transaction`` says there is one; ``none`` says there
         is none (a direct connection, or session pooling). ``listen_url`` is a direct
         connection for LISTEN, for use behind a transaction pooler."""
-        conninfo, ours = _split_url(url)
-        try:
-            pool_min = int(ours.get("pool_min", "1"))
-            pool_max = int(ours.get("pool_max", "10"))
-        except ValueError:
-            raise InvalidInput("pool_min and pool_max must be integers") from None
-        if not 0 <= pool_min <= pool_max or pool_max < 1:
-            raise InvalidInput("need 0 <= pool_min <= pool_max and pool_max >= 1")
-        prepare = ours["prepare"].lower() not in _FALSE if "prepare" in ours else None
-        pooler = ours.get("pooler", "auto").lower()
-        listen_conninfo = None
-        if listen_url is not None:
-            if urlsplit(listen_url).scheme.lower() not in ("postgresql", "postgres"):
-                raise InvalidInput("the listen database URL must be a postgresql:// URL")
-            listen_conninfo, _ = _split_url(listen_url)
+        settings = url_settings(url, listen_url=listen_url)
         return cls(
-            conninfo,
+            settings.conninfo,
             clock=clock,
-            pool_min=pool_min,
-            pool_max=pool_max,
-            prepare=prepare,
-            pooler=pooler,
-            listen_conninfo=listen_conninfo,
+            pool_min=settings.pool_min,
+            pool_max=settings.pool_max,
+            prepare=settings.prepare,
+            pooler=settings.pooler,
+            listen_conninfo=settings.listen_conninfo,
         )
 
     # ------------------------------------------------------------------ plumbing
@@ -798,7 +777,8 @@ class PostgresStore:
         """LISTEN for new jobs (and schedule changes) on a dedicated connection until
         cancelled (see listen). Behind a transaction pooler with no listen URL nothing can
         be heard: this waits to be cancelled, and workers find jobs by polling."""
-        await self._open_for_watching()
+        await self._connections.open_patiently()
+        await self._ensure_open()
         target = self._connections.listen_conninfo
         if target is None:
             log.info(
@@ -810,28 +790,3 @@ class PostgresStore:
             await asyncio.Event().wait()
             return
         await listen(target, on_due, on_schedules=on_schedules, check_every_s=check_every_s)
-
-    async def _open_for_watching(self) -> None:
-        """Open the store, however long the database takes to answer: a watcher that gave
-        up would leave its worker deaf for good."""
-        failures = 0
-        while True:
-            try:
-                await self._ensure_open()
-                return
-            except StoreUnavailable as error:
-                failures += 1
-                log.debug("watching waits for the store: %s", error)
-                await asyncio.sleep(RECONNECT_BACKOFF.delay(failures).total_seconds())
-
-
-def _split_url(url: str) -> tuple[str, dict[str, str]]:
-    """(libpq conninfo, our own options) of a ``postgresql://`` URL."""
-    parts = urlsplit(url)
-    ours: dict[str, str] = {}
-    theirs: list[tuple[str, str]] = []
-    for key, value in parse_qsl(parts.query, keep_blank_values=True):
-        (ours.__setitem__(key, value) if key in _OUR_PARAMS else theirs.append((key, value)))
-    # quote, not quote_plus: libpq reads "+" literally, so a space must travel as %20.
-    query = urlencode(theirs, quote_via=quote)
-    return parts._replace(scheme="postgresql", query=query).geturl(), ours
