@@ -54,8 +54,6 @@ class Dialer:
         self.conninfo = conninfo
         self.kwargs = kwargs
         self.what = what
-        #: Connection attempts made so far (tests count them; logs number them).
-        self.attempts = 0
         #: The failure of the outage in progress; None while connections succeed.
         self.last_failure: ConnectionFailed | None = None
         self._closed = asyncio.Event()
@@ -90,7 +88,6 @@ class Dialer:
         while True:
             if self._closed.is_set():
                 raise StoreUnavailable(f"{self.what}: closed while connecting")
-            self.attempts += 1
             try:
                 conn = await attempt()
             except (psycopg.Error, OSError) as error:
