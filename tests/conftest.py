@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from rota.testing import FakeClock
+from tests.support.pgbouncer import PgBouncer, pgbouncer_bin
 from tests.support.postgres import ENABLE_HINT, Server
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -46,3 +47,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if IN_CI and report.skipped and item.get_closest_marker("postgres") is not None:
         report.outcome = "failed"
         report.longrepr = f"PostgreSQL test skipped under CI=true: {report.longrepr}"
+
+
+@pytest.fixture(scope="session")
+def pgbouncer(pg_server: Server) -> Iterator[PgBouncer]:
+    """Debian's PgBouncer in transaction pooling mode in front of the test server; skips (fails
+    in CI) without it."""
+    if pgbouncer_bin() is None:
+        message = "pgbouncer is not installed (apt-get install pgbouncer)"
+        if IN_CI:
+            pytest.fail(f"CI=true but {message}")
+        pytest.skip(message)
+    bouncer = PgBouncer.start(pg_server.url)
+    yield bouncer
+    bouncer.stop()

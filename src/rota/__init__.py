@@ -7,6 +7,7 @@ leases and heartbeats, are fenced out by a token when stale, and retry failures 
 from rota.app import App
 from rota.client import QueueStatus
 from rota.domain.errors import (
+    ConnectionFailed,
     InvalidInput,
     InvalidJob,
     InvalidSchedule,
@@ -36,6 +37,7 @@ __version__ = "0.1.0"
 __all__ = [
     "App",
     "Attempt",
+    "ConnectionFailed",
     "EnqueueResult",
     "InvalidInput",
     "InvalidJob",

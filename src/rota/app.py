@@ -61,7 +61,9 @@ class App:
 
     The store opens on first use. Schema migrations are applied automatically for memory and
     SQLite; on PostgreSQL run ``rota migrate`` (or pass ``auto_migrate=True``), and the App
-    refuses to start on an outdated schema with MigrationsPending.
+    refuses to start on an outdated schema with MigrationsPending. A database that cannot be
+    connected to raises ConnectionFailed, saying why. Behind a transaction pooler such as
+    PgBouncer, give ``listen_database_url`` a direct connection for LISTEN (else workers poll).
     """
 
     def __init__(
@@ -72,6 +74,7 @@ class App:
         clock: Clock | None = None,
         auto_migrate: bool | None = None,
         metrics: Metrics | None = None,
+        listen_database_url: str | None = None,
     ) -> None:
         if database_url is None and store is None:
             raise InvalidInput("give App a database URL (e.g. sqlite:///rota.db) or a store")
@@ -83,6 +86,9 @@ class App:
         #: A store the App opened from its URL is the App's to forget on close.
         self._owns_store = store is None
         self.auto_migrate = auto_migrate
+        #: A direct PostgreSQL connection for LISTEN, when database_url goes through a
+        #: transaction pooler (set before the App opens).
+        self.listen_database_url = listen_database_url
         self._open_lock: asyncio.Lock | None = None
         self._client: Client | None = None
         self._bridge: _SyncBridge | None = None
@@ -268,7 +274,11 @@ class App:
             self._open_lock = asyncio.Lock()
         async with self._open_lock:
             if self._store is None:
-                self._store = open_store(self.database_url, clock=self._clock)
+                self._store = open_store(
+                    self.database_url,
+                    clock=self._clock,
+                    listen_database_url=self.listen_database_url,
+                )
             auto = self.auto_migrate
             if auto is None:
                 auto = self.scheme in ("memory", "sqlite")

@@ -15,6 +15,7 @@ from rota.store import Store, open_store
 from tests.support.chaosfleet import ChaosFleet
 from tests.support.migrate import migrate_url
 from tests.support.nemesis import chaos_seed
+from tests.support.pgbouncer import unpooled
 from tests.support.postgres import Cluster, Server, pg_bin, with_database
 from tests.support.processes import WorkerOptions
 from tests.support.proxy import ChaosProxy
@@ -33,6 +34,9 @@ class LateStop(AssertionError):
 
 
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+#: Through PgBouncer in transaction pooling mode, with LISTEN on a direct connection (T24).
+PGBOUNCER = "postgres+pgbouncer"
+POOLED_BACKENDS = [*BACKENDS, pytest.param(PGBOUNCER, marks=pytest.mark.postgres)]
 
 
 @pytest.fixture
@@ -44,7 +48,10 @@ def seed() -> int:
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'rota.db'}"
-    return str(request.getfixturevalue("pg_url"))
+    url = str(request.getfixturevalue("pg_url"))
+    if request.param == PGBOUNCER:
+        return str(request.getfixturevalue("pgbouncer").route(url))
+    return url
 
 
 #: For the tests that drive a FakeClock through the store itself: every backend.
@@ -71,14 +78,20 @@ async def store(database_url: str) -> AsyncIterator[Store]:
 def effects_target(database_url: str, tmp_path: Path) -> str:
     """The fenced store: a table in the same PostgreSQL database, or a SQLite file of its own."""
     if database_url.startswith("postgresql://"):
-        return database_url.partition("?")[0]
+        return unpooled(database_url).partition("?")[0]
     return str(tmp_path / "effects.db")
 
 
 @pytest.fixture
 def fleet(database_url: str, store: Store, tmp_path: Path) -> Iterator[ChaosFleet]:
+    direct = unpooled(database_url)
     fleet = ChaosFleet(
-        database_url, store, tmp_path, CHAOS_OPTIONS, effects=effects_target(database_url, tmp_path)
+        database_url,
+        store,
+        tmp_path,
+        CHAOS_OPTIONS,
+        effects=effects_target(database_url, tmp_path),
+        listen_database_url=direct if direct != database_url else None,
     )
     try:
         yield fleet

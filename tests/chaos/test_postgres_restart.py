@@ -5,16 +5,20 @@ claim retry) can wake them, while the test keeps enqueueing. Pass: no acknowledg
 no accepted completion is lost (the checker; an enqueue whose answer was lost in the outage is
 "info" and may or may not exist), every worker claims again within 10 s of PostgreSQL being
 back without being restarted, a NOTIFY-driven pickup works after each restart, every worker
-holds a LISTEN connection again, and the outage is logged at a bounded rate.
+holds a LISTEN connection again, and the outage is logged at a bounded rate. And, after an
+outage of several seconds (fast, immediate, or a SIGKILL of the postmaster), every worker claims
+again within the reconnect backoff's cap of the server accepting connections.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 
 import psycopg
@@ -22,10 +26,12 @@ import pytest
 
 from rota.domain.errors import StoreUnavailable
 from rota.domain.job import JobSpec, JobState
+from rota.domain.retry import RECONNECT_BACKOFF
 from rota.store import JobFilter, Store, open_store
 from tests.chaos.conftest import CHAOS_OPTIONS, MARGIN_S
 from tests.support.chaosfleet import ChaosFleet, all_terminal
 from tests.support.history import START, check_store, read_events
+from tests.support.pgbouncer import SERVER_LOGIN_RETRY_S, PgBouncer
 from tests.support.postgres import Cluster
 from tests.support.processes import eventually
 
@@ -250,3 +256,120 @@ async def test_an_outage_is_logged_at_a_bounded_rate(
     for name, lines in counts.items():
         shown = "\n".join(lines[:30])
         assert len(lines) <= max(10.0, window_s), f"{name}: {len(lines)} lines:\n{shown}"
+
+
+#: The documented bound (docs/guarantees.md): once PostgreSQL accepts connections again, a
+#: worker's next connection attempt starts within the reconnect backoff's cap, and its claim
+#: follows on that connection with no further wait.
+RECONNECT_BOUND_S = RECONNECT_BACKOFF.cap.total_seconds()
+#: Down long enough that an uncapped doubling backoff (attempts 1, 2, 4, 8 s after the first
+#: failure) would be seconds into one of its waits when the server returns.
+OUTAGE_S = 8.0
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("shape", ["fast", "immediate", "kill"])
+async def test_claims_resume_within_the_reconnect_cap_of_the_server_accepting_connections(
+    cluster: Cluster,
+    cluster_url: str,
+    cluster_store: Store,
+    cluster_fleet: ChaosFleet,
+    shape: str,
+) -> None:
+    """TESTPLAN T18: stop PostgreSQL (``-m fast``, ``-m immediate``, or SIGKILL of the
+    postmaster) with work about to fall due, keep it down, start it again. The delay from the
+    server's own "ready to accept connections" to each worker's first job start is measured;
+    it must be within the reconnect cap, plus MARGIN_S of slack for a loaded machine. Workers
+    poll every 60 s, so only their reconnects can bring them back this soon."""
+    delays = await _outage_and_first_starts(cluster, cluster_store, cluster_fleet, shape)
+    for name, delay in delays.items():
+        assert delay <= RECONNECT_BOUND_S + MARGIN_S, f"{name} claimed again {delay:.2f}s late"
+    for worker in cluster_fleet.workers:
+        # The pool's connections came back through the capped dialer, not the pool's own
+        # doubling backoff.
+        assert "PostgreSQL: connected again" in worker.stderr(), worker.name
+
+
+@pytest.mark.timeout(180)
+async def test_claims_resume_promptly_through_pgbouncer_after_a_restart(
+    cluster: Cluster, cluster_url: str, cluster_store: Store, tmp_path: Path
+) -> None:
+    """TESTPLAN T24 with T18: the same outage with the workers behind PgBouncer (transaction
+    pooling) in front of the throwaway cluster, LISTEN direct. PgBouncer reconnects to the
+    server itself, after its ``server_login_retry``, which the bound then includes."""
+    bouncer = PgBouncer.start(cluster.url)
+    fleet = ChaosFleet(
+        bouncer.route(cluster_url),
+        cluster_store,
+        tmp_path,
+        OPTIONS,
+        effects=cluster_url,
+        listen_database_url=cluster_url,
+    )
+    try:
+        delays = await _outage_and_first_starts(cluster, cluster_store, fleet, "fast")
+    finally:
+        fleet.close()
+        print(fleet.logs(tail=40))
+        bouncer.stop()
+    bound = RECONNECT_BOUND_S + SERVER_LOGIN_RETRY_S + MARGIN_S
+    for name, delay in delays.items():
+        assert delay <= bound, f"{name} claimed again {delay:.2f}s late"
+    assert "prepared statement" not in fleet.logs()
+
+
+async def _outage_and_first_starts(
+    cluster: Cluster, store: Store, fleet: ChaosFleet, shape: str
+) -> dict[str, float]:
+    """Stop the cluster (``shape``: a pg_ctl stop mode, or "kill") with work falling due,
+    keep it down OUTAGE_S, start it; return each worker's delay from the server's "ready to
+    accept connections" to its first job start, once every job is done."""
+    workers = [fleet.start(f"w{index}") for index in range(2)]
+    for worker in workers:
+        await fleet.wait_ready(worker)
+    # Due while the server is down: the first claim after it returns finds work at once.
+    jobs = [JobSpec(kind="work", payload={"s": 0.5}, delay=timedelta(seconds=1.5))] * 80
+    await store.enqueue(jobs)
+    down_wall = time.time()
+    if shape == "kill":
+        cluster.kill()
+    else:
+        await asyncio.to_thread(cluster.stop, shape)
+    await asyncio.sleep(OUTAGE_S)  # the fault's shape: PostgreSQL stays down
+    await eventually(
+        lambda: asyncio.to_thread(_start, cluster), within_s=60, what="PostgreSQL to start"
+    )
+    ready = cluster.ready_at(after=down_wall)
+    assert ready is not None, "the server never logged that it accepts connections"
+
+    def first_starts() -> dict[str, float]:
+        starts: dict[str, float] = {}
+        for event in read_events(fleet.history):
+            if event.event == START and event.wall >= ready:
+                starts.setdefault(event.worker, event.wall)
+        return starts
+
+    await eventually(
+        lambda: first_starts().keys() >= {w.name for w in workers},
+        within_s=30,
+        what="every worker to start a job after the restart",
+    )
+    delays = {name: round(at - ready, 3) for name, at in first_starts().items()}
+    print(f"{shape}: first job start after PostgreSQL was ready, per worker: {delays}s")
+    for worker in workers:
+        # The listener came back through the capped dialer (and, when connected directly,
+        # the pool's connections too), without a restart of the worker.
+        assert "listener: connected again" in worker.stderr(), worker.name
+        assert worker.alive
+    await all_terminal(store, len(jobs), within_s=60)
+    return delays
+
+
+def _start(cluster: Cluster) -> bool:
+    """Start the cluster; False while it cannot yet (after a SIGKILL the old backends may
+    still hold its shared memory for a moment)."""
+    try:
+        cluster.start()
+    except subprocess.CalledProcessError:
+        return False
+    return True

@@ -7,7 +7,9 @@ their effect to a fenced downstream store with ``ctx.fencing_token``. Pass: noth
 unexpected, no overlap without an expired lease, one accepted completion from the latest claim,
 tokens increasing, attempts within the limit, the fenced store never accepted a lower token,
 nothing running at the end, and every job terminal within lease + rescue + backoff after the
-last kill. On SQLite, ``PRAGMA integrity_check`` is ok after every kill.
+last kill. On SQLite, ``PRAGMA integrity_check`` is ok after every kill. On PostgreSQL it also
+runs through PgBouncer in transaction pooling mode (T24: workers and the test's enqueues go
+through the pooler, LISTEN goes direct), where afterwards no advisory lock is left.
 """
 
 from __future__ import annotations
@@ -21,10 +23,11 @@ import pytest
 
 from rota.domain.job import JobSpec, JobState
 from rota.store import Store
-from tests.chaos.conftest import CHAOS_OPTIONS, MARGIN_S
+from tests.chaos.conftest import CHAOS_OPTIONS, MARGIN_S, POOLED_BACKENDS
 from tests.support.chaosfleet import ChaosFleet, all_terminal, sqlite_integrity
 from tests.support.history import END_ERR, check_store
 from tests.support.nemesis import Fault, Nemesis
+from tests.support.pgbouncer import advisory_locks, unpooled
 
 pytestmark = [pytest.mark.slow]
 
@@ -45,6 +48,7 @@ def workload(count: int, rng: random.Random) -> list[JobSpec]:
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.parametrize("database_url", POOLED_BACKENDS, indirect=True)
 async def test_sigkilled_workers_lose_nothing_and_fencing_holds(
     fleet: ChaosFleet, store: Store, database_url: str, seed: int
 ) -> None:
@@ -110,5 +114,8 @@ async def test_sigkilled_workers_lose_nothing_and_fencing_holds(
         {job_id: job.lease_token or 0 for job_id, job in jobs.items()}
     )
     print(f"fenced store: {rejected} stale writes rejected")
+    if unpooled(database_url) != database_url:
+        # Nothing is claiming now (all terminal): no advisory lock may be held.
+        assert advisory_locks(unpooled(database_url)) == 0
     if backend == "sqlite":
         assert sqlite_integrity(database_url.removeprefix("sqlite:///")) == "ok"

@@ -96,6 +96,8 @@ class Cluster:
                 f"\nport = {cluster.port}\nlisten_addresses = '127.0.0.1'\n"
                 f"unix_socket_directories = '{root}'\nfsync = off\n"
                 "synchronous_commit = on\nfull_page_writes = off\nmax_connections = 200\n"
+                # Unix time with milliseconds: tests read when the server became ready.
+                "log_line_prefix = '%n [%p] '\n"
             )
         cluster.start()
         return cluster
@@ -128,6 +130,22 @@ class Cluster:
     def restart(self, mode: str = "fast") -> None:
         self.stop(mode)
         self.start()
+
+    def ready_at(self, *, after: float) -> float | None:
+        """The first instant (Unix time) after ``after`` at which the server logged that it
+        accepts connections, from its own log; None if it has not yet."""
+        try:
+            text = (self.datadir.parent / "log").read_text(errors="replace")
+        except FileNotFoundError:
+            return None
+        for line in text.splitlines():
+            if "ready to accept connections" not in line:
+                continue
+            with contextlib.suppress(ValueError):
+                at = float(line.split(" ", 1)[0])
+                if at > after:
+                    return at
+        return None
 
     def kill(self) -> None:
         """SIGKILL the postmaster (and so every backend): a crash, not a shutdown."""

@@ -154,8 +154,12 @@ class Fleet:
         store: Store,
         directory: Path,
         options: WorkerOptions | None = None,
+        *,
+        listen_database_url: str | None = None,
     ) -> None:
         self.database_url = database_url
+        #: ROTA_LISTEN_DATABASE_URL of every worker (a direct connection behind a pooler).
+        self.listen_database_url = listen_database_url
         self.store = store
         self.directory = directory
         self.history = directory / "history.jsonl"
@@ -178,6 +182,11 @@ class Fleet:
         environment = {
             **os.environ,
             "ROTA_DATABASE_URL": database_url or self.database_url,
+            **(
+                {"ROTA_LISTEN_DATABASE_URL": self.listen_database_url}
+                if self.listen_database_url
+                else {}
+            ),
             HISTORY_ENV: str(self.history),
             "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "src"), str(REPO_ROOT)]),
             "PYTHONUNBUFFERED": "1",

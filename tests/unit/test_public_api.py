@@ -7,6 +7,7 @@ import rota
 PUBLIC = [
     "App",
     "Attempt",
+    "ConnectionFailed",
     "EnqueueResult",
     "InvalidInput",
     "InvalidJob",

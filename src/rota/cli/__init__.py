@@ -7,8 +7,10 @@ fill in how jobs of a kind are enqueued (queue, attempts, timeout) and refuse ki
 handler for, and its database is the default when no URL is given. Commands that only read,
 or change what must already exist, open an existing database only.
 
-Data goes to stdout, logs and progress to stderr. Bad input prints one line and exits 2; an
-unreachable store exits 1; no traceback reaches the user unless ROTA_DEBUG is set.
+Data goes to stdout, logs and progress to stderr. Bad input, and a database that cannot be
+connected to (its cause in one line: refused, unknown database or role, authentication, SSL),
+print one line and exit 2; a store that fails otherwise exits 1; no traceback reaches the user
+unless ROTA_DEBUG is set.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import click
 
 from rota.config import DEFAULT_DATABASE_URL, load_app
 from rota.domain.errors import (
+    ConnectionFailed,
     InvalidInput,
     MigrationsPending,
     NotFound,
@@ -82,6 +85,15 @@ def heartbeat_option(help: str) -> Callable[[F], F]:
         show_default=True,
         help=help,
     )
+
+
+def listen_option(func: F) -> F:
+    return click.option(
+        "--listen-database-url",
+        envvar="ROTA_LISTEN_DATABASE_URL",
+        help="A direct postgresql:// connection for LISTEN when --database-url goes through "
+        "a transaction pooler such as PgBouncer (without it, workers there poll).",
+    )(func)
 
 
 def json_option(func: F) -> F:
@@ -239,7 +251,7 @@ def main() -> None:
         sys.exit(130)
     except click.ClickException as error:
         fail(error.format_message(), error.exit_code)
-    except (InvalidInput, NotFound, StateConflict) as error:
+    except (InvalidInput, NotFound, StateConflict, ConnectionFailed) as error:
         fail(str(error), 2)
     except (StoreUnavailable, MigrationsPending, RotaError) as error:
         fail(str(error), 1)

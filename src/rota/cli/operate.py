@@ -15,6 +15,7 @@ from rota.cli import (
     cli,
     database_option,
     heartbeat_option,
+    listen_option,
     open_target,
     run,
     split,
@@ -37,6 +38,7 @@ from rota.observability.logging import printable
     help="Your rota.App, e.g. myproject.jobs:app.",
 )
 @database_option
+@listen_option
 @click.option(
     "--concurrency",
     envvar="ROTA_CONCURRENCY",
@@ -97,6 +99,7 @@ from rota.observability.logging import printable
 def worker(
     app_ref: str,
     database_url: str | None,
+    listen_database_url: str | None,
     concurrency: int,
     queues: str | None,
     name: str | None,
@@ -119,6 +122,8 @@ def worker(
     app = load_app(app_ref)
     if database_url:
         app.with_database(database_url)
+    if listen_database_url:
+        app.listen_database_url = listen_database_url
     options: dict[str, Any] = {
         "name": name,
         "queues": split(queues),
@@ -188,17 +193,25 @@ def check(target: Target) -> None:
         kinds = ", ".join(target.app.registry.kinds()) or "(none)"
         click.echo(f"app: kinds {printable(kinds)}")
 
-    async def go() -> tuple[datetime, list[str]]:
+    async def go() -> tuple[datetime, list[str], bool | None]:
         store = open_target(target)
         try:
-            return await store.now(), await store.pending_migrations()
+            now, pending = await store.now(), await store.pending_migrations()
+            return now, pending, getattr(store, "behind_pooler", None)
         finally:
             await store.close()
 
-    now, pending = run(go())
+    now, pending, pooled = run(go())
     click.echo(
         f"database {printable(redact_url(target.database_url))}: reachable, clock {now.isoformat()}"
     )
+    if pooled is not None:
+        click.echo(
+            "connection: through a transaction pooler (no prepared statements; LISTEN only "
+            "with --listen-database-url)"
+            if pooled
+            else "connection: direct (or session pooling)"
+        )
     if pending:
         raise MigrationsPending(f"migrations pending: {', '.join(pending)} (run `rota migrate`)")
     click.echo("schema: up to date")

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from rota.cli import cli, run
+from rota.cli import cli, listen_option, run
 from rota.config import DEFAULT_DATABASE_URL, load_app
 from rota.domain.errors import InvalidInput
 
@@ -33,6 +33,7 @@ log = logging.getLogger("rota.serve")
     show_default=True,
     help="Where jobs live (prefer the environment for passwords).",
 )
+@listen_option
 @click.option(
     "--app",
     "app_ref",
@@ -117,6 +118,7 @@ log = logging.getLogger("rota.serve")
 )
 def serve(
     database_url: str,
+    listen_database_url: str | None,
     app_ref: str | None,
     workers: int,
     concurrency: int,
@@ -155,6 +157,8 @@ def serve(
         source = click.get_current_context().get_parameter_source("database_url")
         if source is not click.core.ParameterSource.DEFAULT:
             app.with_database(database_url)
+    if listen_database_url:
+        app.listen_database_url = listen_database_url
     app.auto_migrate = True  # serve applies migrations on start
     heartbeat = timing.get("heartbeat")
     settings = ApiSettings(

@@ -13,6 +13,7 @@
     ├── StateConflict                        the verb does not apply in the job's state
     ├── LeaseLost                            a fenced write found another token (or none)
     ├── StoreUnavailable                     the store cannot be reached right now
+    │   └── ConnectionFailed                 no connection could be made; says why in one line
     └── MigrationsPending                    the schema is older than this code
 
     Permanent (Exception)     raised by a handler: fail now, no retry
@@ -96,6 +97,22 @@ class LeaseLost(RotaError):
 
 class StoreUnavailable(RotaError):
     """The store could not be reached; the operation may be retried later."""
+
+
+class ConnectionFailed(StoreUnavailable):
+    """No connection to the database could be made. The message says why in one line
+    ("connection refused at host:port", "database "x" does not exist", an authentication or
+    SSL failure) and never holds a password.
+
+    ``permanent`` is True when waiting cannot help (a wrong database, role, password or
+    setting): those are raised at once, while a refused connection, which a restart also
+    causes, is retried for a while first. ``address`` is the server's ``host:port``.
+    """
+
+    def __init__(self, message: str, *, address: str, permanent: bool) -> None:
+        super().__init__(message)
+        self.address = address
+        self.permanent = permanent
 
 
 class MigrationsPending(RotaError):

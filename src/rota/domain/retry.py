@@ -51,3 +51,16 @@ class RetryPolicy:
         low = self.delay(attempt, lambda: 0.0)
         high = self.delay(attempt, lambda: 1.0)
         return low, high
+
+
+#: How soon a lost database connection is tried again: 50 ms, doubling up to a 0.5 s cap,
+#: jittered so that a fleet does not reconnect in lockstep. A refused connection costs the
+#: server next to nothing, so the cap can be short: it bounds how long after the database
+#: accepts connections again a worker still waits before its next attempt (its claims then
+#: resume within the cap plus one connection set-up).
+RECONNECT_BACKOFF = RetryPolicy(
+    base=timedelta(milliseconds=50),
+    factor=2.0,
+    cap=timedelta(milliseconds=500),
+    jitter=0.5,
+)

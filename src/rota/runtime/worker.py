@@ -27,6 +27,7 @@ from datetime import datetime, timedelta
 from rota.domain.clock import Clock, SystemClock
 from rota.domain.errors import InvalidInput, InvalidJob
 from rota.domain.job import Job, validate_name
+from rota.domain.retry import RECONNECT_BACKOFF
 from rota.observability.logging import current_worker
 from rota.observability.metrics import Metrics
 from rota.runtime.completions import Completer
@@ -452,7 +453,9 @@ class Worker:
             except Exception as error:
                 failures += 1
                 errors.error("claim failed: %s", error)
-                backoff = min(10.0, 0.1 * 2 ** min(failures, 7) * (0.5 + random.random()))
+                # Short and capped: in an outage the claim itself waits for the store's next
+                # connection, so this pause is all that stands between its return and a claim.
+                backoff = RECONNECT_BACKOFF.delay(failures).total_seconds()
                 await wait_or_stop(self._stop_claiming, backoff)
                 continue
             if failures:

@@ -25,11 +25,15 @@ __all__ = [
 ]
 
 
-def open_store(url: str, *, clock: Clock | None = None) -> Store:
+def open_store(
+    url: str, *, clock: Clock | None = None, listen_database_url: str | None = None
+) -> Store:
     """The store for ``url``; InvalidInput for a URL no backend understands.
 
     ``clock`` replaces the store's own clock (tests pass a FakeClock; on PostgreSQL its
     readings are sent as the ``now`` of every statement instead of the server's ``now()``).
+    ``listen_database_url`` (PostgreSQL only) is a direct connection for LISTEN, for a
+    ``url`` that goes through a transaction pooler such as PgBouncer.
     The store is not migrated here: call ``await store.migrate()``.
     """
     try:
@@ -38,6 +42,8 @@ def open_store(url: str, *, clock: Clock | None = None) -> Store:
         _ = parts.port  # checked now: libpq would only say it cannot connect
     except ValueError as error:  # "Invalid IPv6 URL" (postgresql://[::1), "Port out of range"
         raise InvalidInput(f"invalid database URL: {error}") from None
+    if listen_database_url and scheme not in ("postgresql", "postgres"):
+        raise InvalidInput("a listen database URL applies to PostgreSQL only")
     if scheme == "memory":
         from rota.store.memory import MemoryStore
 
@@ -49,7 +55,7 @@ def open_store(url: str, *, clock: Clock | None = None) -> Store:
     if scheme in ("postgresql", "postgres"):
         from rota.store.postgres.store import PostgresStore
 
-        return PostgresStore.from_url(url, clock=clock)
+        return PostgresStore.from_url(url, clock=clock, listen_url=listen_database_url or None)
     raise InvalidInput(
         f"unsupported database URL {redact_url(url)!r}: use memory://, sqlite:///path.db "
         "or postgresql://..."

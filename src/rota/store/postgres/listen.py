@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict
 
+from rota.domain.retry import RECONNECT_BACKOFF
+from rota.store.postgres.connect import Dialer, behind_pooler, connection_defaults
 from rota.store.postgres.rows import micros
 
 log = logging.getLogger("rota.store.postgres")
@@ -35,35 +35,32 @@ async def listen(
     Calls ``on_due(run_at)`` for each notification (the earliest run_at of the jobs it
     announces), ``on_schedules()`` for each schedule change, and both after every
     (re)connect, since anything may have happened while nobody listened. A connection that
-    stops answering a periodic
-    probe is treated as dead (half-open TCP); reconnects back off up to 5 s with jitter.
+    stops answering a periodic probe is treated as dead (half-open TCP). A lost connection
+    is replaced at once; failed attempts are retried on the reconnect backoff (capped at
+    RECONNECT_BACKOFF.cap), so the listener is back within that cap of the server accepting
+    connections again.
     """
-    delay = 0.1
-    failures = 0
+    dialer = Dialer(
+        conninfo,
+        {"autocommit": True, "prepare_threshold": None, **connection_defaults(conninfo)},
+        what="listener",
+    )
+    warned_pooler = False
+    losses = 0
     while True:
-        try:
-            conn = await psycopg.AsyncConnection.connect(
-                conninfo,
-                autocommit=True,
-                connect_timeout=10,
-                **tcp_defaults(conninfo),
-            )
-        except (psycopg.Error, OSError) as error:
-            # One warning per outage; the retries go to debug.
-            failures += 1
-            level = logging.WARNING if failures == 1 else logging.DEBUG
-            log.log(level, "listener cannot connect, retrying: %s", error)
-            await asyncio.sleep(delay * (0.5 + random.random()))
-            delay = min(delay * 2, 5.0)
-            continue
+        conn = await dialer.dial()
         try:
             async with conn:
+                if await behind_pooler(conn) and not warned_pooler:
+                    # Session pooling keeps LISTEN; transaction pooling silently loses it.
+                    log.warning(
+                        "the listener's connection goes through a pooler: LISTEN needs a "
+                        "direct connection (or session pooling) to hear notifications"
+                    )
+                    warned_pooler = True
                 await conn.execute(f"LISTEN {LISTEN_CHANNEL}")
                 if on_schedules is not None:
                     await conn.execute(f"LISTEN {SCHEDULES_CHANNEL}")
-                if failures:
-                    log.info("listener reconnected after %d failed attempt(s)", failures)
-                delay, failures = 0.1, 0
                 on_due(None)
                 if on_schedules is not None:
                     on_schedules()
@@ -74,11 +71,13 @@ async def listen(
                         else:
                             on_due(due_at(notice.payload))
                     await probe(conn, timeout_s=min(3.0, check_every_s))
+                    losses = 0  # the session proved itself: the next loss reconnects at once
         except (psycopg.Error, OSError, TimeoutError) as error:
-            failures += 1
             log.warning("listener connection lost, reconnecting: %s", error)
-            await asyncio.sleep(delay * (0.5 + random.random()))
-            delay = min(delay * 2, 5.0)
+            # A session that dies as soon as it is made (again and again) must not spin.
+            if losses:
+                await asyncio.sleep(RECONNECT_BACKOFF.delay(losses).total_seconds())
+            losses += 1
 
 
 async def probe(conn: psycopg.AsyncConnection[Any], *, timeout_s: float) -> None:
@@ -92,20 +91,6 @@ async def probe(conn: psycopg.AsyncConnection[Any], *, timeout_s: float) -> None
         probe.add_done_callback(lambda task: task.cancelled() or task.exception())
         raise TimeoutError(f"the listener's connection did not answer within {timeout_s:g}s")
     probe.result()
-
-
-def tcp_defaults(conninfo: str) -> dict[str, Any]:
-    """TCP keepalives and a user timeout, unless the URL sets them: a peer that vanished
-    (a partition, a half-open connection) is noticed in seconds, not TCP's minutes."""
-    defaults = {
-        "keepalives": 1,
-        "keepalives_idle": 10,
-        "keepalives_interval": 3,
-        "keepalives_count": 3,
-        "tcp_user_timeout": 20_000,
-    }
-    given = conninfo_to_dict(conninfo)
-    return {key: value for key, value in defaults.items() if key not in given}
 
 
 def due_at(payload: str) -> datetime | None:

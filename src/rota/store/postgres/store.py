@@ -1,8 +1,9 @@
 """PostgresStore: the Store contract on PostgreSQL with psycopg 3 and an async pool.
 
 Each verb is one statement (or one short transaction) from queries.sql. Connections are
-autocommit and carry no session state (advisory locks are transaction-level only, prepared
-statements can be switched off), so PgBouncer in transaction mode works.
+autocommit and carry no session state (advisory locks are transaction-level only; behind a
+transaction pooler no statement is prepared and LISTEN goes to a direct connection or is
+replaced by polling), so PgBouncer in transaction mode works. Connections: connect.py.
 """
 
 from __future__ import annotations
@@ -13,15 +14,12 @@ import logging
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 import psycopg
 from psycopg import sql
-from psycopg_pool import AsyncConnectionPool
 
 from rota.domain.clock import Clock, utc
 from rota.domain.errors import (
-    InvalidInput,
     JobNotFound,
     LeaseLost,
     ScheduleNotFound,
@@ -66,6 +64,7 @@ from rota.store.base import (
     encode_cursor,
 )
 from rota.store.postgres import schedules
+from rota.store.postgres.connect import Connections, url_settings
 from rota.store.postgres.enqueue import (
     COPY_THRESHOLD,
     Flow,
@@ -75,9 +74,10 @@ from rota.store.postgres.enqueue import (
     enqueue_flow,
     is_keyed,
 )
+from rota.store.postgres.failures import SCHEMA_ERRORS, migrations_pending
 from rota.store.postgres.filters import where
 from rota.store.postgres.limits import claim_limited, limits_in_use
-from rota.store.postgres.listen import SCHEDULES_CHANNEL, listen, tcp_defaults
+from rota.store.postgres.listen import SCHEDULES_CHANNEL, listen
 from rota.store.postgres.queries import JOB_COLUMNS, migrations, query
 from rota.store.postgres.rows import Row, micros, row_to_job, us
 
@@ -89,7 +89,6 @@ log = logging.getLogger("rota.store.postgres")
 MAX_CLAIM_GROUPS = 64
 #: Above this many rows, counts() samples terminal states instead of counting every row.
 EXACT_COUNT_LIMIT = 200_000
-_OUR_PARAMS = {"pool_min", "pool_max", "prepare"}
 _MIGRATION_LOCK = 0x726F7461  # "rota": the advisory lock that serialises migrators
 
 
@@ -99,7 +98,8 @@ _COPY_NULL = "\\N"
 class PostgresStore:
     """The Store contract on PostgreSQL; see the module docstring."""
 
-    #: Schedule changes from any process reach ``watch``'s ``on_schedules``.
+    #: Schedule changes from any process reach ``watch``'s ``on_schedules``; False once
+    #: opened behind a transaction pooler with no listen URL (nothing is pushed then).
     pushes_schedule_changes = True
 
     def __init__(
@@ -109,56 +109,43 @@ class PostgresStore:
         clock: Clock | None = None,
         pool_min: int = 1,
         pool_max: int = 10,
-        prepare: bool = True,
+        prepare: bool | None = None,
+        pooler: str = "auto",
+        listen_conninfo: str | None = None,
     ) -> None:
-        self._conninfo = conninfo
         self._clock = clock
-        self._connect_kwargs: dict[str, Any] = {
-            "autocommit": True,
-            # Prepared at first use: rota runs a small fixed set of statements. None disables
-            # server-side prepared statements (PgBouncer in transaction mode).
-            "prepare_threshold": 0 if prepare else None,
-            **tcp_defaults(conninfo),
-        }
-        self._pool = AsyncConnectionPool(
+        self._connections = Connections(
             conninfo,
-            min_size=pool_min,
-            max_size=pool_max,
-            kwargs=self._connect_kwargs,
-            open=False,
-            # Callers wait this long for a connection during an outage, then get
-            # StoreUnavailable (an API answers 503) instead of hanging.
-            timeout=10,
-            # Keep re-creating connections in the background, with backoff, through long
-            # outages; the pool stays usable meanwhile.
-            reconnect_timeout=3600,
+            pool_min=pool_min,
+            pool_max=pool_max,
+            prepare=prepare,
+            pooler=pooler,
+            listen_conninfo=listen_conninfo,
         )
-        self._opened = False
-        self._open_lock = asyncio.Lock()
         #: The tenant this store's last fair claim served, where the next one's walk starts.
         self._after = ""
 
     @classmethod
-    def from_url(cls, url: str, *, clock: Clock | None = None) -> PostgresStore:
-        """A store for ``postgresql://...``; our own options (pool_min, pool_max, prepare) are
-        read from the query string and the rest is passed to libpq."""
-        parts = urlsplit(url)
-        ours: dict[str, str] = {}
-        theirs: list[tuple[str, str]] = []
-        for key, value in parse_qsl(parts.query, keep_blank_values=True):
-            (ours.__setitem__(key, value) if key in _OUR_PARAMS else theirs.append((key, value)))
-        # quote, not quote_plus: libpq reads "+" literally, so a space must travel as %20.
-        query = urlencode(theirs, quote_via=quote)
-        conninfo = parts._replace(scheme="postgresql", query=query).geturl()
-        try:
-            pool_min = int(ours.get("pool_min", "1"))
-            pool_max = int(ours.get("pool_max", "10"))
-        except ValueError:
-            raise InvalidInput("pool_min and pool_max must be integers") from None
-        if not 0 <= pool_min <= pool_max or pool_max < 1:
-            raise InvalidInput("need 0 <= pool_min <= pool_max and pool_max >= 1")
-        prepare = ours.get("prepare", "true").lower() not in ("0", "false", "no", "off")
-        return cls(conninfo, clock=clock, pool_min=pool_min, pool_max=pool_max, prepare=prepare)
+    def from_url(
+        cls, url: str, *, clock: Clock | None = None, listen_url: str | None = None
+    ) -> PostgresStore:
+        """A store for ``postgresql://...``; our own options (pool_min, pool_max, prepare,
+        pooler) are read from the query string and the rest is passed to libpq.
+
+        ``pooler``: ``auto`` (the default) notices a transaction pooler such as PgBouncer by
+        the backend keys it hands out; ``transaction`` says there is one; ``none`` says there
+        is none (a direct connection, or session pooling). ``listen_url`` is a direct
+        connection for LISTEN, for use behind a transaction pooler."""
+        settings = url_settings(url, listen_url=listen_url)
+        return cls(
+            settings.conninfo,
+            clock=clock,
+            pool_min=settings.pool_min,
+            pool_max=settings.pool_max,
+            prepare=settings.prepare,
+            pooler=settings.pooler,
+            listen_conninfo=settings.listen_conninfo,
+        )
 
     # ------------------------------------------------------------------ plumbing
 
@@ -167,24 +154,33 @@ class PostgresStore:
             return utc(now)
         return self._clock.now() if self._clock is not None else None
 
+    @property
+    def behind_pooler(self) -> bool | None:
+        """Whether connections go through a transaction pooler; None until first used."""
+        return self._connections.pooled
+
     async def _ensure_open(self) -> None:
-        if self._opened:
-            return
-        async with self._open_lock:
-            if not self._opened:
-                await self._pool.open(wait=False)
-                self._opened = True
+        if not self._connections.is_open:
+            await self._connections.open()
+            self.pushes_schedule_changes = self._connections.listen_conninfo is not None
 
     @contextlib.asynccontextmanager
     async def _connection(self) -> Any:
         await self._ensure_open()
         try:
-            async with self._pool.connection() as conn:
+            async with self._connections.connection() as conn:
                 yield conn
-        except psycopg.OperationalError as error:
-            raise StoreUnavailable(f"PostgreSQL is unavailable: {error}") from error
-        except TimeoutError as error:
-            raise StoreUnavailable("no PostgreSQL connection became available") from error
+        except SCHEMA_ERRORS as error:
+            raise await self._schema_error(error) from error
+
+    async def _schema_error(self, error: psycopg.Error) -> Exception:
+        """MigrationsPending when a statement found part of the schema missing because
+        migrations are pending (or cannot be checked now); otherwise the error itself."""
+        try:
+            pending = await self.pending_migrations()
+        except StoreUnavailable:
+            pending = ["?"]
+        return migrations_pending(error) if pending else error
 
     async def _fetch(self, name: str, params: dict[str, Any]) -> list[Row]:
         async with self._connection() as conn:
@@ -236,9 +232,7 @@ class PostgresStore:
         return [version for version, _ in migrations() if version not in done]
 
     async def close(self) -> None:
-        if self._opened:
-            await self._pool.close()
-            self._opened = False
+        await self._connections.close()
 
     async def now(self) -> datetime:
         [(instant,)] = await self._fetch("now", {"now": self._now(None)})
@@ -275,14 +269,17 @@ class PostgresStore:
         if not specs:
             return []
         flow = enqueue_flow(specs, self._now(None))
-        if connection.autocommit:
-            # No transaction of the caller's to join: the batch is atomic on its own.
-            async with connection.transaction():
-                results: list[EnqueueResult] = await drive_async(connection, flow)
-            return results
-        # Join the caller's transaction. psycopg opens one implicitly on the first statement
-        # if none is open; transaction() here would instead commit on exit.
-        joined: list[EnqueueResult] = await drive_async(connection, flow)
+        try:
+            if connection.autocommit:
+                # No transaction of the caller's to join: the batch is atomic on its own.
+                async with connection.transaction():
+                    results: list[EnqueueResult] = await drive_async(connection, flow)
+                return results
+            # Join the caller's transaction. psycopg opens one implicitly on the first
+            # statement if none is open; transaction() here would instead commit on exit.
+            joined: list[EnqueueResult] = await drive_async(connection, flow)
+        except SCHEMA_ERRORS as error:
+            raise await self._schema_error(error) from error
         return joined
 
     def enqueue_on_sync(
@@ -292,11 +289,15 @@ class PostgresStore:
         if not specs:
             return []
         flow = enqueue_flow(specs, self._now(None))
-        if connection.autocommit:
-            with connection.transaction():
-                results: list[EnqueueResult] = drive_sync(connection, flow)
-            return results
-        joined: list[EnqueueResult] = drive_sync(connection, flow)
+        try:
+            if connection.autocommit:
+                with connection.transaction():
+                    results: list[EnqueueResult] = drive_sync(connection, flow)
+                return results
+            joined: list[EnqueueResult] = drive_sync(connection, flow)
+        except SCHEMA_ERRORS as error:
+            # No loop here to ask the pool which migrations are pending: the error says it.
+            raise migrations_pending(error) from error
         return joined
 
     # ------------------------------------------------------------------ claim and leases
@@ -786,5 +787,18 @@ class PostgresStore:
         check_every_s: float = 5.0,
     ) -> None:
         """LISTEN for new jobs (and schedule changes) on a dedicated connection until
-        cancelled (see listen)."""
-        await listen(self._conninfo, on_due, on_schedules=on_schedules, check_every_s=check_every_s)
+        cancelled (see listen). Behind a transaction pooler with no listen URL nothing can
+        be heard: this waits to be cancelled, and workers find jobs by polling."""
+        await self._connections.open_patiently()
+        await self._ensure_open()
+        target = self._connections.listen_conninfo
+        if target is None:
+            log.info(
+                "%s is reached through a transaction pooler and no listen database URL is "
+                "set: no LISTEN, workers poll for jobs (set ROTA_LISTEN_DATABASE_URL to a "
+                "direct connection for prompt wake-ups)",
+                self._connections.address,
+            )
+            await asyncio.Event().wait()
+            return
+        await listen(target, on_due, on_schedules=on_schedules, check_every_s=check_every_s)

@@ -1,0 +1,386 @@
+"""Connections to PostgreSQL: dialing on the short capped reconnect backoff, the pool built on
+it, and telling whether a connection goes through a transaction pooler such as PgBouncer."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import select
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Self, TypeVar
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from rota.domain.errors import ConnectionFailed, InvalidInput, StoreUnavailable
+from rota.domain.retry import RECONNECT_BACKOFF
+from rota.store.postgres.failures import address_of, again, connection_failed
+
+log = logging.getLogger("rota.store.postgres")
+
+C = TypeVar("C", bound=psycopg.AsyncConnection[Any])
+
+#: How long opening a store keeps trying a refused (or otherwise transient) connection before
+#: saying why it failed; also how long a caller waits for a pooled connection in an outage.
+CONNECT_WAIT_S = 10.0
+
+
+def connection_defaults(conninfo: str) -> dict[str, Any]:
+    """TCP keepalives, a user timeout and a connect timeout, unless the URL sets them: a peer
+    that vanished (a partition, a half-open connection) is noticed in seconds, not TCP's
+    minutes, and one connection attempt cannot hang for longer than the wait it serves."""
+    defaults = {
+        "keepalives": 1,
+        "keepalives_idle": 10,
+        "keepalives_interval": 3,
+        "keepalives_count": 3,
+        "tcp_user_timeout": 20_000,
+        "connect_timeout": 10,
+    }
+    given = conninfo_to_dict(conninfo)
+    return {key: value for key, value in defaults.items() if key not in given}
+
+
+class Dialer:
+    """Makes connections to one server, retrying failed attempts after RECONNECT_BACKOFF
+    delays (never longer than its cap), and remembers the failure of the outage in progress so
+    that a caller who waited in vain learns its real cause."""
+
+    def __init__(self, conninfo: str, kwargs: dict[str, Any], *, what: str) -> None:
+        self.conninfo = conninfo
+        self.kwargs = kwargs
+        self.what = what
+        #: The failure of the outage in progress; None while connections succeed.
+        self.last_failure: ConnectionFailed | None = None
+        self._closed = asyncio.Event()
+
+    def close(self) -> None:
+        """Stop retrying: attempts in progress give up at their next pause."""
+        self._closed.set()
+
+    async def dial(
+        self, *, give_up_after_s: float | None = None, fail_fast: bool = False
+    ) -> psycopg.AsyncConnection[Any]:
+        """A new plain connection with this dialer's options (see ``connect``)."""
+        return await self.connect(self._plain, give_up_after_s=give_up_after_s, fail_fast=fail_fast)
+
+    async def connect(
+        self,
+        attempt: Callable[[], Awaitable[C]],
+        *,
+        give_up_after_s: float | None = None,
+        fail_fast: bool = False,
+    ) -> C:
+        """A new connection, made by ``attempt``.
+
+        Failures are retried until one attempt succeeds; ConnectionFailed says why once
+        ``give_up_after_s`` has passed or, with ``fail_fast``, at once for a failure that
+        waiting cannot heal. Without ``give_up_after_s`` (a background reconnect), an outage
+        is logged once as a warning and its recovery once; each attempt at debug level.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = None if give_up_after_s is None else loop.time() + give_up_after_s
+        failures = 0
+        while True:
+            if self._closed.is_set():
+                raise StoreUnavailable(f"{self.what}: closed while connecting")
+            try:
+                conn = await attempt()
+            except (psycopg.Error, OSError) as error:
+                failure = connection_failed(error, self.conninfo)
+                failures += 1
+                giving_up = (fail_fast and failure.permanent) or (
+                    deadline is not None and loop.time() >= deadline
+                )
+                self._note_failure(failure, failures, background=deadline is None)
+                if giving_up:
+                    raise failure from error
+                delay = RECONNECT_BACKOFF.delay(failures).total_seconds()
+                if deadline is not None:
+                    delay = min(delay, max(0.0, deadline - loop.time()))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._closed.wait(), delay)
+                continue
+            if self.last_failure is not None:
+                log.info("%s: connected again after %d failed attempt(s)", self.what, failures)
+            self.last_failure = None
+            return conn
+
+    async def _plain(self) -> psycopg.AsyncConnection[Any]:
+        return await psycopg.AsyncConnection.connect(self.conninfo, **self.kwargs)
+
+    def _note_failure(self, failure: ConnectionFailed, failures: int, *, background: bool) -> None:
+        changed = self.last_failure is None or str(self.last_failure) != str(failure)
+        self.last_failure = failure
+        if background and changed:  # one warning per outage (and per change of its cause)
+            log.warning("%s: cannot connect, retrying: %s", self.what, failure)
+        else:
+            log.debug("%s: connection attempt %d failed: %s", self.what, failures, failure)
+
+
+def pool_connection_class(dialer: Dialer) -> type[psycopg.AsyncConnection[Any]]:
+    """The connection class of a pool whose new connections come through ``dialer``."""
+
+    class DialedConnection(psycopg.AsyncConnection[Any]):
+        """A pool connection made through a Dialer: the pool's own retries double their delay
+        without a cap (1, 2, 4, 8 s...), so after a long outage it would wait seconds past
+        the server's return; the dialer keeps retrying within the reconnect cap instead."""
+
+        @classmethod
+        async def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
+            parent = super().connect
+            return await dialer.connect(lambda: parent(conninfo, **kwargs))
+
+    return DialedConnection
+
+
+def open_pool(
+    conninfo: str, kwargs: dict[str, Any], dialer: Dialer, *, min_size: int, max_size: int
+) -> AsyncConnectionPool[Any]:
+    """An unopened pool for ``conninfo`` that connects through ``dialer`` and never hands out a
+    connection the server already closed."""
+    pool: AsyncConnectionPool[Any]
+
+    async def check(conn: psycopg.AsyncConnection[Any]) -> None:
+        if not _heard_while_idle(conn):
+            return
+        try:
+            await AsyncConnectionPool.check_connection(conn)
+        except Exception:
+            # One connection closed while idle means a restart closed them all: check the
+            # rest now, or each would cost the next caller a failed check and a pause.
+            await pool.check()
+            raise
+
+    pool = AsyncConnectionPool(
+        conninfo,
+        connection_class=pool_connection_class(dialer),
+        min_size=min_size,
+        max_size=max_size,
+        kwargs=kwargs,
+        open=False,
+        check=check,
+        # Callers wait this long for a connection during an outage, then get StoreUnavailable
+        # (ConnectionFailed with the cause; an API answers 503) instead of hanging.
+        timeout=CONNECT_WAIT_S,
+        # The dialer retries for as long as the outage lasts; this only bounds the pool's own
+        # retries of a connection class that gave up.
+        reconnect_timeout=3600,
+    )
+    return pool
+
+
+def _heard_while_idle(conn: psycopg.AsyncConnection[Any]) -> bool:
+    """Whether the server sent anything to an idle connection (a shutdown's goodbye, or end of
+    file): a look at the socket, no round trip, so a healthy connection costs nothing."""
+    if conn.closed:
+        return True
+    poller = select.poll()
+    poller.register(conn.fileno(), select.POLLIN | select.POLLERR | select.POLLHUP)
+    return bool(poller.poll(0))
+
+
+async def behind_pooler(conn: psycopg.AsyncConnection[Any]) -> bool:
+    """Whether ``conn`` reaches PostgreSQL through a pooler such as PgBouncer: a pooler gives
+    its clients backend keys of its own, so the backend pid the connection was told at start-up
+    is not the one the server reports. Never prepared: a prepared statement is session state,
+    which a transaction pooler would hand to another client."""
+    cursor = await conn.execute("SELECT pg_backend_pid()", prepare=False)
+    row = await cursor.fetchone()
+    return row is not None and row[0] != conn.info.backend_pid
+
+
+#: The values of the URL's ``pooler`` setting.
+POOLER_MODES = ("auto", "transaction", "none")
+_OUR_PARAMS = {"pool_min", "pool_max", "prepare", "pooler"}
+_FALSE = ("0", "false", "no", "off")
+
+
+@dataclass(frozen=True, slots=True)
+class UrlSettings:
+    """A ``postgresql://`` URL taken apart: libpq's connection string and rota's own options."""
+
+    conninfo: str
+    pool_min: int
+    pool_max: int
+    prepare: bool | None
+    pooler: str
+    listen_conninfo: str | None
+
+
+def url_settings(url: str, *, listen_url: str | None = None) -> UrlSettings:
+    """The settings of ``url`` (our options pool_min, pool_max, prepare and pooler taken out of
+    its query string, the rest left to libpq) and of a direct ``listen_url``; InvalidInput for
+    values that cannot work."""
+    conninfo, ours = _split_url(url)
+    try:
+        pool_min = int(ours.get("pool_min", "1"))
+        pool_max = int(ours.get("pool_max", "10"))
+    except ValueError:
+        raise InvalidInput("pool_min and pool_max must be integers") from None
+    if not 0 <= pool_min <= pool_max or pool_max < 1:
+        raise InvalidInput("need 0 <= pool_min <= pool_max and pool_max >= 1")
+    pooler = ours.get("pooler", "auto").lower()
+    if pooler not in POOLER_MODES:
+        raise InvalidInput(f"pooler must be one of {', '.join(POOLER_MODES)}")
+    listen_conninfo = None
+    if listen_url is not None:
+        if urlsplit(listen_url).scheme.lower() not in ("postgresql", "postgres"):
+            raise InvalidInput("the listen database URL must be a postgresql:// URL")
+        listen_conninfo, _ = _split_url(listen_url)
+    return UrlSettings(
+        conninfo=conninfo,
+        pool_min=pool_min,
+        pool_max=pool_max,
+        prepare=ours["prepare"].lower() not in _FALSE if "prepare" in ours else None,
+        pooler=pooler,
+        listen_conninfo=listen_conninfo,
+    )
+
+
+def _split_url(url: str) -> tuple[str, dict[str, str]]:
+    """(libpq conninfo, our own options) of a ``postgresql://`` URL."""
+    parts = urlsplit(url)
+    ours: dict[str, str] = {}
+    theirs: list[tuple[str, str]] = []
+    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+        (ours.__setitem__(key, value) if key in _OUR_PARAMS else theirs.append((key, value)))
+    # quote, not quote_plus: libpq reads "+" literally, so a space must travel as %20.
+    query = urlencode(theirs, quote_via=quote)
+    return parts._replace(scheme="postgresql", query=query).geturl(), ours
+
+
+class Connections:
+    """A store's connections, opened on first use: one dial that says at once what is wrong
+    (waiting out a refused connection for CONNECT_WAIT_S first), then a pool on the reconnect
+    backoff.
+
+    Behind a transaction pooler (``pooler="transaction"``, or ``"auto"`` and detected) no
+    statement is prepared on the server and LISTEN goes only to ``listen_conninfo``: a
+    transaction pooler hands each transaction to any server session, so session state would
+    leak between clients or be lost. ``prepare`` (None: decided by the pooler) forces
+    server-side prepared statements on or off.
+    """
+
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        pool_min: int,
+        pool_max: int,
+        prepare: bool | None,
+        pooler: str,
+        listen_conninfo: str | None,
+    ) -> None:
+        if pooler not in POOLER_MODES:
+            raise InvalidInput(f"pooler must be one of {', '.join(POOLER_MODES)}")
+        self.conninfo = conninfo
+        self.address = address_of(conninfo)
+        self._pool_min = pool_min
+        self._pool_max = pool_max
+        self._prepare = prepare
+        self._pooler = pooler
+        self._listen_conninfo = listen_conninfo
+        self._lock = asyncio.Lock()
+        self._pool: AsyncConnectionPool[Any] | None = None
+        self._dialer: Dialer | None = None
+        #: Whether connections go through a transaction pooler; None until opened.
+        self.pooled: bool | None = None
+
+    @property
+    def is_open(self) -> bool:
+        return self._pool is not None
+
+    @property
+    def listen_conninfo(self) -> str | None:
+        """Where the listener connects (once open): the listen URL if one was given, else the
+        store's own, unless that goes through a transaction pooler (then None: poll)."""
+        if self._listen_conninfo is not None:
+            return self._listen_conninfo
+        return None if self.pooled else self.conninfo
+
+    def kwargs(self, *, prepare: bool) -> dict[str, Any]:
+        return {
+            "autocommit": True,
+            # Prepared at first use: rota runs a small fixed set of statements. None keeps
+            # every statement unnamed, which any pooler passes through.
+            "prepare_threshold": 0 if prepare else None,
+            **connection_defaults(self.conninfo),
+        }
+
+    async def open(self) -> None:
+        if self.is_open:
+            return
+        async with self._lock:
+            if not self.is_open:
+                await self._open()
+
+    async def _open(self) -> None:
+        first = Dialer(self.conninfo, self.kwargs(prepare=False), what="PostgreSQL")
+        conn = await first.dial(give_up_after_s=CONNECT_WAIT_S, fail_fast=True)
+        try:
+            async with conn:
+                detected = self._pooler == "auto" and await behind_pooler(conn)
+        except psycopg.Error as error:
+            raise StoreUnavailable(f"PostgreSQL is unavailable: {error}") from error
+        self.pooled = self._pooler == "transaction" or detected
+        prepare = self._prepare if self._prepare is not None else not self.pooled
+        if self.pooled:
+            log.debug("%s is reached through a transaction pooler", self.address)
+        kwargs = self.kwargs(prepare=prepare)
+        self._dialer = Dialer(self.conninfo, kwargs, what="PostgreSQL")
+        pool = open_pool(
+            self.conninfo,
+            kwargs,
+            self._dialer,
+            min_size=self._pool_min,
+            max_size=self._pool_max,
+        )
+        await pool.open(wait=False)
+        self._pool = pool
+
+    async def open_patiently(self) -> None:
+        """Open, however long the database takes to answer: for a watcher, which giving up
+        would leave deaf for good."""
+        failures = 0
+        while True:
+            try:
+                await self.open()
+                return
+            except StoreUnavailable as error:
+                failures += 1
+                log.debug("waiting for the store to open: %s", error)
+                await asyncio.sleep(RECONNECT_BACKOFF.delay(failures).total_seconds())
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> Any:
+        """A pooled connection; StoreUnavailable (ConnectionFailed with the cause, when no
+        connection can be made) instead of psycopg's errors."""
+        await self.open()
+        assert self._pool is not None
+        assert self._dialer is not None
+        dialer = self._dialer
+        try:
+            async with self._pool.connection() as conn:
+                yield conn
+        except PoolTimeout as error:
+            if dialer.last_failure is not None:
+                raise again(dialer.last_failure) from error
+            raise StoreUnavailable(
+                f"no PostgreSQL connection became free within {CONNECT_WAIT_S:g}s "
+                f"(all {self._pool_max} of the pool in use)"
+            ) from error
+        except psycopg.OperationalError as error:
+            raise StoreUnavailable(f"PostgreSQL is unavailable: {error}") from error
+
+    async def close(self) -> None:
+        if self._pool is None:
+            return
+        assert self._dialer is not None
+        self._dialer.close()
+        await self._pool.close()
+        self._pool = None
