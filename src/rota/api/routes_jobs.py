@@ -28,7 +28,8 @@ from rota.api.schemas import (
     errors,
     job_out,
 )
-from rota.domain.job import MAX_NAME_LENGTH, RETRYABLE_STATES, JobState
+from rota.client import Client
+from rota.domain.job import MAX_NAME_LENGTH, RETRYABLE_STATES, Attempt, Job, JobState
 from rota.store.base import MAX_BULK, MAX_PAGE_SIZE, JobFilter
 
 #: Job ids are PostgreSQL bigints; anything larger cannot name a job.
@@ -90,7 +91,7 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
     ) -> JobList:
         """Jobs matching the filters, newest first, one keyset page at a time."""
         job_filter = filter_from_query(states=state, kind=kind, queue=queue, tenant=tenant, q=q)
-        page = await client.list_jobs(job_filter, cursor=cursor or None, limit=limit)
+        page = await ctx.reads.list_jobs(job_filter, cursor=cursor or None, limit=limit)
         return JobList(
             now=await ctx.now(),
             jobs=[JobOut(**job_out(job)) for job in page.jobs],
@@ -151,7 +152,7 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
         job_filter = filter_from_query(states=state, kind=kind, queue=queue, tenant=tenant, q=q)
         if action is not None:
             job_filter = restrict(job_filter, _acted_on(action))
-        count = await client.store.count_jobs(job_filter, limit=MAX_BULK + 1)
+        count = await ctx.reads.store.count_jobs(job_filter, limit=MAX_BULK + 1)
         return JobCount(count=min(count, MAX_BULK), capped=count > MAX_BULK)
 
     @router.post(
@@ -181,8 +182,11 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
     )
     async def get_job(job_id: JobId) -> JobDetail:
         """One job with every attempt (worker, token, outcome, error, traceback)."""
-        job = await client.get(job_id)
-        attempts = await client.attempts(job_id)
+
+        async def read(source: Client) -> tuple[Job, list[Attempt]]:
+            return await source.get(job_id), await source.attempts(job_id)
+
+        job, attempts = await ctx.read_one(read)
         return JobDetail(
             **job_out(job), now=await ctx.now(), attempts=[attempt_out(a) for a in attempts]
         )

@@ -44,7 +44,7 @@ def schedules_router(ctx: ApiContext) -> APIRouter:
     @router.get("/api/schedules", response_model=ScheduleList, responses=schedule_errors(401, 503))
     async def list_schedules() -> ScheduleList:
         """Every schedule by name, with its next runs and its last run's outcome."""
-        listed = await store.list_schedules()
+        listed = await ctx.reads.store.list_schedules()
         return ScheduleList(now=await ctx.now(), schedules=[schedule_out(s) for s in listed])
 
     @router.post(
@@ -73,7 +73,7 @@ def schedules_router(ctx: ApiContext) -> APIRouter:
     )
     async def get_schedule(name: ScheduleName) -> ScheduleOut:
         """One schedule, with its next runs and its last run's outcome."""
-        return schedule_out(await store.get_schedule(name))
+        return schedule_out(await ctx.read_one(lambda source: source.store.get_schedule(name)))
 
     @router.post(
         "/api/schedules/{name}/pause",
