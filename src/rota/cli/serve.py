@@ -29,6 +29,12 @@ log = logging.getLogger("rota.serve")
     help="Where jobs live (prefer the environment for passwords).",
 )
 @click.option(
+    "--read-database-url",
+    envvar="ROTA_READ_DATABASE_URL",
+    help="A streaming replica the dashboard and API read lists, counts and details from "
+    "(PostgreSQL); writes and claims stay on --database-url.",
+)
+@click.option(
     "--app",
     "app_ref",
     envvar="ROTA_APP",
@@ -89,6 +95,7 @@ log = logging.getLogger("rota.serve")
 )
 def serve(
     database_url: str,
+    read_database_url: str | None,
     app_ref: str | None,
     workers: int,
     concurrency: int,
@@ -107,6 +114,7 @@ def serve(
     from rota.api import ApiSettings, check_bind
     from rota.app import App
     from rota.demo import DEMO_HEARTBEAT, DEMO_LEASE, DEMO_RESCUE, add_demo_kinds
+    from rota.store.replica import check_read_url
 
     demo = app_ref is None
     timing: dict[str, Any] = {}
@@ -124,6 +132,8 @@ def serve(
         if source is not click.core.ParameterSource.DEFAULT:
             app.with_database(database_url)
     app.auto_migrate = True  # serve applies migrations on start
+    if read_database_url:
+        check_read_url(app.database_url, read_database_url)
     heartbeat = timing.get("heartbeat")
     settings = ApiSettings(
         auth_token=os.environ.get("ROTA_AUTH_TOKEN") or None,
@@ -146,6 +156,7 @@ def serve(
             demo=demo,
             shutdown_timeout=shutdown_timeout,
             timing=timing,
+            read_url=read_database_url or None,
         )
     )
     # Sync handlers stuck in threads cannot be interrupted; do not wait for them.
@@ -164,20 +175,24 @@ async def _serve(
     demo: bool,
     shutdown_timeout: float,
     timing: dict[str, Any],
+    read_url: str | None,
 ) -> bool:
     import uvicorn
 
     from rota.api import create_app
     from rota.runtime.signals import stop_signals
     from rota.runtime.worker import default_worker_name
+    from rota.store.replica import open_replica
 
     await app.open()
+    replica = open_replica(app.store, read_url) if read_url else None
     api = create_app(
         app.client,
         settings=settings,
         metrics=app.metrics,
         kinds=app.registry.kinds() or None,
         demo=demo,
+        replica=replica,
     )
 
     class QuietServer(uvicorn.Server):
@@ -237,6 +252,8 @@ async def _serve(
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if replica is not None:
+            await replica.close()
         await app.close()
     return any(worker.aborted for worker in pool)
 
