@@ -126,6 +126,7 @@ class Cluster:
             basebackup,
             *("-D", str(replica.datadir), "-h", "127.0.0.1", "-p", str(self.port)),
             *("-U", "postgres", "-R", "-C", "-S", slot, "-X", "stream", "--no-sync"),
+            "--checkpoint=fast",  # the default spread checkpoint takes minutes
         )
         replica._own_port_and_socket()  # the copied postgresql.conf names the primary's
         replica.start()
