@@ -1,7 +1,8 @@
 """Dashboard and API reads from a real streaming replica (``pg_basebackup -R`` of a throwaway
 primary, over a replication slot): lists, counts and details come from the replica; writes and
 the answers about them (a POST's response, a retry's 409) from the primary; /api/stats says how
-far the replica trails, and `rota serve --read-database-url` wires it all up.
+far the replica trails, and `rota serve --read-database-url` wires it all up (and refuses a read
+URL that cannot be a replica, before it listens or touches a database).
 
 To make "from the replica" visible, the tests pause the replica's replay
 (``pg_wal_replay_pause()``): whatever the primary commits meanwhile is missing from every read
@@ -11,6 +12,9 @@ that really goes to the replica, and present in every answer that must come from
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -28,11 +32,11 @@ from rota.store.replica import open_replica
 from tests.support.migrate import migrate_url
 from tests.support.postgres import Cluster, pg_bin, with_database
 from tests.support.processes import eventually
-from tests.support.serve import serving
-
-pytestmark = pytest.mark.postgres
+from tests.support.serve import REPO, serving
 
 DATABASE = "rota_replicated"
+#: A PostgreSQL URL nothing listens on: the refusals must come before any connection.
+NOWHERE = "postgresql://nobody@127.0.0.1:1/rota"
 
 
 @pytest.fixture(scope="module")
@@ -122,6 +126,7 @@ async def lag(api: httpx.AsyncClient) -> dict[str, Any]:
     return replica
 
 
+@pytest.mark.postgres
 async def test_reads_come_from_the_replica_and_writes_and_their_answers_from_the_primary(
     api: httpx.AsyncClient, primary: Store, replay: Replay
 ) -> None:
@@ -168,6 +173,7 @@ async def _lag_is(api: httpx.AsyncClient, seconds: float) -> dict[str, Any] | No
     return found if found["lag_seconds"] == seconds else None
 
 
+@pytest.mark.postgres
 async def test_serve_reads_from_the_replica_given_by_its_flag(
     pair: tuple[str, str], replay: Replay, tmp_path: Path
 ) -> None:
@@ -181,3 +187,32 @@ async def test_serve_reads_from_the_replica_given_by_its_flag(
         listed = await asyncio.to_thread(served.get, "/api/jobs?limit=500")
         assert job["id"] not in {j["id"] for j in listed["jobs"]}
         assert (await asyncio.to_thread(served.get, "/api/stats"))["replica"]["lag_seconds"] > 0
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        (
+            {"ROTA_DATABASE_URL": NOWHERE, "ROTA_READ_DATABASE_URL": "sqlite:///replica.db"},
+            "must be a PostgreSQL replica",
+        ),
+        (
+            {"ROTA_DATABASE_URL": "sqlite:///rota.db", "ROTA_READ_DATABASE_URL": NOWHERE},
+            "needs the database itself on PostgreSQL",
+        ),
+    ],
+)
+def test_serve_refuses_a_read_url_that_cannot_be_a_replica(
+    tmp_path: Path, env: dict[str, str], message: str
+) -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "rota", "serve", "--port", "0", "--workers", "0"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO / "src"), **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 2
+    assert run.stderr.count("\n") == 1 and message in run.stderr, run.stderr
+    assert list(tmp_path.iterdir()) == []  # no database file made, nothing written

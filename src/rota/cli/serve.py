@@ -32,7 +32,8 @@ log = logging.getLogger("rota.serve")
     "--read-database-url",
     envvar="ROTA_READ_DATABASE_URL",
     help="A streaming replica the dashboard and API read lists, counts and details from "
-    "(PostgreSQL); writes and claims stay on --database-url.",
+    "(PostgreSQL); writes and claims stay on --database-url. Prefer the environment for "
+    "passwords.",
 )
 @click.option(
     "--app",
