@@ -38,7 +38,7 @@ import pytest
 
 from rota.domain.errors import StoreUnavailable
 from rota.domain.job import JobState
-from rota.store import Store, open_store
+from rota.store import JobFilter, Store, open_store
 from tests.chaos.conftest import CHAOS_OPTIONS, MARGIN_S
 from tests.support import netns
 from tests.support.chaosfleet import (
@@ -290,6 +290,13 @@ async def test_hosts_in_namespaces_survive_a_partition_and_a_killed_host(
 
         ids = await enqueuer.finished(within_s=DRAIN_S)
         assert len(ids) == JOBS, f"{len(ids)} of {JOBS} enqueues acknowledged"
+
+        async def fired_after_the_kill() -> bool:
+            newest = await store.list_jobs(JobFilter(schedule=SCHEDULE), limit=1)
+            slot = newest.jobs[0].slot_at if newest.jobs else None
+            return slot is not None and slot > killed_db_at
+
+        await eventually(fired_after_the_kill, within_s=60, what="a slot after the kill fired")
     finally:
         sampling.set()
         await sampler
