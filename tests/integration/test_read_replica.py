@@ -174,16 +174,23 @@ async def _lag_is(api: httpx.AsyncClient, seconds: float) -> dict[str, Any] | No
 
 
 @pytest.mark.postgres
-async def test_serve_reads_from_the_replica_given_by_its_flag(
-    pair: tuple[str, str], replay: Replay, tmp_path: Path
+async def test_serve_reads_from_the_replica_given_by_its_flag_and_its_workers_use_the_primary(
+    pair: tuple[str, str], primary: Store, replay: Replay, tmp_path: Path
 ) -> None:
     primary_url, replica_url = pair
     env = {"ROTA_DATABASE_URL": primary_url, "ROTA_READ_DATABASE_URL": replica_url}
-    with serving(tmp_path, "--workers", "0", env=env) as served:
+    with serving(tmp_path, "--workers", "1", env=env) as served:
         stats = await asyncio.to_thread(served.get, "/api/stats")
         assert stats["replica"]["replaying"] is True
         await replay.pause()
         job = await asyncio.to_thread(served.post, "/api/jobs", {"kind": "email"})
+
+        async def done_on_the_primary() -> bool:
+            return (await primary.get(job["id"])).state is JobState.SUCCEEDED
+
+        # The worker claimed and completed it: on the primary, since the replica has not
+        # even replayed its enqueue.
+        await eventually(done_on_the_primary, within_s=60, what="the job to succeed")
         listed = await asyncio.to_thread(served.get, "/api/jobs?limit=500")
         assert job["id"] not in {j["id"] for j in listed["jobs"]}
         assert (await asyncio.to_thread(served.get, "/api/stats"))["replica"]["lag_seconds"] > 0
