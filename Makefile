@@ -101,6 +101,13 @@ bench: setup-bench ## Benchmarks on a throwaway production-configured PostgreSQL
 bench-quick: setup-bench ## Check the benchmark harness end to end with small loads (figures not publishable)
 	$(PY) -m bench.run --quick --runs 1 $(BENCH_ARGS)
 
+# CAPACITY_ARGS: e.g. --quick (a check), --pg-cores 2 --jobs 200000 --processes 4, --checkpoint.
+CAPACITY_ARGS ?=
+
+.PHONY: bench-capacity
+bench-capacity: setup ## Measure what one primary sustains per PostgreSQL core (prints; writes nothing)
+	$(PY) -m bench.capacity $(CAPACITY_ARGS)
+
 .PHONY: bench-profile
 bench-profile: setup-bench ## Profile the worker on a no-op drain (py-spy; pg_stat_statements) into bench/results/profile.md
 	$(PY) -m bench.profile

@@ -1,4 +1,5 @@
-"""rota's benchmarks: rota beside PgQueuer and Procrastinate, run by ``python -m bench.run``.
+"""rota's benchmarks: rota beside PgQueuer and Procrastinate, run by ``python -m bench.run``;
+the capacity of one PostgreSQL primary per core, by ``python -m bench.capacity``.
 
 Never part of the test run. Every load here is bounded in count and in time, and only talks to
 the PostgreSQL server on 127.0.0.1 (databases named ``rota_bench_*``) and to SQLite files in a

@@ -29,7 +29,7 @@ from rota.domain.job import JobSpec, JobState
 from rota.domain.retry import RECONNECT_BACKOFF
 from rota.store import JobFilter, Store, open_store
 from tests.chaos.conftest import CHAOS_OPTIONS, MARGIN_S
-from tests.support.chaosfleet import ChaosFleet, all_terminal
+from tests.support.chaosfleet import ChaosFleet, all_terminal, fleet_on
 from tests.support.history import START, check_store, read_events
 from tests.support.pgbouncer import SERVER_LOGIN_RETRY_S, PgBouncer
 from tests.support.postgres import Cluster
@@ -50,12 +50,8 @@ async def cluster_store(cluster_url: str) -> AsyncIterator[Store]:
 
 @pytest.fixture
 def cluster_fleet(cluster_url: str, cluster_store: Store, tmp_path: Path) -> Iterator[ChaosFleet]:
-    fleet = ChaosFleet(cluster_url, cluster_store, tmp_path, OPTIONS, effects=cluster_url)
-    try:
+    with fleet_on(cluster_url, cluster_store, tmp_path, OPTIONS, tail=40) as fleet:
         yield fleet
-    finally:
-        fleet.close()
-        print(fleet.logs(tail=40))
 
 
 class Enqueuer:

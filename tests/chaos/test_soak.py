@@ -29,7 +29,7 @@ from rota.domain.job import JobSpec, JobState
 from rota.store import Store, open_store
 from tests.chaos.conftest import CHAOS_OPTIONS, IN_CI, MARGIN_S, proxied, through
 from tests.support import faketime
-from tests.support.chaosfleet import SCHEDULE, SCHEDULE_ENV, ChaosFleet, all_terminal
+from tests.support.chaosfleet import SCHEDULE, SCHEDULE_ENV, ChaosFleet, all_terminal, fleet_on
 from tests.support.history import check_snapshot, snapshot
 from tests.support.nemesis import Fault, Nemesis
 from tests.support.postgres import Cluster
@@ -64,14 +64,8 @@ async def soak_store(cluster_url: str) -> AsyncIterator[Store]:
 
 @pytest.fixture
 def soak_fleet(cluster_url: str, soak_store: Store, tmp_path: Path) -> Iterator[ChaosFleet]:
-    fleet = ChaosFleet(cluster_url, soak_store, tmp_path, CHAOS_OPTIONS, effects=cluster_url)
-    try:
+    with fleet_on(cluster_url, soak_store, tmp_path, CHAOS_OPTIONS) as fleet:
         yield fleet
-    finally:
-        fleet.close()
-        # Shown by pytest when the test failed: short, so the failure stays in view.
-        print(fleet.logs(tail=25))
-        print(f"every worker's whole log: {tmp_path}/*.stderr")
 
 
 async def pause_schedule(store: Store, name: str) -> None:

@@ -3,6 +3,7 @@ headless Debian Chromium driven by Playwright (never a downloaded browser build)
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import uvicorn
+from fastapi import FastAPI
 
 from rota.api import ApiSettings, create_app
 from rota.client import Client
@@ -57,7 +59,13 @@ def served(request: pytest.FixtureRequest) -> Iterator[Served]:
     """
     settings = getattr(request, "param", None) or ApiSettings()
     store = MemoryStore()
-    app = create_app(Client(store), settings=settings)
+    with serve(create_app(Client(store), settings=settings)) as url:
+        yield Served(url, store)
+
+
+@contextlib.contextmanager
+def serve(app: FastAPI) -> Iterator[str]:
+    """Serve ``app`` with uvicorn on 127.0.0.1:<free port> in a thread; yields its base URL."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
@@ -72,7 +80,7 @@ def served(request: pytest.FixtureRequest) -> Iterator[Served]:
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:
-        yield Served(f"http://127.0.0.1:{port}", store)
+        yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         thread.join(timeout=10)

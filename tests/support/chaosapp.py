@@ -5,7 +5,8 @@ Environment: ``ROTA_DATABASE_URL`` (the store, possibly through a chaos proxy),
 downstream store: a ``postgresql://`` URL reached directly, never through the proxy, or a
 SQLite file path). ``ROTA_CHAOS_PROBES`` names a directory where ``probe`` jobs write the
 worker's ``sys.modules``; ``ROTA_CHAOS_SCHEDULE_EVERY`` (seconds) defines schedule
-``chaos-tick``, a ``work`` job per slot.
+``chaos-tick``, a ``work`` job per slot; with ``ROTA_CHAOS_SCHEDULE_ALL=1`` it runs every slot
+(missed slots all fired, runs may overlap), so exactly one job per slot is expected.
 
 Kinds:
 
@@ -29,7 +30,7 @@ from typing import Any
 
 import rota
 from rota import JobContext, Permanent, RetryPolicy
-from tests.support.chaosfleet import PROBES_ENV, SCHEDULE, SCHEDULE_ENV
+from tests.support.chaosfleet import PROBES_ENV, SCHEDULE, SCHEDULE_ALL_ENV, SCHEDULE_ENV
 from tests.support.effects import EFFECTS_ENV, FencedEffects
 from tests.support.history import HISTORY_ENV, Recorder
 
@@ -69,4 +70,5 @@ async def probe(ctx: JobContext, payload: Any) -> None:
 
 every = os.environ.get(SCHEDULE_ENV)
 if every:
-    app.schedule(SCHEDULE, kind="work", every=float(every), payload={"s": 0.01})
+    every_slot = {"misfire": "all", "overlap": "allow"} if os.environ.get(SCHEDULE_ALL_ENV) else {}
+    app.schedule(SCHEDULE, kind="work", every=float(every), payload={"s": 0.01}, **every_slot)

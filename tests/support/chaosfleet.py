@@ -6,8 +6,10 @@ URLs (direct, or through a chaos proxy), extra environment (libfaketime) and a c
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,13 +19,15 @@ from rota.domain.errors import StoreUnavailable
 from rota.domain.job import JobState
 from rota.store import Store
 from tests.support.effects import EFFECTS_ENV, PG_EFFECTS_SCHEMA, SQLITE_EFFECTS_SCHEMA
-from tests.support.processes import Fleet, WorkerProcess, eventually
+from tests.support.processes import Fleet, WorkerOptions, WorkerProcess, eventually
 
 CHAOS_APP = "tests.support.chaosapp:app"
 PROBES_ENV = "ROTA_CHAOS_PROBES"  # read by chaosapp
 #: Seconds between the slots of chaosapp's schedule ``SCHEDULE``; unset, it has none.
 SCHEDULE_ENV = "ROTA_CHAOS_SCHEDULE_EVERY"
 SCHEDULE = "chaos-tick"
+#: Set (to 1), chaosapp's schedule fires every slot: missed ones all, overlapping runs allowed.
+SCHEDULE_ALL_ENV = "ROTA_CHAOS_SCHEDULE_ALL"
 
 
 class ChaosFleet(Fleet):
@@ -100,6 +104,22 @@ class ChaosFleet(Fleet):
         }
         assert not wrong, f"effects not written by the accepted attempt: {list(wrong.items())[:10]}"
         return rejected
+
+
+@contextlib.contextmanager
+def fleet_on(
+    url: str, store: Store, directory: Path, options: WorkerOptions, *, tail: int = 25
+) -> Iterator[ChaosFleet]:
+    """A ChaosFleet on ``url`` whose fenced store is a table in that same database. On exit
+    every worker is reaped and the last ``tail`` lines of each one's log printed (pytest shows
+    them when the test failed: short, so the failure stays in view)."""
+    fleet = ChaosFleet(url, store, directory, options, effects=url)
+    try:
+        yield fleet
+    finally:
+        fleet.close()
+        print(fleet.logs(tail=tail))
+        print(f"every worker's whole log: {directory}/*.stderr")
 
 
 async def all_terminal(store: Store, expected: int, *, within_s: float) -> float:

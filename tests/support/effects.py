@@ -14,6 +14,8 @@ import sqlite3
 from typing import Any
 
 EFFECTS_ENV = "ROTA_CHAOS_EFFECTS"
+#: Connections a worker process writes effects on at once (PostgreSQL).
+PG_CONNECTIONS = 4
 
 PG_EFFECTS_SCHEMA = """
 CREATE TABLE IF NOT EXISTS chaos_effects (
@@ -29,11 +31,18 @@ CREATE TABLE IF NOT EXISTS chaos_effect_log (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL, fence INTEGER NOT NULL,
     accepted INTEGER NOT NULL, pid INTEGER NOT NULL);
 """
+#: The write and its log line in one statement (one round trip, one transaction): the log
+#: row's seq is drawn after the upsert took the key's row lock, so seq order is commit order.
 _PG_WRITE = """
-INSERT INTO chaos_effects (key, value, fence) VALUES (%(key)s, %(value)s, %(fence)s)
-ON CONFLICT (key) DO UPDATE SET value = excluded.value, fence = excluded.fence
-WHERE chaos_effects.fence < excluded.fence
-RETURNING fence
+WITH written AS (
+    INSERT INTO chaos_effects (key, value, fence) VALUES (%(key)s, %(value)s, %(fence)s)
+    ON CONFLICT (key) DO UPDATE SET value = excluded.value, fence = excluded.fence
+    WHERE chaos_effects.fence < excluded.fence
+    RETURNING fence
+)
+INSERT INTO chaos_effect_log (key, fence, accepted, pid)
+SELECT %(key)s, %(fence)s, EXISTS (SELECT FROM written), %(pid)s
+RETURNING accepted
 """
 _SQLITE_WRITE = """
 INSERT INTO chaos_effects (key, value, fence) VALUES (?, ?, ?)
@@ -41,7 +50,7 @@ ON CONFLICT (key) DO UPDATE SET value = excluded.value, fence = excluded.fence
 WHERE chaos_effects.fence < excluded.fence
 RETURNING fence
 """
-_LOG = "INSERT INTO chaos_effect_log (key, fence, accepted, pid) VALUES ({0}, {0}, {0}, {0})"
+_SQLITE_LOG = "INSERT INTO chaos_effect_log (key, fence, accepted, pid) VALUES (?, ?, ?, ?)"
 
 
 class FencedEffects:
@@ -49,8 +58,9 @@ class FencedEffects:
 
     def __init__(self, target: str) -> None:
         self.target = target
-        self._conn: Any = None
-        self._lock = asyncio.Lock()
+        #: Idle PostgreSQL connections; at most PG_CONNECTIONS are in use at once.
+        self._idle: list[Any] = []
+        self._slots = asyncio.Semaphore(PG_CONNECTIONS)
 
     async def write(self, key: str, value: int, fence: int) -> bool:
         if self.target.startswith("postgresql://"):
@@ -60,29 +70,27 @@ class FencedEffects:
     async def _write_pg(self, key: str, value: int, fence: int) -> bool:
         import psycopg
 
-        async with self._lock:
-            if self._conn is None or self._conn.closed:
-                self._conn = await psycopg.AsyncConnection.connect(
+        params = {"key": key, "value": value, "fence": fence, "pid": os.getpid()}
+        async with self._slots:
+            conn = self._idle.pop() if self._idle else None
+            if conn is None or conn.closed:
+                conn = await psycopg.AsyncConnection.connect(
                     self.target, autocommit=True, connect_timeout=5
                 )
             try:
-                async with self._conn.transaction():
-                    cursor = await self._conn.execute(
-                        _PG_WRITE, {"key": key, "value": value, "fence": fence}
-                    )
-                    accepted = await cursor.fetchone() is not None
-                    await self._conn.execute(_LOG.format("%s"), [key, fence, accepted, os.getpid()])
-            except psycopg.OperationalError:
-                await self._conn.close()
+                row = await (await conn.execute(_PG_WRITE, params)).fetchone()
+            except BaseException:  # failed or cancelled mid-statement: never reuse it
+                await conn.close()
                 raise
-        return accepted
+            self._idle.append(conn)
+        return bool(row[0])
 
     def _write_sqlite(self, key: str, value: int, fence: int) -> bool:
         conn = sqlite3.connect(self.target, timeout=30, isolation_level=None)
         try:
             conn.execute("BEGIN IMMEDIATE")
             accepted = conn.execute(_SQLITE_WRITE, (key, value, fence)).fetchone() is not None
-            conn.execute(_LOG.format("?"), (key, fence, int(accepted), os.getpid()))
+            conn.execute(_SQLITE_LOG, (key, fence, int(accepted), os.getpid()))
             conn.execute("COMMIT")
             return accepted
         finally:

@@ -1,7 +1,9 @@
 """Network namespaces for partition tests: a worker cut off from the database for real.
 
 ``Netns.create()`` adds a namespace joined to the host by a veth pair with link-local
-addresses (169.254.77.0/24, one /30 per namespace: traffic never leaves this machine).
+addresses (one /30 of 169.254.0.0/16 per namespace, chosen among those no interface of the
+machine uses yet, under a file lock, so test processes running side by side never share one:
+traffic never leaves this machine).
 ``prefix()`` runs a command inside it (``ip netns exec``, which execs, so the PID is the
 command's own), ``cut()`` takes the host end down (packets are dropped: no RST, no FIN, a
 half-open partition) and ``heal()`` brings it back. ``destroy()`` removes both; the fixture
@@ -12,14 +14,20 @@ that creates one always calls it. ``unavailable()`` names why namespaces cannot 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import ipaddress
 import itertools
 import os
+import random
 import shutil
 import subprocess
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-_SUBNETS = itertools.count(1)
+#: Third octets of the 169.254.X.0/24 blocks namespaces take their /30s from.
+_BLOCKS = range(100, 200)
+_LOCK = "/tmp/rota-netns.lock"
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -51,29 +59,28 @@ class Netns:
     @classmethod
     def create(cls) -> Netns:
         tag = uuid.uuid4().hex[:6]
-        subnet = next(_SUBNETS) % 60
-        base = 4 * subnet
-        ns = cls(
-            name=f"rota-{tag}",
-            host_if=f"rvh{tag}",
-            ns_if=f"rvn{tag}",
-            host_ip=f"169.254.77.{base + 1}",
-            ns_ip=f"169.254.77.{base + 2}",
-        )
-        try:
-            _ip("netns", "add", ns.name)
-            _ip("link", "add", ns.host_if, "type", "veth", "peer", "name", ns.ns_if)
-            _ip("link", "set", ns.ns_if, "netns", ns.name)
-            _ip("addr", "add", f"{ns.host_ip}/30", "dev", ns.host_if)
-            _ip("link", "set", ns.host_if, "up")
+        with _allocation() as subnet:
+            host_ip, ns_ip = (str(address) for address in subnet.hosts())
+            ns = cls(f"rota-{tag}", f"rvh{tag}", f"rvn{tag}", host_ip, ns_ip)
             inside = ("netns", "exec", ns.name, "ip")
-            _ip(*inside, "addr", "add", f"{ns.ns_ip}/30", "dev", ns.ns_if)
-            _ip(*inside, "link", "set", ns.ns_if, "up")
-            _ip(*inside, "link", "set", "lo", "up")
-        except subprocess.CalledProcessError:
-            ns.destroy()
-            raise
+            try:
+                _ip("netns", "add", ns.name)
+                _ip("link", "add", ns.host_if, "type", "veth", "peer", "name", ns.ns_if)
+                _ip("link", "set", ns.ns_if, "netns", ns.name)
+                _ip("addr", "add", f"{ns.host_ip}/30", "dev", ns.host_if)
+                _ip("link", "set", ns.host_if, "up")
+                _ip(*inside, "addr", "add", f"{ns.ns_ip}/30", "dev", ns.ns_if)
+                _ip(*inside, "link", "set", ns.ns_if, "up")
+                _ip(*inside, "link", "set", "lo", "up")
+            except subprocess.CalledProcessError:
+                ns.destroy()
+                raise
         return ns
+
+    @property
+    def cidr(self) -> str:
+        """The namespace's own address as a /32, e.g. for a pg_hba.conf line."""
+        return f"{self.ns_ip}/32"
 
     def prefix(self) -> list[str]:
         """Put before a command to run it inside the namespace."""
@@ -90,3 +97,29 @@ class Netns:
         with contextlib.suppress(subprocess.SubprocessError):
             _ip("link", "del", self.host_if, check=False)
             _ip("netns", "del", self.name, check=False)
+
+
+def _in_use() -> set[ipaddress.IPv4Network]:
+    """The /30 around every IPv4 address on an interface of the machine now."""
+    words = _ip("-4", "-o", "addr", "show").stdout.split()
+    return {
+        ipaddress.ip_network(f"{ipaddress.ip_interface(word).ip}/30", strict=False)
+        for before, word in itertools.pairwise(words)
+        if before == "inet"
+    }
+
+
+@contextlib.contextmanager
+def _allocation() -> Iterator[ipaddress.IPv4Network]:
+    """A free link-local /30, held under a file lock until the caller has put it on its veth."""
+    with open(_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        taken = _in_use()
+        blocks = list(_BLOCKS)
+        random.shuffle(blocks)
+        for block in blocks:
+            for subnet in ipaddress.ip_network(f"169.254.{block}.0/24").subnets(new_prefix=30):
+                if subnet not in taken:
+                    yield subnet
+                    return
+        raise RuntimeError("no free link-local /30 left for a network namespace")

@@ -17,7 +17,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -78,7 +78,16 @@ class Cluster:
         return subprocess.run(cmd, check=check, capture_output=True, text=True, timeout=120)
 
     @classmethod
-    def create(cls, base: Path | None = None) -> Cluster:
+    def create(
+        cls,
+        base: Path | None = None,
+        *,
+        listen: Sequence[str] = ("127.0.0.1",),
+        trusted: Sequence[str] = (),
+    ) -> Cluster:
+        """initdb and start a cluster listening on ``listen`` (addresses this machine has,
+        e.g. the host ends of network namespaces' veths), accepting the networks ``trusted``
+        (CIDRs, beside loopback) without a password."""
         initdb = pg_bin("initdb")
         if initdb is None:
             raise RuntimeError("initdb not found")
@@ -90,17 +99,46 @@ class Cluster:
         cluster._run(
             initdb, "-D", str(cluster.datadir), "-U", "postgres", "-A", "trust", "--no-sync"
         )
-        conf = cluster.datadir / "postgresql.conf"
-        with conf.open("a") as handle:
+        with (cluster.datadir / "postgresql.conf").open("a") as handle:
             handle.write(
-                f"\nport = {cluster.port}\nlisten_addresses = '127.0.0.1'\n"
-                f"unix_socket_directories = '{root}'\nfsync = off\n"
+                f"\nlisten_addresses = '{','.join(listen)}'\nfsync = off\n"
                 "synchronous_commit = on\nfull_page_writes = off\nmax_connections = 200\n"
                 # Unix time with milliseconds: tests read when the server became ready.
                 "log_line_prefix = '%n [%p] '\n"
             )
+        if trusted:
+            with (cluster.datadir / "pg_hba.conf").open("a") as handle:
+                handle.writelines(f"host all all {cidr} trust\n" for cidr in trusted)
+        cluster._own_port_and_socket()
         cluster.start()
         return cluster
+
+    def standby(self) -> Cluster:
+        """A streaming replica of this cluster (``pg_basebackup -R`` over a replication slot
+        of its own), started and serving reads; destroy it before this one."""
+        basebackup = pg_bin("pg_basebackup")
+        if basebackup is None:
+            raise RuntimeError("pg_basebackup not found")
+        root = Path(tempfile.mkdtemp(prefix="rota-pg-standby-", dir=self.datadir.parent.parent))
+        if self.owner:
+            shutil.chown(root, self.owner, self.owner)
+        replica = Cluster(datadir=root / "data", port=_free_port(), owner=self.owner)
+        slot = f"rota_standby_{replica.port}"
+        replica._run(
+            basebackup,
+            *("-D", str(replica.datadir), "-h", "127.0.0.1", "-p", str(self.port)),
+            *("-U", "postgres", "-R", "-C", "-S", slot, "-X", "stream", "--no-sync"),
+            "--checkpoint=fast",  # the default spread checkpoint takes minutes
+        )
+        replica._own_port_and_socket()  # the copied postgresql.conf names the primary's
+        replica.start()
+        return replica
+
+    def _own_port_and_socket(self) -> None:
+        with (self.datadir / "postgresql.conf").open("a") as handle:
+            handle.write(
+                f"\nport = {self.port}\nunix_socket_directories = '{self.datadir.parent}'\n"
+            )
 
     def start(self) -> None:
         self._run(

@@ -25,6 +25,7 @@ from rota.api.settings import ApiSettings
 from rota.client import Client
 from rota.domain.job import validate_name
 from rota.observability.metrics import Metrics
+from rota.store.replica import ReadReplica
 
 #: Request bodies the routes parse themselves; their schemas are added to the document.
 _REQUEST_MODELS = (JobCreate, JobFilterBody, ScheduleCreate, LimitCreate)
@@ -37,11 +38,14 @@ def create_app(
     metrics: Metrics | None = None,
     kinds: Collection[str] | None = None,
     demo: bool = False,
+    replica: ReadReplica | None = None,
 ) -> FastAPI:
     """The API and dashboard for ``client``'s store.
 
     ``kinds`` limits POST /api/jobs to those kinds (None: any valid kind name); ``demo`` shows
-    the dashboard's preset buttons. Binding is the caller's business: call ``check_bind``.
+    the dashboard's preset buttons; with ``replica`` (a streaming replica of the store), the
+    read routes answer from it and /api/stats says how far it trails. Binding is the caller's
+    business: call ``check_bind``.
     """
     if kinds is not None:
         for kind in kinds:
@@ -54,6 +58,8 @@ def create_app(
         kinds=frozenset(kinds) if kinds is not None else None,
         demo=demo,
         authenticator=authenticator,
+        reads=Client(replica.store) if replica is not None else client,
+        replica=replica,
     )
     # Swagger UI and ReDoc load scripts from a CDN and inline, which our CSP forbids.
     app = FastAPI(title="rota", version=_version(), docs_url=None, redoc_url=None)

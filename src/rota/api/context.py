@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TypeVar
 
 from rota.api.security import Authenticator
 from rota.api.settings import ApiSettings
 from rota.client import Client
+from rota.domain.errors import JobNotFound, ScheduleNotFound
 from rota.observability.metrics import Metrics
+from rota.store.replica import ReadReplica
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
 class ApiContext:
+    """``client`` is the primary: every write, and every read whose answer must include this
+    request's own writes (a POST's response, a retry's 409). ``reads`` serves the GET routes'
+    lists, counts and details: the read replica's store when one is configured (a moment
+    stale), else the primary too."""
+
     client: Client
     settings: ApiSettings
     metrics: Metrics
@@ -20,6 +31,18 @@ class ApiContext:
     kinds: frozenset[str] | None
     demo: bool
     authenticator: Authenticator
+    reads: Client
+    replica: ReadReplica | None = None
+
+    async def read_one(self, read: Callable[[Client], Awaitable[T]]) -> T:
+        """``read(reads)``; when it finds no such job or schedule on a replica, which may not
+        have replayed its creation yet, ``read(client)``: a 404 comes from the primary only."""
+        try:
+            return await read(self.reads)
+        except (JobNotFound, ScheduleNotFound):
+            if self.reads is self.client:
+                raise
+        return await read(self.client)
 
     async def now(self) -> datetime:
         """The store's clock: the API's only source of "now"."""

@@ -21,8 +21,17 @@ OTHER_QUEUES = "_other"
 class StoreGauges:
     """Sets queue depth, dead jobs, oldest due age and workers alive from the store."""
 
-    def __init__(self, client: Client, metrics: Metrics, settings: ApiSettings) -> None:
+    def __init__(
+        self,
+        client: Client,
+        metrics: Metrics,
+        settings: ApiSettings,
+        *,
+        reads: Client | None = None,
+    ) -> None:
         self._client = client
+        #: Where the job counts come from (a read replica, if any); workers from ``client``.
+        self._reads = reads or client
         self._metrics = metrics
         self._settings = settings
         self._refreshed_at: datetime | None = None
@@ -34,7 +43,7 @@ class StoreGauges:
             # A clock that went backwards also forces a refresh.
             if 0 <= age < self._settings.metrics_cache_seconds:
                 return
-        counts = await self._client.counts()
+        counts = await self._reads.store.counts(now=now)
         workers = await self._client.workers()
         heartbeat = timedelta(seconds=self._settings.heartbeat_interval_seconds)
         alive = sum(1 for worker in workers if worker.is_alive(now, heartbeat))

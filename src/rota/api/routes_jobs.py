@@ -28,10 +28,13 @@ from rota.api.schemas import (
     job_out,
     job_summary,
 )
+from rota.client import Client
 from rota.domain.job import (
     MAX_NAME_LENGTH,
     NAME_PATTERN,
     RETRYABLE_STATES,
+    Attempt,
+    Job,
     JobState,
     check_known_kind,
     parse_instant,
@@ -98,7 +101,7 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
         """Jobs matching the filters, newest first, one keyset page at a time; each with
         bounded previews of its payload and last error (the job's own route has them whole)."""
         job_filter = filter_from_query(states=state, kind=kind, queue=queue, tenant=tenant, q=q)
-        page = await client.list_jobs(job_filter, cursor=cursor or None, limit=limit)
+        page = await ctx.reads.list_jobs(job_filter, cursor=cursor or None, limit=limit)
         return JobList(
             now=await ctx.now(),
             jobs=[job_summary(job) for job in page.jobs],
@@ -158,7 +161,7 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
         job_filter = filter_from_query(states=state, kind=kind, queue=queue, tenant=tenant, q=q)
         if action is not None:
             job_filter = restrict(job_filter, _acted_on(action))
-        count = await client.store.count_jobs(job_filter, limit=MAX_BULK + 1)
+        count = await ctx.reads.store.count_jobs(job_filter, limit=MAX_BULK + 1)
         return JobCount(count=min(count, MAX_BULK), capped=count > MAX_BULK)
 
     @router.post(
@@ -188,8 +191,11 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
     )
     async def get_job(job_id: JobId) -> JobDetail:
         """One job with every attempt (worker, token, outcome, error, traceback)."""
-        job = await client.get(job_id)
-        attempts = await client.attempts(job_id)
+
+        async def read(source: Client) -> tuple[Job, list[Attempt]]:
+            return await source.get(job_id), await source.attempts(job_id)
+
+        job, attempts = await ctx.read_one(read)
         return JobDetail(
             **job_out(job), now=await ctx.now(), attempts=[attempt_out(a) for a in attempts]
         )

@@ -13,6 +13,7 @@ from rota.api.schemas import (
     CountsOut,
     DashboardConfig,
     Health,
+    ReplicaOut,
     Stats,
     ThroughputOut,
     WorkerList,
@@ -28,29 +29,33 @@ THROUGHPUT_BUCKETS = 60
 def misc_router(ctx: ApiContext) -> APIRouter:
     router = APIRouter()
     client = ctx.client
-    gauges = StoreGauges(client, ctx.metrics, ctx.settings)
+    gauges = StoreGauges(client, ctx.metrics, ctx.settings, reads=ctx.reads)
 
     @router.get(
         "/api/workers", response_model=WorkerList, responses=errors(401, 503), tags=["workers"]
     )
     async def list_workers() -> WorkerList:
         """Registered workers, their heartbeat age and running jobs, and whether they are alive."""
+        # From the primary even with a replica: a lagging copy of the heartbeats would show
+        # live workers as dead, and the registry is a small table.
         workers = await client.workers()
         now = await ctx.now()
         return WorkerList(now=now, workers=[worker_out(w, now, ctx.heartbeat) for w in workers])
 
     @router.get("/api/stats", response_model=Stats, responses=errors(401, 503), tags=["stats"])
     async def stats() -> Stats:
-        """Counts by state and queue, the oldest due job's age, workers alive, and the last
-        hour's finished jobs per minute."""
+        """Counts by state and queue, the oldest due job's age, workers alive, the last
+        hour's finished jobs per minute, and, when these are read from a replica, how far
+        it trails the primary."""
         now = await ctx.now()
-        counts = await client.counts()
-        workers = await client.workers()
+        replica = await _replica_out(ctx)
+        counts = await ctx.reads.store.counts(now=now)
+        workers = await client.workers()  # the primary's, as for /api/workers
         # Buckets start on whole minutes so successive polls draw the same bars; the last one
         # is the current, partial minute (nothing can have finished after now).
         until = now.replace(second=0, microsecond=0) + THROUGHPUT_BUCKET
         since = until - THROUGHPUT_BUCKETS * THROUGHPUT_BUCKET
-        buckets = await client.store.throughput(since=since, bucket=THROUGHPUT_BUCKET, now=until)
+        buckets = await ctx.reads.store.throughput(since=since, bucket=THROUGHPUT_BUCKET, now=until)
         oldest = counts.oldest_due_at
         views = [worker_out(w, now, ctx.heartbeat) for w in workers]
         return Stats(
@@ -72,6 +77,7 @@ def misc_router(ctx: ApiContext) -> APIRouter:
                 bucket_seconds=int(THROUGHPUT_BUCKET.total_seconds()),
                 buckets=[bucket_out(b) for b in buckets],
             ),
+            replica=replica,
         )
 
     @router.get(
@@ -109,3 +115,12 @@ def misc_router(ctx: ApiContext) -> APIRouter:
         return Health(ok=True)
 
     return router
+
+
+async def _replica_out(ctx: ApiContext) -> ReplicaOut | None:
+    """How far the read replica trails, measured before the reads it qualifies."""
+    if ctx.replica is None:
+        return None
+    lag = await ctx.replica.lag()
+    seconds = None if lag.behind is None else lag.behind.total_seconds()
+    return ReplicaOut(replaying=lag.replaying, lag_seconds=seconds)

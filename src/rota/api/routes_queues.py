@@ -67,7 +67,7 @@ def queues_router(ctx: ApiContext) -> APIRouter:
     async def list_queues() -> QueueList:
         """Every queue with jobs, settings or a limit: paused or not, its jobs by state, and
         its concurrency limit."""
-        listed = await client.queues()
+        listed = await ctx.reads.queues()
         return QueueList(
             now=await ctx.now(),
             exact=all(queue.exact for queue in listed),
@@ -104,7 +104,7 @@ def queues_router(ctx: ApiContext) -> APIRouter:
     )
     async def list_limits() -> LimitList:
         """Every limit by scope and key, with its running jobs and starts in its period."""
-        listed = await client.limits()
+        listed = await ctx.reads.limits()
         return LimitList(now=await ctx.now(), limits=[limit_out(info) for info in listed])
 
     @router.post(
@@ -154,7 +154,7 @@ def queues_router(ctx: ApiContext) -> APIRouter:
     )
     async def tenants_running() -> TenantRunningList:
         """Jobs running with a live lease per tenant, most first."""
-        running = await client.running_by_tenant()
+        running = await ctx.reads.running_by_tenant()
         return TenantRunningList(now=await ctx.now(), tenants=tenants_out(running))
 
     return router

@@ -81,7 +81,7 @@ def schedules_router(ctx: ApiContext) -> APIRouter:
     ) -> ScheduleList:
         """Schedules by name, one keyset page at a time (or the soonest due), each with its
         next runs and its last run's outcome."""
-        page = await ctx.client.list_schedules(
+        page = await ctx.reads.list_schedules(
             cursor=cursor or None, limit=limit, due_first=order == "due"
         )
         return ScheduleList(
@@ -116,7 +116,9 @@ def schedules_router(ctx: ApiContext) -> APIRouter:
     )
     async def get_schedule(name: ScheduleName) -> ScheduleOut:
         """One schedule, with its next runs and its last run's outcome."""
-        [schedule] = await rendered([await store.get_schedule(name)])
+        [schedule] = await rendered(
+            [await ctx.read_one(lambda source: source.store.get_schedule(name))]
+        )
         return schedule
 
     @router.post(

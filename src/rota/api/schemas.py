@@ -300,6 +300,16 @@ class ThroughputOut(BaseModel):
     buckets: list[BucketOut]
 
 
+class ReplicaOut(BaseModel):
+    """The read replica the counts, lists and details come from."""
+
+    replaying: bool = Field(description="False when the read database is not a replica.")
+    lag_seconds: float | None = Field(
+        description="How stale its answers may be: 0 when it has replayed everything the "
+        "primary had written; null when that cannot be told."
+    )
+
+
 class Stats(BaseModel):
     now: datetime
     counts: CountsOut
@@ -307,6 +317,8 @@ class Stats(BaseModel):
     workers_alive: int
     workers_total: int
     throughput: ThroughputOut
+    #: Present only when reads go to a replica.
+    replica: ReplicaOut | None = None
 
 
 class DashboardConfig(BaseModel):

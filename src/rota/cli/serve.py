@@ -35,6 +35,13 @@ log = logging.getLogger("rota.serve")
 )
 @listen_option
 @click.option(
+    "--read-database-url",
+    envvar="ROTA_READ_DATABASE_URL",
+    help="A streaming replica the dashboard and API read lists, counts and details from "
+    "(PostgreSQL); writes and claims stay on --database-url. Prefer the environment for "
+    "passwords.",
+)
+@click.option(
     "--app",
     "app_ref",
     envvar="ROTA_APP",
@@ -119,6 +126,7 @@ log = logging.getLogger("rota.serve")
 def serve(
     database_url: str,
     listen_database_url: str | None,
+    read_database_url: str | None,
     app_ref: str | None,
     workers: int,
     concurrency: int,
@@ -141,6 +149,7 @@ def serve(
     from rota.api.connections import ConnectionLimits, default_max_connections
     from rota.app import App
     from rota.demo import DEMO_HEARTBEAT, DEMO_LEASE, DEMO_RESCUE, add_demo_kinds
+    from rota.store.replica import check_read_url
 
     demo = app_ref is None
     timing: dict[str, Any] = {}
@@ -160,6 +169,8 @@ def serve(
     if listen_database_url:
         app.listen_database_url = listen_database_url
     app.auto_migrate = True  # serve applies migrations on start
+    if read_database_url:
+        check_read_url(app.database_url, read_database_url)
     heartbeat = timing.get("heartbeat")
     settings = ApiSettings(
         # Set but blank is refused by ApiSettings, not read as "no auth".
@@ -189,6 +200,7 @@ def serve(
             shutdown_timeout=shutdown_timeout,
             timing=timing,
             limits=limits,
+            read_url=read_database_url or None,
         )
     )
     # Sync handlers stuck in threads cannot be interrupted; do not wait for them.
@@ -208,6 +220,7 @@ async def _serve(
     shutdown_timeout: float,
     timing: dict[str, Any],
     limits: ConnectionLimits | None = None,
+    read_url: str | None = None,
 ) -> bool:
     import uvicorn
 
@@ -215,14 +228,17 @@ async def _serve(
     from rota.api.connections import default_limits, guarded_protocol, quiet_accept_errors
     from rota.runtime.signals import stop_signals
     from rota.runtime.worker import default_worker_name
+    from rota.store.replica import open_replica
 
     await app.open()
+    replica = open_replica(app.store, read_url) if read_url else None
     api = create_app(
         app.client,
         settings=settings,
         metrics=app.metrics,
         kinds=app.registry.kinds() or None,
         demo=demo,
+        replica=replica,
     )
 
     class QuietServer(uvicorn.Server):
@@ -278,6 +294,8 @@ async def _serve(
             crew.request_stop()
             crew.request_stop()  # the second request abandons running jobs at once
             await crew.wait()
+        if replica is not None:
+            await replica.close()
         await app.close()
 
 

@@ -1,5 +1,6 @@
 // Overview: counts by state and queue, the throughput chart, oldest due job, workers alive,
-// and a line on flow control (paused queues, limits in use).
+// the read replica's lag (only when reads go to one), and a line on flow control (paused
+// queues, limits in use).
 
 import { getJSON } from "./api.js";
 import { appendChildren, h, replaceChildren } from "./dom.js";
@@ -65,8 +66,22 @@ function upcomingRuns(el, data) {
     : h("tr", {}, h("td", { class: "muted", colspan: 4 }, "No active schedules.")));
 }
 
+// How stale the counts and lists may be when they come from a read replica.
+function replicaLag(replica) {
+  if (!replica.replaying) return "not a replica";
+  if (replica.lag_seconds === null) return "unknown";
+  return replica.lag_seconds === 0 ? "caught up" : duration(replica.lag_seconds);
+}
+
 function card(label, value, extra) {
   return h("div", { class: "card" }, h("div", { class: "card-label" }, label), h("div", { class: "card-value" }, value), extra);
+}
+
+function lagCard(replica) {
+  const el = card("replica lag", replicaLag(replica));
+  el.dataset.replicaLag = "";
+  el.title = "Counts, lists and job details come from a read replica: they may be this far behind.";
+  return el;
 }
 
 export function renderOverview(root, config) {
@@ -109,6 +124,7 @@ export function renderOverview(root, config) {
         card(badge(st), count(stats.counts.by_state[st] || 0, exact)))),
       card("oldest due job", stats.oldest_due_age_seconds === null ? "none" : duration(stats.oldest_due_age_seconds)),
       h("a", { class: "card-link", href: "#/workers" }, card("workers alive", `${stats.workers_alive} / ${stats.workers_total}`)),
+      stats.replica ? lagCard(stats.replica) : null,
     );
     replaceChildren(chart, throughputChart(stats.throughput.buckets));
     const rows = Object.entries(stats.counts.by_queue).map(([queue, perState]) => h("tr", {},

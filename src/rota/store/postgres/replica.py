@@ -1,0 +1,55 @@
+"""PostgresReplica: reads from a streaming replica, and its lag measured against the primary.
+
+The lag is read in two statements, primary first: the primary's now() and WAL write position,
+then whether the replica has replayed up to that position and when the last transaction it
+replayed committed. Replayed up to it means nothing the primary had committed when asked is
+missing on the replica (lag zero, even on an idle primary, where the last replayed commit may
+be hours old). Otherwise every commit the replica lacks happened after the last one it
+replayed, so ``primary now - last replayed commit`` bounds how stale its answers are.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from rota.store.base import Store
+from rota.store.postgres.store import PostgresStore
+from rota.store.replica import ReplicaLag
+
+_PRIMARY_POSITION = "SELECT now(), pg_current_wal_lsn()::text"
+_REPLAYED = (
+    "SELECT pg_is_in_recovery(), pg_last_wal_replay_lsn() >= %(lsn)s::pg_lsn, "
+    "pg_last_xact_replay_timestamp()"
+)
+
+
+class PostgresReplica:
+    """A ReadReplica: ``reads`` is the replica's store, ``primary`` the store it copies."""
+
+    def __init__(self, primary: PostgresStore, reads: PostgresStore) -> None:
+        self._primary = primary
+        self._reads = reads
+
+    @property
+    def store(self) -> Store:
+        return self._reads
+
+    async def lag(self) -> ReplicaLag:
+        async with self._primary._connection() as conn:
+            row = await (await conn.execute(_PRIMARY_POSITION)).fetchone()
+        assert row is not None
+        primary_now, position = row
+        async with self._reads._connection() as conn:
+            row = await (await conn.execute(_REPLAYED, {"lsn": position})).fetchone()
+        assert row is not None
+        in_recovery, caught_up, replayed_at = row
+        if not in_recovery:
+            return ReplicaLag(replaying=False, behind=None)
+        if caught_up:
+            return ReplicaLag(replaying=True, behind=timedelta(0))
+        if replayed_at is None:
+            return ReplicaLag(replaying=True, behind=None)
+        return ReplicaLag(replaying=True, behind=max(timedelta(0), primary_now - replayed_at))
+
+    async def close(self) -> None:
+        await self._reads.close()
