@@ -3,12 +3,14 @@ headless Debian Chromium driven by Playwright (never a downloaded browser build)
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import uvicorn
@@ -49,21 +51,15 @@ def chromium() -> Path:
     return CHROMIUM
 
 
-@pytest.fixture
-def served(request: pytest.FixtureRequest) -> Iterator[Served]:
-    """create_app over a MemoryStore on real time, served on 127.0.0.1:<free port>.
-
-    Parametrize indirectly with an ApiSettings to serve with other settings.
-    """
-    settings = getattr(request, "param", None) or ApiSettings()
-    store = MemoryStore()
-    app = create_app(Client(store), settings=settings)
+@contextlib.contextmanager
+def serve_asgi(app: Any, *, lifespan: str = "off") -> Iterator[str]:
+    """``app`` served by uvicorn on 127.0.0.1:<free port> in a thread; yields its base URL."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     config = uvicorn.Config(
-        app, log_config=None, log_level="warning", lifespan="off", ws="none", access_log=False
+        app, log_config=None, log_level="warning", lifespan=lifespan, ws="none", access_log=False
     )
     server = uvicorn.Server(config)
     # Listening before uvicorn starts means early connections wait in the backlog: no polling
@@ -72,11 +68,23 @@ def served(request: pytest.FixtureRequest) -> Iterator[Served]:
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:
-        yield Served(f"http://127.0.0.1:{port}", store)
+        yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
-        thread.join(timeout=10)
+        thread.join(timeout=30)
         sock.close()
+
+
+@pytest.fixture
+def served(request: pytest.FixtureRequest) -> Iterator[Served]:
+    """create_app over a MemoryStore on real time, served on 127.0.0.1:<free port>.
+
+    Parametrize indirectly with an ApiSettings to serve with other settings.
+    """
+    settings = getattr(request, "param", None) or ApiSettings()
+    store = MemoryStore()
+    with serve_asgi(create_app(Client(store), settings=settings)) as url:
+        yield Served(url, store)
 
 
 @pytest.fixture

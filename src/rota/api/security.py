@@ -46,7 +46,8 @@ PUBLIC_PATHS = frozenset({"/healthz", "/login", "/login.css"})
 SESSION_COOKIE = "rota_session"
 _SESSION_CONTEXT = b"rota dashboard session v1"
 
-LoginPage = Callable[[str | None, int], HTMLResponse]
+#: ``(message, status, root)``: the login page, its URLs below ``root`` (see ``root_path``).
+LoginPage = Callable[[str | None, int, str], HTMLResponse]
 
 
 class Authenticator:
@@ -201,7 +202,7 @@ class SecurityMiddleware:
 
     async def _refusal(self, scope: Scope) -> Response | None:
         headers = Headers(scope=scope)
-        path: str = scope["path"]
+        path = route_path(scope)
         method: str = scope["method"]
         host_header = headers.get("host") or _server_host(scope)
         name, _ = split_host(host_header)
@@ -217,7 +218,7 @@ class SecurityMiddleware:
                 and method == "GET"
                 and "text/html" in headers.get("accept", "")
             ):
-                return self.login_page(None, 401)
+                return self.login_page(None, 401, root_path(scope))
             return _refuse(401, "authentication required", self.auth.challenge())
         if method not in SAFE_METHODS:
             if not is_same_origin(scope.get("scheme", "http"), host_header, headers):
@@ -248,6 +249,23 @@ class SecurityMiddleware:
             if cookie is not None:
                 return self.auth.session_valid(cookie, await self.now())
         return False
+
+
+def root_path(scope: Scope) -> str:
+    """Where the app is mounted (ASGI ``root_path``, e.g. ``/rota``; "" at the root): every URL
+    the dashboard writes starts with it."""
+    root: str = scope.get("root_path", "")
+    return root.rstrip("/")
+
+
+def route_path(scope: Scope) -> str:
+    """The request's path below the mount point, as the routes see it: a host app mounting
+    rota at ``/rota`` passes ``/rota/healthz`` with ``root_path`` ``/rota``."""
+    path: str = scope["path"]
+    root = root_path(scope)
+    if root and path.startswith(root) and path[len(root) : len(root) + 1] in ("", "/"):
+        return path[len(root) :] or "/"
+    return path
 
 
 def _refuse(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
