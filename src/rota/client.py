@@ -19,6 +19,7 @@ from rota.domain.job import (
     JobState,
     validate_name,
 )
+from rota.observability import tracing
 from rota.store.base import (
     MAX_BULK,
     Counts,
@@ -194,7 +195,7 @@ def job_spec(
     ``delay`` and ``timeout`` accept seconds as a number. Raises InvalidJob naming the field.
     """
     base = defaults or KindDefaults()
-    return JobSpec(
+    spec = JobSpec(
         kind=kind,
         payload={} if payload is None else payload,
         queue=base.queue if queue is None else queue,
@@ -206,6 +207,7 @@ def job_spec(
         unique_key=unique_key,
         timeout=base.timeout if timeout is None else _seconds(timeout, "timeout"),
     )
+    return tracing.created(spec)
 
 
 def limit_spec(

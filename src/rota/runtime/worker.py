@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 from rota.domain.clock import Clock, SystemClock
 from rota.domain.errors import InvalidInput
 from rota.domain.job import Job, validate_name
+from rota.observability import tracing
 from rota.observability.logging import current_worker
 from rota.observability.metrics import Metrics
 from rota.runtime.completions import Completer
@@ -252,6 +253,10 @@ class Worker:
             raise
         self.metrics.claims.labels("claimed" if jobs else "empty").inc()
         deadline = sent + self._lease_margin()
+        if jobs:
+            tracing.claimed(
+                jobs, worker=self.name, queues=self.queues, took_s=self._clock.monotonic() - sent
+            )
         for job in jobs:
             self.metrics.jobs_claimed.labels(job.queue).inc()
             self._start(job, deadline)

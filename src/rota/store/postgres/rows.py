@@ -36,6 +36,7 @@ def row_to_job(row: Row) -> Job:
         last_error=row[18],
         schedule=row[19],
         slot_at=row[20],
+        trace_context=row[21],
     )
 
 
