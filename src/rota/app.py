@@ -36,7 +36,7 @@ from rota.domain.job import (
 )
 from rota.domain.retry import RetryPolicy
 from rota.domain.schedule import Misfire, Overlap, Rule, ScheduleSpec
-from rota.observability.metrics import Metrics
+from rota.observability.metrics import Metrics, serve_metrics
 from rota.runtime.registry import Handler, Registry
 from rota.runtime.scheduler import MAX_WAIT, PUSHED_MAX_WAIT, Scheduler
 from rota.runtime.services import Service
@@ -541,12 +541,22 @@ class App:
         *,
         handle_signals: bool = False,
         ready: Callable[[Worker], None] | None = None,
+        metrics_port: int | None = None,
+        metrics_host: str = "127.0.0.1",
         **options: Any,
     ) -> None:
         """Run a worker until it is stopped (SIGTERM, SIGINT or SIGHUP when ``handle_signals``:
-        the first stops gracefully, the second at once; see ``rota.runtime.signals``)."""
+        the first stops gracefully, the second at once; see ``rota.runtime.signals``). With
+        ``metrics_port``, this process's metrics are served on
+        http://metrics_host:metrics_port/metrics meanwhile (InvalidInput if that address cannot
+        be bound)."""
         await self.open()
         worker = self.worker(settings, **options)
+        exporter = (
+            serve_metrics(self.metrics, port=metrics_port, host=metrics_host)
+            if metrics_port is not None
+            else None
+        )
         loop = asyncio.get_running_loop()
         installed: list[signal.Signals] = []
         if handle_signals:
@@ -561,6 +571,8 @@ class App:
         finally:
             for signum in installed:
                 loop.remove_signal_handler(signum)
+            if exporter is not None:
+                exporter.close()
 
 
 def _duration(field: str, value: object) -> timedelta:

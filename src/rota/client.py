@@ -19,6 +19,7 @@ from rota.domain.job import (
     JobState,
     validate_name,
 )
+from rota.observability import tracing
 from rota.store.base import (
     MAX_BULK,
     MAX_PAGE_SIZE,
@@ -214,7 +215,7 @@ def job_spec(
     ``delay`` and ``timeout`` accept seconds as a number. Raises InvalidJob naming the field.
     """
     base = defaults or KindDefaults()
-    return JobSpec(
+    spec = JobSpec(
         kind=kind,
         payload={} if payload is None else payload,
         queue=base.queue if queue is None else queue,
@@ -226,6 +227,7 @@ def job_spec(
         unique_key=unique_key,
         timeout=base.timeout if timeout is None else _seconds(timeout, "timeout"),
     )
+    return tracing.created(spec)
 
 
 def limit_spec(

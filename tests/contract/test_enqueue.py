@@ -121,3 +121,31 @@ async def test_a_large_batch_is_inserted_whole_and_in_order(store: Store, clock:
     )
     assert results[1_234].job == sample
     assert (await store.counts()).by_state[JobState.PENDING] == 2_500
+
+
+TRACE = {
+    "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+    "tracestate": "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7",
+}
+
+
+async def test_the_trace_context_travels_with_the_job_to_its_claim(store: Store) -> None:
+    traced = await add(store, "traced", trace_context=TRACE)
+    plain = await add(store, "plain")
+    assert traced.trace_context == TRACE and plain.trace_context is None
+    assert (await store.get(traced.id)).trace_context == TRACE
+    assert (await store.get(plain.id)).trace_context is None
+    claimed = await store.claim("w", queues=["default"], limit=2, lease=timedelta(seconds=30))
+    assert {job.id: job.trace_context for job in claimed} == {traced.id: TRACE, plain.id: None}
+
+
+async def test_a_large_batch_keeps_each_jobs_trace_context(store: Store) -> None:
+    specs = [
+        JobSpec(kind="bulk", trace_context={"traceparent": TRACE["traceparent"]} if i % 2 else None)
+        for i in range(2_500)
+    ]
+    results = await store.enqueue(specs)
+    for index in (0, 1, 1_234, 2_499):
+        stored = await store.get(results[index].job.id)
+        assert stored.trace_context == specs[index].trace_context
+        assert results[index].job == stored

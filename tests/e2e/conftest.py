@@ -10,10 +10,10 @@ import threading
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import uvicorn
-from fastapi import FastAPI
 
 from rota.api import ApiSettings, create_app
 from rota.client import Client
@@ -51,27 +51,15 @@ def chromium() -> Path:
     return CHROMIUM
 
 
-@pytest.fixture
-def served(request: pytest.FixtureRequest) -> Iterator[Served]:
-    """create_app over a MemoryStore on real time, served on 127.0.0.1:<free port>.
-
-    Parametrize indirectly with an ApiSettings to serve with other settings.
-    """
-    settings = getattr(request, "param", None) or ApiSettings()
-    store = MemoryStore()
-    with serve(create_app(Client(store), settings=settings)) as url:
-        yield Served(url, store)
-
-
 @contextlib.contextmanager
-def serve(app: FastAPI) -> Iterator[str]:
-    """Serve ``app`` with uvicorn on 127.0.0.1:<free port> in a thread; yields its base URL."""
+def serve_asgi(app: Any, *, lifespan: str = "off") -> Iterator[str]:
+    """``app`` served by uvicorn on 127.0.0.1:<free port> in a thread; yields its base URL."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     config = uvicorn.Config(
-        app, log_config=None, log_level="warning", lifespan="off", ws="none", access_log=False
+        app, log_config=None, log_level="warning", lifespan=lifespan, ws="none", access_log=False
     )
     server = uvicorn.Server(config)
     # Listening before uvicorn starts means early connections wait in the backlog: no polling
@@ -83,8 +71,20 @@ def serve(app: FastAPI) -> Iterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
-        thread.join(timeout=10)
+        thread.join(timeout=30)
         sock.close()
+
+
+@pytest.fixture
+def served(request: pytest.FixtureRequest) -> Iterator[Served]:
+    """create_app over a MemoryStore on real time, served on 127.0.0.1:<free port>.
+
+    Parametrize indirectly with an ApiSettings to serve with other settings.
+    """
+    settings = getattr(request, "param", None) or ApiSettings()
+    store = MemoryStore()
+    with serve_asgi(create_app(Client(store), settings=settings)) as url:
+        yield Served(url, store)
 
 
 @pytest.fixture

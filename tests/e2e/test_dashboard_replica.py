@@ -10,7 +10,7 @@ from playwright.async_api import Browser, expect
 from rota.api import ApiSettings, create_app
 from rota.client import Client
 from rota.store.memory import MemoryStore
-from tests.e2e.conftest import Served, serve
+from tests.e2e.conftest import Served, serve_asgi
 from tests.support.replica import StaleCopy
 
 pytestmark = pytest.mark.browser
@@ -25,7 +25,7 @@ async def test_the_overview_shows_the_replica_lag_only_with_a_replica(
     await expect(page.locator("[data-replica-lag]")).to_have_count(0)
 
     copy = StaleCopy(MemoryStore(), timedelta(seconds=2.5))
-    with serve(create_app(Client(MemoryStore()), settings=ApiSettings(), replica=copy)) as url:
+    with serve_asgi(create_app(Client(MemoryStore()), settings=ApiSettings(), replica=copy)) as url:
         await page.goto(url + "/")
         card = page.locator("[data-replica-lag]")
         await expect(card.locator(".card-label")).to_have_text("replica lag")

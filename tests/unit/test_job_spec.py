@@ -70,6 +70,13 @@ def nested(depth: int) -> Any:
         ({"unique_key": 42}, "unique_key"),
         ({"timeout": timedelta(0)}, "timeout"),
         ({"timeout": timedelta(seconds=-5)}, "timeout"),
+        ({"trace_context": "00-abc"}, "trace_context"),
+        ({"trace_context": {"Traceparent": "00-abc"}}, "trace_context"),
+        ({"trace_context": {"traceparent": 7}}, "trace_context"),
+        ({"trace_context": {"traceparent": "line\nbreak"}}, "trace_context"),
+        ({"trace_context": {"traceparent": "ü"}}, "trace_context"),
+        ({"trace_context": {f"h{i}": "v" for i in range(9)}}, "trace_context"),
+        ({"trace_context": {"tracestate": "x" * 5000}}, "trace_context"),
     ],
 )
 def test_bad_field_raises_invalid_job_naming_it(fields: dict[str, Any], field: str) -> None:
@@ -79,6 +86,20 @@ def test_bad_field_raises_invalid_job_naming_it(fields: dict[str, Any], field: s
         JobSpec(**values)
     assert raised.value.field == field
     assert str(raised.value).startswith(f"{field}: ")
+
+
+def test_a_trace_context_is_kept_as_a_plain_copy_without_checking_the_rest_again() -> None:
+    carrier = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+    spec = JobSpec(kind="email", payload={"to": "ada@example.com"})
+    traced = spec.with_trace_context(carrier)
+    carrier["traceparent"] = "changed"
+    assert traced.trace_context == {
+        "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    }
+    assert spec.trace_context is None  # the original is untouched
+    assert traced.payload_json == spec.payload_json and traced.kind == "email"
+    with pytest.raises(InvalidJob):
+        spec.with_trace_context({"traceparent": "\x00"})
 
 
 def test_a_valid_spec_keeps_its_payload_text_canonical() -> None:

@@ -3,6 +3,10 @@
 Static files are read once from the package into an allow-list, so a path can only name a
 file we ship. The login page is rendered on the server (no inline script) and escapes the one
 message it shows.
+
+Every URL these pages write, redirect to or scope a cookie to starts with the ASGI
+``root_path``, so the dashboard works mounted below a prefix in a host app: the index page
+carries it in ``data-root`` for the scripts, which call the API below it.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from rota.api.body import media_type, read_body
 from rota.api.context import ApiContext
 from rota.api.errors import ApiError
-from rota.api.security import SESSION_COOKIE, client_address
+from rota.api.security import SESSION_COOKIE, client_address, root_path
 
 CONTENT_TYPES = {
     ".html": "text/html; charset=utf-8",
@@ -33,13 +37,13 @@ _LOGIN_PAGE = """<!doctype html>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>rota: log in</title>
-<link rel="stylesheet" href="/login.css">
+<link rel="stylesheet" href="{root}/login.css">
 <link rel="icon" href="data:,">
 </head>
 <body class="login">
 <main class="login-box">
 <h1>rota</h1>
-<form method="post" action="/login">
+<form method="post" action="{root}/login">
 <label for="token">Access token</label>
 <input id="token" name="token" type="password" autocomplete="current-password" required autofocus>
 <button type="submit">Log in</button>
@@ -61,9 +65,15 @@ def load_static() -> dict[str, bytes]:
     }
 
 
-def login_page(message: str | None, status: int) -> HTMLResponse:
+#: Stands for the root path in index.html.
+ROOT_MARK = b"{{root}}"
+
+
+def login_page(message: str | None, status: int, root: str = "") -> HTMLResponse:
     shown = f'<p class="error">{html.escape(message)}</p>' if message else ""
-    return HTMLResponse(_LOGIN_PAGE.format(message=shown), status_code=status)
+    return HTMLResponse(
+        _LOGIN_PAGE.format(message=shown, root=html.escape(root)), status_code=status
+    )
 
 
 def pages_router(ctx: ApiContext) -> APIRouter:
@@ -73,8 +83,8 @@ def pages_router(ctx: ApiContext) -> APIRouter:
     throttle = auth.throttle
 
     @router.get("/")
-    async def index() -> Response:
-        return _file(files, "index.html")
+    async def index(request: Request) -> Response:
+        return _file(files, "index.html", root=root_path(request.scope))
 
     @router.get("/static/{name}")
     async def static(name: str) -> Response:
@@ -85,10 +95,11 @@ def pages_router(ctx: ApiContext) -> APIRouter:
         return _file(files, "style.css")
 
     @router.get("/login")
-    async def login_form() -> Response:
+    async def login_form(request: Request) -> Response:
+        root = root_path(request.scope)
         if not auth.login_enabled:
-            return RedirectResponse("/", status_code=303)
-        return login_page(None, 200)
+            return RedirectResponse(f"{root}/", status_code=303)
+        return login_page(None, 200, root)
 
     @router.post("/login")
     async def login(request: Request) -> Response:
@@ -100,28 +111,30 @@ def pages_router(ctx: ApiContext) -> APIRouter:
         ):
             raise ApiError(415, "Content-Type must be application/x-www-form-urlencoded")
         raw = await read_body(request, MAX_LOGIN_BODY)
+        root = root_path(request.scope)
         try:
             form = parse_qs(raw.decode("ascii"), max_num_fields=4, errors="strict")
         except (UnicodeError, ValueError):
-            return login_page("The form could not be read.", 400)
+            return login_page("The form could not be read.", 400, root)
         now = await ctx.now()
         address = client_address(request.scope)
         # A blocked address is not even checked; a right token from anywhere else always is.
         if throttle.address_blocked(address, now):
-            return login_page("Too many failed attempts; wait a minute.", 429)
+            return login_page("Too many failed attempts; wait a minute.", 429, root)
         token = next(iter(form.get("token", [])), "")
         if not auth.token_matches(token):
             blocked = throttle.prefix_blocked(token, now)
             throttle.failed(address, token, now)
             if blocked:
-                return login_page("Too many failed attempts; wait a minute.", 429)
-            return login_page("Wrong token.", 401)
-        response = RedirectResponse("/", status_code=303)
+                return login_page("Too many failed attempts; wait a minute.", 429, root)
+            return login_page("Wrong token.", 401, root)
+        response = RedirectResponse(f"{root}/", status_code=303)
+        # Scoped to the mount point: a host app's other pages never receive the session.
         response.set_cookie(
             SESSION_COOKIE,
             auth.session_value(now),
             max_age=ctx.settings.session_seconds,
-            path="/",
+            path=root or "/",
             httponly=True,
             samesite="strict",
             secure=request.url.scheme == "https",
@@ -132,10 +145,13 @@ def pages_router(ctx: ApiContext) -> APIRouter:
     async def logout(request: Request) -> Response:
         """Ends the session on the server too: its cookie is refused from now on."""
         auth.end_session(request.cookies.get(SESSION_COOKIE), await ctx.now())
-        response = RedirectResponse("/login" if auth.login_enabled else "/", status_code=303)
+        root = root_path(request.scope)
+        response = RedirectResponse(
+            f"{root}/login" if auth.login_enabled else f"{root}/", status_code=303
+        )
         response.delete_cookie(
             SESSION_COOKIE,
-            path="/",
+            path=root or "/",
             httponly=True,
             samesite="strict",
             secure=request.url.scheme == "https",
@@ -150,10 +166,13 @@ def _suffix(name: str) -> str:
     return name[dot:] if dot >= 0 else ""
 
 
-def _file(files: dict[str, bytes], name: str) -> Response:
+def _file(files: dict[str, bytes], name: str, *, root: str | None = None) -> Response:
+    """A shipped file; with ``root``, its ROOT_MARKs replaced by the (escaped) root path."""
     content = files.get(name)
     if content is None:
         raise ApiError(404, "not found")
+    if root is not None:
+        content = content.replace(ROOT_MARK, html.escape(root).encode())
     return Response(
         content,
         media_type=CONTENT_TYPES[_suffix(name)],

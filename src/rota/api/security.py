@@ -48,7 +48,8 @@ PUBLIC_PATHS = frozenset({"/healthz", "/login", "/login.css"})
 SESSION_COOKIE = "rota_session"
 _SESSION_CONTEXT = b"rota dashboard session v1"
 
-LoginPage = Callable[[str | None, int], HTMLResponse]
+#: ``(message, status, root)``: the login page, its URLs below ``root`` (see ``root_path``).
+LoginPage = Callable[[str | None, int, str], HTMLResponse]
 #: Wrong credentials one client address (or one token prefix) may present per window before
 #: it is answered 429 until the window passes.
 MAX_GUESSES = 10
@@ -274,7 +275,7 @@ class SecurityMiddleware:
 
     async def _refusal(self, scope: Scope) -> Response | None:
         headers = Headers(scope=scope)
-        path: str = scope["path"]
+        path = route_path(scope)
         method: str = scope["method"]
         host_header = headers.get("host") or _server_host(scope)
         name, _ = split_host(host_header)
@@ -294,7 +295,7 @@ class SecurityMiddleware:
                 and method == "GET"
                 and "text/html" in headers.get("accept", "")
             ):
-                return self.login_page(None, 401)
+                return self.login_page(None, 401, root_path(scope))
             return _refuse(401, "authentication required", self.auth.challenge())
         if method not in SAFE_METHODS:
             if not is_same_origin(scope.get("scheme", "http"), host_header, headers):
@@ -350,6 +351,23 @@ class SecurityMiddleware:
 def too_many_guesses() -> Response:
     retry_after = str(int(GUESS_WINDOW.total_seconds()))
     return _refuse(429, "too many wrong credentials; wait a minute", {"Retry-After": retry_after})
+
+
+def root_path(scope: Scope) -> str:
+    """Where the app is mounted (ASGI ``root_path``, e.g. ``/rota``; "" at the root): every URL
+    the dashboard writes starts with it."""
+    root: str = scope.get("root_path", "")
+    return root.rstrip("/")
+
+
+def route_path(scope: Scope) -> str:
+    """The request's path below the mount point, as the routes see it: a host app mounting
+    rota at ``/rota`` passes ``/rota/healthz`` with ``root_path`` ``/rota``."""
+    path: str = scope["path"]
+    root = root_path(scope)
+    if root and path.startswith(root) and path[len(root) : len(root) + 1] in ("", "/"):
+        return path[len(root) :] or "/"
+    return path
 
 
 def _refuse(status: int, message: str, headers: dict[str, str] | None = None) -> Response:

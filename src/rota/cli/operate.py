@@ -96,6 +96,19 @@ from rota.observability.logging import printable
     show_default=True,
     help="Delete finished jobs older than this (e.g. 24h, 30d), or 'off' to keep them.",
 )
+@click.option(
+    "--metrics-port",
+    envvar="ROTA_METRICS_PORT",
+    type=click.IntRange(0, 65535),
+    help="Serve this process's metrics for Prometheus on this port (at /metrics).",
+)
+@click.option(
+    "--metrics-host",
+    envvar="ROTA_METRICS_HOST",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address the metrics port listens on (no auth: keep it on a private network).",
+)
 def worker(
     app_ref: str,
     database_url: str | None,
@@ -109,11 +122,16 @@ def worker(
     rescue_seconds: float,
     shutdown_timeout: float,
     retention: str,
+    metrics_port: int | None,
+    metrics_host: str,
 ) -> None:
     """Run a worker for your app's kinds until SIGTERM, SIGINT or SIGHUP.
 
     The first signal stops claiming, lets running jobs finish within --shutdown-timeout and
     hands the rest back (the attempt is not counted); a second signal exits at once.
+
+    With --metrics-port, http://HOST:PORT/metrics serves what this process did (jobs run,
+    durations, lag, claims, leases lost) under the same names as `rota serve`'s /metrics.
     """
     from rota.runtime.worker import validate_worker_name
 
@@ -139,7 +157,13 @@ def worker(
     async def go() -> bool:
         stopped: list[Any] = []
         try:
-            await app.run_worker(handle_signals=True, ready=stopped.append, **options)
+            await app.run_worker(
+                handle_signals=True,
+                ready=stopped.append,
+                metrics_port=metrics_port,
+                metrics_host=metrics_host,
+                **options,
+            )
         finally:
             await app.close()
         return bool(stopped and stopped[0].aborted)

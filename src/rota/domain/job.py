@@ -12,11 +12,12 @@ A job moves through one state machine (docs/architecture.md draws it)::
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import math
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -35,6 +36,10 @@ MAX_PAYLOAD_BYTES = 1024 * 1024
 MAX_PAYLOAD_DEPTH = 64
 MAX_ERROR_LENGTH = 8 * 1024
 MAX_TRACEBACK_LENGTH = 32 * 1024
+#: A job's trace context: a few propagation headers (W3C traceparent and tracestate, or what
+#: the configured propagator writes), small enough to travel with every claim.
+MAX_TRACE_CONTEXT_ENTRIES = 8
+MAX_TRACE_CONTEXT_BYTES = 4096
 #: The earliest and latest instants a job may be scheduled for.
 EARLIEST_RUN_AT = datetime(1970, 1, 1, tzinfo=UTC)
 LATEST_RUN_AT = datetime(9999, 1, 1, tzinfo=UTC)
@@ -57,6 +62,9 @@ INSTANT_PATTERN = re.compile(
 SAFE_YEARS_PATTERN = r"(?:197[1-9]|19[89][0-9]|[2-8][0-9]{3}|9[0-8][0-9]{2}|99[0-8][0-9]|999[0-8])"
 _NAIVE_INSTANT = re.compile(INSTANT_PATTERN.pattern.split("(?:[Zz]")[0])
 MAX_INSTANT_LENGTH = 64
+#: Trace context entries are HTTP header fields: a token name, a printable ASCII value.
+_HEADER_NAME = re.compile(r"[a-z0-9!#$%&'*+.^_`|~-]{1,64}")
+_HEADER_VALUE = re.compile(r"[\x20-\x7e]*")
 
 
 class JobState(StrEnum):
@@ -262,6 +270,9 @@ class JobSpec:
     timeout: timedelta | None = None
     schedule: str | None = None
     slot_at: datetime | None = None
+    #: The trace context of the code that enqueued the job (propagation headers such as
+    #: ``traceparent``), for the execution's span to join that trace; None outside a trace.
+    trace_context: Mapping[str, str] | None = field(default=None, repr=False)
     payload_json: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -291,7 +302,16 @@ class JobSpec:
             raise InvalidJob("timeout", "must be at most 100 years")
         if self.slot_at is not None:
             object.__setattr__(self, "slot_at", _valid_instant("slot_at", self.slot_at))
+        if self.trace_context is not None:
+            object.__setattr__(self, "trace_context", valid_trace_context(self.trace_context))
         object.__setattr__(self, "payload_json", encode_payload(self.payload))
+
+    def with_trace_context(self, carrier: Mapping[str, str]) -> JobSpec:
+        """This spec carrying ``carrier`` as its trace context (checked as on construction;
+        InvalidJob if it does not fit); the rest, already checked, is not checked again."""
+        traced = copy.copy(self)
+        object.__setattr__(traced, "trace_context", valid_trace_context(carrier))
+        return traced
 
     def due_at(self, now: datetime) -> datetime:
         """When the job becomes due, given the store's ``now``."""
@@ -300,6 +320,27 @@ class JobSpec:
         if self.delay is not None:
             return now + self.delay
         return now
+
+
+def valid_trace_context(carrier: object) -> dict[str, str]:
+    """A plain copy of ``carrier``: at most MAX_TRACE_CONTEXT_ENTRIES header fields (lowercase
+    token names, printable ASCII values), MAX_TRACE_CONTEXT_BYTES in all; else InvalidJob."""
+    if not isinstance(carrier, Mapping):
+        raise InvalidJob("trace_context", "must be a mapping of header names to values")
+    if len(carrier) > MAX_TRACE_CONTEXT_ENTRIES:
+        raise InvalidJob("trace_context", f"has more than {MAX_TRACE_CONTEXT_ENTRIES} entries")
+    size = 0
+    plain: dict[str, str] = {}
+    for name, value in carrier.items():
+        if not (isinstance(name, str) and _HEADER_NAME.fullmatch(name)):
+            raise InvalidJob("trace_context", "names must be lowercase header names")
+        if not (isinstance(value, str) and _HEADER_VALUE.fullmatch(value)):
+            raise InvalidJob("trace_context", "values must be printable ASCII text")
+        size += len(name) + len(value)
+        plain[name] = value
+    if size > MAX_TRACE_CONTEXT_BYTES:
+        raise InvalidJob("trace_context", f"is larger than {MAX_TRACE_CONTEXT_BYTES} bytes")
+    return plain
 
 
 def _valid_instant(field_name: str, value: object) -> datetime:
@@ -393,6 +434,8 @@ class Job:
     #: Expired leases under which its handler had started (rota.domain.blame): above 0, the
     #: job is a crash suspect and runs alone.
     crashes: int = 0
+    #: The enqueuer's trace context (see JobSpec.trace_context).
+    trace_context: dict[str, str] | None = None
 
     @property
     def is_terminal(self) -> bool:

@@ -2,11 +2,29 @@
 
 Labels are bounded: kinds, queues and outcomes come from validated names and fixed enums; job
 ids, payload values and tenants never become labels.
+
+Two families, aggregated differently across a fleet (docs/operations.md):
+
+- *process* metrics count what this process did (handlers run, claims, leases lost, slots
+  fired): every worker process exports its own (``rota worker --metrics-port``, and `rota
+  serve` for its in-process workers); sum them across processes.
+- *store* gauges (queue depth, dead jobs, oldest due job, workers alive) are read from the
+  database, the same whichever process reads them; only `rota serve`'s /metrics sets them, at
+  scrape time. Take one value (``max``) across its replicas, never a sum.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+import logging
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.registry import Collector
+
+from rota.domain.errors import InvalidInput
+
+log = logging.getLogger("rota.metrics")
 
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800)
 LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
@@ -84,3 +102,72 @@ class Metrics:
             ["schedule_outcome"],
             registry=r,
         )
+
+    @property
+    def process_metrics(self) -> tuple[Counter | Gauge | Histogram, ...]:
+        """What this process did: every worker process exports its own; sum across them."""
+        return (
+            self.job_duration,
+            self.schedule_lag,
+            self.running,
+            self.claims,
+            self.jobs_claimed,
+            self.leases_lost,
+            self.jobs_finished,
+            self.schedules_fired,
+        )
+
+    @property
+    def store_gauges(self) -> tuple[Gauge, ...]:
+        """Read from the database (by the API's /metrics, at scrape time): the same whichever
+        process reads them; take one value across processes, never a sum."""
+        return (self.queue_depth, self.dead_jobs, self.oldest_due_age, self.workers_alive)
+
+    def process_registry(self) -> CollectorRegistry:
+        """A registry of the process metrics alone: what a worker process exports. A store
+        gauge it never sets would read 0 there, a false "nothing dead, nothing waiting"."""
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_Only(self.process_metrics))
+        return registry
+
+
+class MetricsServer:
+    """/metrics of one process over HTTP, served from a thread of its own (prometheus-client's
+    server), so a scrape never waits on the event loop and never delays a heartbeat."""
+
+    def __init__(self, registry: CollectorRegistry, *, host: str, port: int) -> None:
+        try:
+            self._server, self._thread = start_http_server(port, addr=host, registry=registry)
+        except OSError as error:
+            raise InvalidInput(
+                f"could not serve metrics on {host}:{port} ({error.strerror or error})"
+            ) from None
+        self.host = host
+        self.port: int = self._server.server_address[1]
+        log.info("metrics on http://%s/metrics", _address(host, self.port))
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+def serve_metrics(metrics: Metrics, *, port: int, host: str = "127.0.0.1") -> MetricsServer:
+    """Serve ``metrics``' process metrics on http://host:port/metrics until ``close()``
+    (port 0 picks a free port: read ``.port``). Bind errors raise InvalidInput."""
+    return MetricsServer(metrics.process_registry(), host=host, port=port)
+
+
+class _Only:
+    """Collects exactly the given collectors' metrics."""
+
+    def __init__(self, collectors: Iterable[Collector]) -> None:
+        self._collectors = list(collectors)
+
+    def collect(self) -> Iterator[Any]:
+        for collector in self._collectors:
+            yield from collector.collect()
+
+
+def _address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -27,6 +27,7 @@ from rota.domain.errors import Abandon, LeaseLost, Permanent, Snooze, StoreUnava
 from rota.domain.job import Job, Outcome
 from rota.domain.lease import Lease
 from rota.domain.retry import RetryPolicy
+from rota.observability import tracing
 from rota.observability.logging import job_context
 from rota.observability.metrics import Metrics
 from rota.runtime.completions import Completer
@@ -164,7 +165,7 @@ class Executor:
                 call = config.handler(execution.ctx, job.payload)
             else:
                 call = self._call_sync(config.handler, execution)
-            await _with_timeout(call, timeout)
+            await tracing.execution(_with_timeout(call, timeout), job, self._worker)
         except Snooze as snooze:
             outcome = Outcome.SNOOZED
             delay = snooze.delay
@@ -348,6 +349,8 @@ class _KindMetrics:
 
 class _HandlerTimeout(Exception):
     """The handler ran past its timeout (kept apart from TimeoutErrors the handler raises)."""
+
+    rota_error_type = "timeout"  #: what a trace calls it (``error.type``)
 
 
 async def _with_timeout(awaitable: Awaitable[Any], limit: timedelta | None) -> Any:

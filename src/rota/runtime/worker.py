@@ -28,6 +28,7 @@ from rota.domain.clock import Clock, SystemClock
 from rota.domain.errors import InvalidInput, InvalidJob
 from rota.domain.job import Job, validate_name
 from rota.domain.retry import RECONNECT_BACKOFF
+from rota.observability import tracing
 from rota.observability.logging import current_worker
 from rota.observability.metrics import Metrics
 from rota.runtime.completions import Completer
@@ -286,6 +287,10 @@ class Worker:
                 sent, self._clock.monotonic(), jobs[0].started_at, for_rate=False
             )
         deadline = sent + self._lease_margin()
+        if jobs:
+            tracing.claimed(
+                jobs, worker=self.name, queues=self.queues, took_s=self._clock.monotonic() - sent
+            )
         for job in jobs:
             self.metrics.jobs_claimed.labels(job.queue).inc()
             self._start(job, deadline)

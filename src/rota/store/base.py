@@ -250,7 +250,8 @@ class Store(Protocol):
 
         A spec whose ``unique_key`` is held by an active (pending or running) job is not
         inserted: its result is that job with ``duplicate=True``. A (schedule, slot_at) pair is
-        unique across all states. Jobs due now wake sleeping workers.
+        unique across all states. Jobs due now wake sleeping workers. Every field of a spec
+        is kept, its ``trace_context`` included, and comes back from get, list and claim.
         """
         ...
 

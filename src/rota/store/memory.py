@@ -218,6 +218,7 @@ class MemoryStore:
                 timeout=spec.timeout,
                 schedule=spec.schedule,
                 slot_at=spec.slot_at,
+                trace_context=None if spec.trace_context is None else dict(spec.trace_context),
             )
             self._next_id += 1
             self._jobs[job.id] = job

@@ -1,5 +1,8 @@
 // Talking to the JSON API: every call is same-origin JSON, every failure an ApiError with the
-// server's message.
+// server's message. Paths are written from the dashboard's root ("/api/jobs"); the page says
+// where that root is (data-root: the prefix a host app mounted it under, or "").
+
+const ROOT = document.documentElement.dataset.root || "";
 
 export class ApiError extends Error {
   constructor(status, message) {
@@ -17,7 +20,7 @@ async function request(method, path, body) {
   }
   let response;
   try {
-    response = await fetch(path, init);
+    response = await fetch(ROOT + path, init);
   } catch {
     throw new ApiError(0, "the server cannot be reached");
   }

@@ -7,6 +7,7 @@ connection (transactional enqueue) without a hand-kept twin.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Generator, Sequence
 from datetime import datetime
 from typing import Any, TypeAlias
@@ -94,7 +95,16 @@ def enqueue_params(specs: Sequence[JobSpec], now: datetime | None) -> dict[str, 
         "timeout_us": [us(s.timeout) if s.timeout is not None else None for s in specs],
         "schedule": [s.schedule for s in specs],
         "slot_at": [s.slot_at for s in specs],
+        "trace_context": [trace_context_json(s) for s in specs],
     }
+
+
+def trace_context_json(spec: JobSpec) -> str | None:
+    return (
+        None
+        if spec.trace_context is None
+        else json.dumps(spec.trace_context, separators=(",", ":"))
+    )
 
 
 def is_keyed(spec: JobSpec) -> bool:
@@ -133,13 +143,16 @@ def new_job(spec: JobSpec, job_id: int, run_at: datetime, created_at: datetime) 
         timeout=spec.timeout,
         schedule=spec.schedule,
         slot_at=spec.slot_at,
+        trace_context=None if spec.trace_context is None else dict(spec.trace_context),
     )
 
 
 def copy_line(job_id: int, spec: JobSpec, now: datetime, now_text: str) -> str:
     """One row of COPY text for a keyless spec. Names are [A-Za-z0-9_.:-] by validation and
-    compact JSON never holds a raw tab or newline, so only the JSON's backslashes need escaping."""
+    compact JSON never holds a raw tab or newline, so only the JSON's backslashes need escaping
+    (a trace context is printable ASCII, so its JSON holds neither either)."""
     payload = spec.payload_json.replace("\\", "\\\\")
+    traced = trace_context_json(spec)
     tenant = spec.tenant if spec.tenant is not None else COPY_NULL
     timeout = str(us(spec.timeout)) if spec.timeout is not None else COPY_NULL
     due = now_text if spec.run_at is None and spec.delay is None else spec.due_at(now).isoformat()
@@ -154,6 +167,7 @@ def copy_line(job_id: int, spec: JobSpec, now: datetime, now_text: str) -> str:
         tenant,
         timeout,
         now_text,
+        traced.replace("\\", "\\\\") if traced is not None else COPY_NULL,
     )
     return "\t".join(fields) + "\n"
 

@@ -15,17 +15,18 @@ SELECT coalesce(%(now)s::timestamptz, now());
 -- One statement for a whole batch. ON CONFLICT DO NOTHING turns a duplicate unique key (or
 -- schedule slot) into "not inserted"; the caller then looks up the job that holds it.
 INSERT INTO rota_jobs (kind, queue, payload, priority, run_at, max_attempts, tenant,
-                       unique_key, timeout_us, schedule, slot_at, created_at)
+                       unique_key, timeout_us, schedule, slot_at, created_at, trace_context)
 SELECT i.kind, i.queue, i.payload::json, i.priority,
        coalesce(i.run_at, coalesce(%(now)s::timestamptz, now()) + i.delay_us * interval '1 microsecond'),
        i.max_attempts, i.tenant, i.unique_key, i.timeout_us, i.schedule, i.slot_at,
-       coalesce(%(now)s::timestamptz, now())
+       coalesce(%(now)s::timestamptz, now()), i.trace_context::json
 FROM unnest(%(kind)s::text[], %(queue)s::text[], %(payload)s::text[], %(priority)s::smallint[],
             %(run_at)s::timestamptz[], %(delay_us)s::bigint[], %(max_attempts)s::int[],
             %(tenant)s::text[], %(unique_key)s::text[], %(timeout_us)s::bigint[],
-            %(schedule)s::text[], %(slot_at)s::timestamptz[])
+            %(schedule)s::text[], %(slot_at)s::timestamptz[], %(trace_context)s::text[])
      WITH ORDINALITY AS i(kind, queue, payload, priority, run_at, delay_us, max_attempts,
-                          tenant, unique_key, timeout_us, schedule, slot_at, ord)
+                          tenant, unique_key, timeout_us, schedule, slot_at, trace_context,
+                          ord)
 ORDER BY i.ord
 ON CONFLICT DO NOTHING
 RETURNING id, run_at, created_at, unique_key, schedule, slot_at;
@@ -44,7 +45,7 @@ SELECT coalesce(%(now)s::timestamptz, now()),
 
 -- name: copy_jobs
 COPY rota_jobs (id, kind, queue, payload, priority, run_at, max_attempts, tenant, timeout_us,
-                created_at) FROM STDIN;
+                created_at, trace_context) FROM STDIN;
 
 -- name: _candidates
 -- The jobs a claim may take, locked, as the CTE "chosen" (ids, in claim order) over

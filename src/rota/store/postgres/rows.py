@@ -37,6 +37,7 @@ def row_to_job(row: Row) -> Job:
         schedule=row[19],
         slot_at=row[20],
         crashes=row[21],
+        trace_context=row[22],
     )
 
 

@@ -6,6 +6,7 @@ Each function is the body of one transaction run by ``Database``: writes inside
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -52,8 +53,9 @@ _ACTIVE = frozenset({JobState.PENDING, JobState.RUNNING})
 # (schedule, slot_at) are what make a job a duplicate; no row returned means it is one.
 _INSERT = f"""
 INSERT INTO rota_jobs (kind, queue, payload, state, priority, run_at, attempt, max_attempts,
-                       tenant, unique_key, timeout_us, created_at, schedule, slot_at)
-VALUES (?, ?, ?, 'pending', ?, ?, 0, ?, ?, ?, ?, ?, ?, ?)
+                       tenant, unique_key, timeout_us, created_at, schedule, slot_at,
+                       trace_context)
+VALUES (?, ?, ?, 'pending', ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT DO NOTHING
 RETURNING {JOB_COLUMNS}
 """
@@ -93,6 +95,7 @@ def enqueue(
                     at_us,
                     spec.schedule,
                     slot_us,
+                    None if spec.trace_context is None else json.dumps(spec.trace_context),
                 ),
             ).fetchone()
         if row is not None:

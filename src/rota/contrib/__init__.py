@@ -1,0 +1,1 @@
+"""Integrations with the frameworks rota's users build on (each imported on its own)."""
