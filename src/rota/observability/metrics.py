@@ -105,7 +105,8 @@ class Metrics:
 
     @property
     def process_metrics(self) -> tuple[Counter | Gauge | Histogram, ...]:
-        """What this process did: every worker process exports its own; sum across them."""
+        """What this process did or measured: every worker process exports its own; sum the
+        counters across them (the clock rate is each process's own reading: never summed)."""
         return (
             self.job_duration,
             self.schedule_lag,
@@ -115,6 +116,7 @@ class Metrics:
             self.leases_lost,
             self.jobs_finished,
             self.schedules_fired,
+            self.clock_rate,
         )
 
     @property
