@@ -533,7 +533,9 @@ class App:
         (API requests) never queues in front of a heartbeat. Close it on that loop."""
         if self.scheme == "memory":
             return self.store
-        return open_store(self.database_url, clock=self._clock)
+        return open_store(
+            self.database_url, clock=self._clock, listen_database_url=self.listen_database_url
+        )
 
     async def run_worker(
         self,

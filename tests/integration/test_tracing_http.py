@@ -13,10 +13,10 @@ from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
 from opentelemetry.trace import SpanKind
 
 from rota import App, JobContext
-from tests.contract.conftest import store_url
+from tests.contract.conftest import backend, store_url
 from tests.support.tracing import Spans, spans
 
-_ = (spans, store_url)  # fixtures: every backend
+_ = (backend, spans, store_url)  # fixtures: every backend
 
 UPSTREAM_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 UPSTREAM = f"00-{UPSTREAM_TRACE}-00f067aa0ba902b7-01"

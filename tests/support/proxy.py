@@ -40,6 +40,7 @@ PASS, LATENCY, BLACKHOLE, RESET, CLOSE_AFTER = (
 )
 MODES = (PASS, LATENCY, BLACKHOLE, RESET, CLOSE_AFTER)
 _UNTYPED_REQUESTS = {80877103, 80877104}  # SSLRequest, GSSENCRequest: another startup follows
+_CANCEL_REQUEST = 80877102  # a connection of its own that asks to cancel another's query
 
 
 class PgStatements:
@@ -49,6 +50,9 @@ class PgStatements:
         self._buffer = b""
         self._startup = True
         self._names: dict[bytes, bytes] = {}
+        #: Whether the stream is a CancelRequest (psycopg opens one per query it interrupts),
+        #: not a session.
+        self.cancel_request = False
 
     def feed(self, data: bytes) -> list[bytes]:
         self._buffer += data
@@ -62,6 +66,7 @@ class PgStatements:
                     return found
                 self._buffer = self._buffer[length:]
                 self._startup = code in _UNTYPED_REQUESTS
+                self.cancel_request = self.cancel_request or code == _CANCEL_REQUEST
                 continue
             if len(self._buffer) < 5:
                 return found
@@ -98,6 +103,11 @@ class Link:
 
     def sent(self, needle: bytes) -> bool:
         return any(needle in text for text in self.texts)
+
+    @property
+    def session(self) -> bool:
+        """A session of the client's, not a request to cancel a query of another."""
+        return not self.parser.cancel_request
 
 
 class ChaosProxy:
