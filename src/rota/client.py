@@ -299,6 +299,10 @@ def _seconds(value: timedelta | float | None, field: str) -> timedelta | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidJob(field, "must be a number of seconds or a timedelta")
     try:
-        return timedelta(seconds=value)
+        seconds = timedelta(seconds=value)
     except (OverflowError, ValueError):
         raise InvalidJob(field, "is out of range") from None
+    if value < 0 and not seconds:
+        # Rounding to microseconds never turns a negative value into an accepted zero.
+        return -timedelta(microseconds=1)
+    return seconds

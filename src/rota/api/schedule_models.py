@@ -228,7 +228,9 @@ def spec_from_body(client: Client, body: ScheduleCreate) -> ScheduleSpec:
     defaults = client.spec(body.kind)  # InvalidJob naming "kind" for a bad kind
     try:
         if body.every_seconds is not None:
-            rule = Rule.every(_seconds("every_seconds", body.every_seconds))
+            rule = Rule.every(
+                _seconds("every_seconds", body.every_seconds, MIN_INTERVAL, MAX_INTERVAL)
+            )
         else:
             assert body.cron is not None
             rule = Rule.cron(body.cron, "UTC" if body.timezone is None else body.timezone)
@@ -241,13 +243,13 @@ def spec_from_body(client: Client, body: ScheduleCreate) -> ScheduleSpec:
             priority=defaults.priority if body.priority is None else body.priority,
             tenant=body.tenant,
             max_attempts=defaults.max_attempts if body.max_attempts is None else body.max_attempts,
-            jitter=_seconds("jitter_seconds", body.jitter_seconds or 0),
+            jitter=_seconds("jitter_seconds", body.jitter_seconds or 0, timedelta(0), MAX_JITTER),
             misfire=Misfire(body.misfire or Misfire.LATEST),
             misfire_limit=100 if body.misfire_limit is None else body.misfire_limit,
             grace=(
                 timedelta(minutes=1)
                 if body.grace_seconds is None
-                else _seconds("grace_seconds", body.grace_seconds)
+                else _seconds("grace_seconds", body.grace_seconds, timedelta(0), MAX_GRACE)
             ),
             overlap=Overlap(body.overlap or Overlap.SKIP),
         )
@@ -255,13 +257,22 @@ def spec_from_body(client: Client, body: ScheduleCreate) -> ScheduleSpec:
         raise invalid(error) from None
 
 
-def _seconds(field: str, value: float) -> timedelta:
+def _seconds(field: str, value: float, low: timedelta, high: timedelta) -> timedelta:
+    """``value`` seconds. Rounding to a timedelta's microseconds never carries a value out of
+    the domain's bounds ``low`` and ``high`` into them (-1e-83 would round to 0 and slip past
+    "must not be negative"): such a value becomes the nearest duration outside, which the
+    domain then refuses with its own message."""
     if not math.isfinite(value):
         raise ApiError(400, f"{field}: must be a finite number")
     try:
-        return timedelta(seconds=value)
+        seconds = timedelta(seconds=value)
     except (OverflowError, ValueError):
         raise ApiError(400, f"{field}: is out of range") from None
+    if value < low.total_seconds() and seconds >= low:
+        return low - timedelta(microseconds=1)
+    if value > high.total_seconds() and seconds <= high:
+        return high + timedelta(microseconds=1)
+    return seconds
 
 
 # ---------------------------------------------------------------- POST /api/jobs every_seconds

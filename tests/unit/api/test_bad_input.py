@@ -29,6 +29,11 @@ BAD_BODIES: list[tuple[str, bytes, str]] = [
     ("kind too long", json.dumps({"kind": "k" * 129}).encode(), "kind:"),
     ("kind wrong type", b'{"kind": 5}', "kind:"),
     ("negative delay", b'{"kind": "email", "delay_seconds": -1}', "delay_seconds:"),
+    (
+        "a negative delay that rounds to zero",
+        b'{"kind": "email", "delay_seconds": -1e-83}',
+        "delay_seconds:",
+    ),
     ("huge delay", b'{"kind": "email", "delay_seconds": 1e300}', "delay_seconds:"),
     ("delay as string", b'{"kind": "email", "delay_seconds": "5"}', "delay_seconds:"),
     ("priority as string", b'{"kind": "email", "priority": "5"}', "priority:"),

@@ -180,6 +180,12 @@ async def test_creating_a_taken_name_is_409_and_changes_nothing(api: httpx.Async
         ({"name": "s", "kind": "k", "every_seconds": 1e300}, "every_seconds:"),
         ({"name": "s", "kind": "k", "every_seconds": "60"}, "every_seconds:"),
         ({"name": "s", "kind": "k", "every_seconds": 60, "jitter_seconds": -1}, "jitter_seconds:"),
+        # Below the documented minimum by less than a microsecond: refused, not rounded to 0.
+        (
+            {"name": "s", "kind": "k", "every_seconds": 60, "jitter_seconds": -1.7e-83},
+            "jitter_seconds:",
+        ),
+        ({"name": "s", "kind": "k", "every_seconds": 0.9999999}, "every_seconds:"),
         (
             {"name": "s", "kind": "k", "every_seconds": 60, "grace_seconds": 1e9},
             "grace_seconds:",
