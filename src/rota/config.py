@@ -11,9 +11,10 @@ import json
 import os
 import re
 import sys
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from rota.domain import job
 from rota.domain.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -57,17 +58,10 @@ def parse_retention(text: str) -> timedelta | str:
 
 
 def parse_instant(text: str, *, what: str = "time") -> datetime:
-    """An ISO 8601 instant with a UTC offset (or Z); naive times are refused, not guessed."""
-    try:
-        instant = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        raise InvalidInput(f"{what}: {text!r} is not an ISO 8601 time") from None
-    if instant.tzinfo is None:
-        raise InvalidInput(f"{what}: {text!r} has no UTC offset (add Z or +02:00)")
-    try:
-        return instant.astimezone(UTC)
-    except OverflowError:  # 9999-12-31T23:00-05:00 lies past the last representable instant
-        raise InvalidInput(f"{what}: {text!r} is out of range") from None
+    """An ISO 8601 instant with a UTC offset (or Z), parsed as strictly as the API's run_at
+    (``rota.domain.job.parse_instant``): naive times are refused, not guessed, and so is any
+    other separator or character; InvalidInput naming ``what``."""
+    return job.parse_instant(what, text.strip())
 
 
 def parse_json(text: str, *, what: str = "--payload") -> Any:
