@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -122,10 +123,12 @@ async def test_served_at_the_root_the_urls_have_no_prefix(app: App) -> None:
 
 async def test_the_lifespan_opens_the_app_runs_its_workers_and_closes_it() -> None:
     app = jobs_app()
-    ran = asyncio.Event()
+    ran = threading.Event()
+    loops: list[asyncio.AbstractEventLoop] = []
 
     @app.job("signal")
     async def signal(ctx: JobContext, payload: Any) -> None:
+        loops.append(asyncio.get_running_loop())
         ran.set()
 
     host = host_with(app)
@@ -134,7 +137,9 @@ async def test_the_lifespan_opens_the_app_runs_its_workers_and_closes_it() -> No
         async with client(host) as api:
             created = await api.post("/rota/api/jobs", json={"kind": "signal"})
             assert created.status_code == 201
-        await asyncio.wait_for(ran.wait(), timeout=30)
+        assert await asyncio.to_thread(ran.wait, 30)
+        # Not on the host's loop: a request handler blocking it cannot stall a heartbeat.
+        assert loops != [asyncio.get_running_loop()]
         job_id = created.json()["id"]
         # The handler has run; the completion may still be on its way.
         async with asyncio.timeout(30):

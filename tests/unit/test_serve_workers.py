@@ -9,9 +9,9 @@ from datetime import timedelta
 from typing import Any
 
 from rota.app import App
-from rota.cli.serve import WorkerThread
 from rota.domain.job import JobState
 from rota.runtime.context import JobContext
+from rota.runtime.crew import WorkerThread
 
 LEASE = timedelta(seconds=1.5)
 

@@ -8,9 +8,7 @@ import logging
 import os
 import socket
 import sys
-import threading
 from collections.abc import Generator
-from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -18,6 +16,7 @@ import click
 from rota.cli import cli, listen_option, run
 from rota.config import DEFAULT_DATABASE_URL, load_app
 from rota.domain.errors import InvalidInput
+from rota.runtime.crew import WorkerThread
 
 if TYPE_CHECKING:
     from rota.api.connections import ConnectionLimits
@@ -297,87 +296,6 @@ async def _serve(
         if replica is not None:
             await replica.close()
         await app.close()
-
-
-class WorkerThread:
-    """The in-process workers of `rota serve`, on an event loop of their own in a thread of
-    their own, with a store of their own (docs/decisions/0004-workers-off-the-api-loop.md).
-
-    Nothing a request handler does on the API's loop (or its store's connections) can then
-    delay a heartbeat: the heartbeat's loop is never blocked by a handler, and the GIL is
-    handed over every few milliseconds even while a handler computes.
-    """
-
-    def __init__(self, app: Any, *, names: list[str], options: dict[str, Any]) -> None:
-        self._app = app
-        self._names = names
-        self._options = options
-        self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._pool: list[Any] = []
-        self._stops = 0
-        self._done: Future[bool] = Future()
-        self._thread = threading.Thread(target=self._run, name="rota-workers", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    @property
-    def finished(self) -> bool:
-        return self._done.done()
-
-    def request_stop(self) -> None:
-        """Like Worker.request_stop for every worker (the second call stops at once); safe
-        from any thread, and before the workers exist (they then stop as they start)."""
-        with self._lock:
-            self._stops += 1
-            loop = self._loop
-        if loop is not None and not self.finished:
-            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-                loop.call_soon_threadsafe(self._stop_pool)
-
-    async def wait(self) -> bool:
-        """Until every worker stopped; True if any had to abandon its jobs."""
-        return await asyncio.wrap_future(self._done)
-
-    def _run(self) -> None:
-        # Not asyncio.run: it would wait for the default executor, and a sync handler stuck
-        # in a thread cannot be interrupted.
-        loop = asyncio.new_event_loop()
-        try:
-            self._done.set_result(loop.run_until_complete(self._main()))
-        except BaseException as error:  # reported to the waiting API loop
-            self._done.set_exception(error)
-        finally:
-            loop.close()
-
-    async def _main(self) -> bool:
-        store = self._app.open_worker_store()
-        try:
-            pool = [
-                self._app.worker(store=store, name=name, **self._options) for name in self._names
-            ]
-            with self._lock:
-                self._loop = asyncio.get_running_loop()
-                self._pool = pool
-                stops = self._stops
-            for _ in range(stops):
-                self._stop_pool()
-            tasks = [asyncio.create_task(worker.run(), name=worker.name) for worker in pool]
-            try:
-                await asyncio.gather(*tasks)
-            finally:
-                for task in tasks:
-                    task.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
-            return any(worker.aborted for worker in pool)
-        finally:
-            if store is not self._app.store:
-                await store.close()
-
-    def _stop_pool(self) -> None:
-        for worker in self._pool:
-            worker.request_stop()
 
 
 def _listen(host: str, port: int) -> socket.socket:

@@ -27,7 +27,8 @@ from starlette.types import Receive, Scope, Send
 from rota.api import ApiSettings, create_app
 from rota.app import App
 from rota.domain.errors import InvalidInput
-from rota.runtime.worker import Worker, default_worker_name
+from rota.runtime.crew import WorkerThread
+from rota.runtime.worker import default_worker_name
 from rota.store import Store
 
 log = logging.getLogger("rota.asgi")
@@ -87,10 +88,10 @@ def lifespan(app: App, *, workers: int = 0, **worker_options: Any) -> Lifespan:
     With ``workers`` > 0, that many workers (``worker_options`` as for ``App.worker``, e.g.
     ``concurrency=20``) claim and run jobs in the host's process from startup to shutdown,
     which stops them as SIGTERM stops ``rota worker``: no new claims, running jobs get
-    ``shutdown_timeout`` to finish, the rest are handed back. They run on the host's event
-    loop, so a request handler that blocks the loop (CPU work or blocking I/O in an
-    ``async def``) also delays their heartbeats; a busy host should run ``rota worker``
-    processes instead.
+    ``shutdown_timeout`` to finish, the rest are handed back. As in ``rota serve``, they run
+    on an event loop and a thread of their own with connections of their own
+    (``rota.runtime.crew.WorkerThread``), so a request handler that blocks the host's loop
+    does not delay their heartbeats.
 
     To combine with a lifespan of your own, enter it inside yours:
     ``async with lifespan(jobs)(host): yield``.
@@ -101,43 +102,22 @@ def lifespan(app: App, *, workers: int = 0, **worker_options: Any) -> Lifespan:
     @contextlib.asynccontextmanager
     async def run(host: Any) -> AsyncIterator[None]:
         await app.open()
-        crew = _Crew(app, workers, worker_options)
+        base = default_worker_name()
+        names = [f"{base}-{index + 1}" for index in range(workers)]
+        crew = WorkerThread(app, names=names, options=worker_options) if workers else None
         try:
-            crew.start()
+            if crew is not None:
+                crew.start()
             yield
         finally:
             try:
-                await crew.stop()
+                if crew is not None:
+                    crew.request_stop()
+                    await crew.wait()
             finally:
                 await app.close()
 
     return run
-
-
-class _Crew:
-    """The host's in-process workers: tasks on its loop, stopped gracefully together."""
-
-    def __init__(self, app: App, count: int, options: dict[str, Any]) -> None:
-        base = default_worker_name()
-        self._workers: list[Worker] = [
-            app.worker(name=f"{base}-{index + 1}", **options) for index in range(count)
-        ]
-        self._tasks: list[asyncio.Task[None]] = []
-
-    def start(self) -> None:
-        self._tasks = [
-            asyncio.create_task(worker.run(), name=worker.name) for worker in self._workers
-        ]
-
-    async def stop(self) -> None:
-        for worker in self._workers:
-            worker.request_stop()
-        try:
-            await asyncio.gather(*self._tasks)
-        finally:
-            for task in self._tasks:
-                task.cancel()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
 
 
 async def _serve_lifespan(
