@@ -181,6 +181,7 @@ async def test_soak_mixed_load_under_rotating_faults(
     started = time.monotonic()
     warm_rss: dict[str, int] = {}
     connections: list[int] = []
+    over: list[str] = []  # the links of each sample over the bound, for a failure's log
 
     async def sample() -> None:
         while not stop_feeding.is_set():
@@ -189,7 +190,11 @@ async def test_soak_mixed_load_under_rotating_faults(
                     # Sessions only: psycopg interrupts a query that a timeout cancelled
                     # with a CancelRequest on a connection of its own (alive up to 5 s when
                     # the server does not answer, as in a partition), which holds no session.
-                    connections.append(proxy.count(lambda link: link.session))
+                    count = proxy.count(lambda link: link.session)
+                    connections.append(count)
+                    if count > POOL_BOUND:
+                        links = proxy.describe_links()
+                        over.append(f"{worker.name} at {time.monotonic() - started:.0f}s: {links}")
                 warm = time.monotonic() - started > 0.2 * SECONDS
                 # Only the first workers: a replacement sampled while still importing would
                 # show growth that is just its start-up.
@@ -216,6 +221,8 @@ async def test_soak_mixed_load_under_rotating_faults(
     await pause_schedule(store, SCHEDULE)
     await all_terminal(store, 1, within_s=LIVENESS_S + MARGIN_S + 30)
     print(f"all terminal {time.monotonic() - last_fault:.0f}s after the last fault")
+    for sample in over:
+        print(f"over the bound: {sample}")
     assert max(connections) <= POOL_BOUND, f"connections per worker: max {max(connections)}"
     for name, before in warm_rss.items():
         # Only workers that lived through the whole soak: a killed one was replaced.

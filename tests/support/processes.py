@@ -29,6 +29,17 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 APP_REF = "tests.support.workerapp:app"
 
 
+def hangup_as_by_default() -> Callable[[], Any] | None:
+    """A ``preexec_fn`` giving a child SIGHUP's default action when this process ignores it
+    (the test run was started under nohup): an ignored signal is inherited across exec, and
+    rota keeps SIGHUP ignored when it starts so (the nohup convention), so the tests that send
+    SIGHUP would test the runner's start instead of rota. None (no preexec_fn) otherwise."""
+    hangup = getattr(signal, "SIGHUP", None)
+    if hangup is None or signal.getsignal(hangup) is not signal.SIG_IGN:
+        return None
+    return lambda: signal.signal(hangup, signal.SIG_DFL)
+
+
 async def eventually(
     condition: Callable[[], Any],
     *,
@@ -206,6 +217,7 @@ class Fleet:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=stderr,
+                preexec_fn=hangup_as_by_default(),
             )
         worker = WorkerProcess(name, popen, stderr_path)
         self.workers.append(worker)

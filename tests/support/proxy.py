@@ -27,6 +27,7 @@ import contextlib
 import socket
 import struct
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -97,12 +98,28 @@ class Link:
     dead: bool = False  # blackholed for good
     budget: int | None = None  # bytes left before close_after closes it
     client_gone: bool = False  # the client closed its end (a blackholed upstream may linger)
+    opened: float = field(default_factory=time.monotonic)
+    server_gone: bool = False  # the server's end closed, and the client was told
     gone: asyncio.Event = field(default_factory=asyncio.Event)  # set with client_gone
     texts: list[bytes] = field(default_factory=list)
     parser: PgStatements = field(default_factory=PgStatements)
 
     def sent(self, needle: bytes) -> bool:
         return any(needle in text for text in self.texts)
+
+    def describe(self) -> str:
+        """One line on this link for a failure's log: age, state, the last statements."""
+        flags = [
+            name
+            for name, on in (
+                ("cancel-request", not self.session),
+                ("blackholed", self.dead),
+                ("server-gone", self.server_gone),
+            )
+            if on
+        ]
+        last = [text[:60].decode("utf-8", "replace") for text in self.texts[-2:]]
+        return f"age {time.monotonic() - self.opened:.1f}s {' '.join(flags) or 'open'} {last}"
 
     @property
     def session(self) -> bool:
@@ -206,6 +223,12 @@ class ChaosProxy:
             lambda: sum(1 for link in self.links if not link.client_gone and predicate(link))
         )
 
+    def describe_links(self) -> str:
+        """Every link whose client still holds its end, one per line (``Link.describe``)."""
+        return self._call_sync(
+            lambda: "".join(f"\n  {link.describe()}" for link in self.links if not link.client_gone)
+        )
+
     def wait_gone(self, predicate: Callable[[Link], bool], *, within_s: float = 10.0) -> int:
         """Wait until every client of the links ``predicate`` picks has closed its end;
         returns how many there were."""
@@ -299,6 +322,25 @@ class ChaosProxy:
             self._drop(link)
 
     async def _pump(
+        self,
+        link: Link,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        from_client: bool,
+    ) -> None:
+        try:
+            await self._forward(link, reader, writer, from_client=from_client)
+        except OSError:
+            # The end we read from was reset (a server that exited with our bytes unread
+            # answers RST, which also discards what it had sent): reset the other end too, as
+            # a real peer's RST would reach it, instead of leaving it waiting for an answer.
+            _abort(writer)
+        finally:
+            if not from_client:
+                link.server_gone = True
+
+    async def _forward(
         self,
         link: Link,
         reader: asyncio.StreamReader,

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.support.processes import hangup_as_by_default
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -81,6 +83,7 @@ def serving(cwd: Path, *args: str, env: dict[str, str] | None = None) -> Iterato
             stderr=subprocess.STDOUT,
             text=True,
             env=environment,
+            preexec_fn=hangup_as_by_default(),
         )
     served = Served(process, f"http://127.0.0.1:{port}", log)
     try:
