@@ -13,7 +13,8 @@ from rota.domain.job import ALONE_AFTER_CRASHES
 JOB_COLUMNS = (
     "id, kind, queue, payload, state, priority, run_at, attempt, max_attempts, created_at, "
     "tenant, unique_key, timeout_us, lease_token, lease_until, worker, started_at, "
-    "finished_at, last_error, schedule, slot_at, crashes, trace_context"
+    "finished_at, last_error, schedule, slot_at, crashes, trace_context, result, progress, "
+    "progress_message"
 )
 
 #: A schedule's columns (alias s) and its last job's state (alias j), in the order
@@ -46,6 +47,16 @@ _WAKE = """
                          queue || ' ' || (extract(epoch FROM min(run_at)) * 1000000)::bigint)
         FROM done WHERE state = 'pending' GROUP BY queue
     ), woke AS (SELECT count(*) FROM wake)
+""".strip()
+#: Tells result waiters (LISTEN rota_finished) that rows of a CTE named "done" reached a
+#: terminal state: one constant notification per statement (PostgreSQL folds repeats of a
+#: payload within a transaction), sent on commit, inside the statement that finishes the
+#: jobs, so it costs no round trip; "told" must be referenced for it to run.
+_FINISHED = """
+    finished AS (
+        SELECT pg_notify('rota_finished', '') FROM done
+        WHERE state IN ('succeeded', 'dead', 'cancelled') LIMIT 1
+    ), told AS (SELECT count(*) FROM finished)
 """.strip()
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 
@@ -113,6 +124,7 @@ def queries() -> dict[str, str]:
             .replace("{walk_marker_columns}", _WALK_MARKER)
             .replace("{tally}", _TALLY)
             .replace("{wake}", _WAKE)
+            .replace("{finished}", _FINISHED)
             .replace("{schedule_columns}", SCHEDULE_COLUMNS)
         )
     return named
