@@ -97,7 +97,8 @@ async def test_a_cancelled_job_raises_job_cancelled(app: App) -> None:
     with pytest.raises(JobCancelled) as cancelled:
         await waiting
     assert cancelled.value.job_id == job.id
-    assert cancelled.value.job.state is JobState.CANCELLED  # type: ignore[attr-defined]
+    ended = cancelled.value.job
+    assert isinstance(ended, Job) and ended.state is JobState.CANCELLED
 
 
 async def test_a_wait_past_its_timeout_raises_result_timeout_and_the_job_carries_on(
