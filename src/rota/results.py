@@ -1,8 +1,10 @@
 """Results: waiting from application code until jobs finish, and what they returned.
 
-A wait asks the store about every job it still waits on in one query (``Store.get_many``),
-then sleeps until the store says some job finished (``Store.watch_finished``: LISTEN/NOTIFY on
-PostgreSQL, an in-process hook on the memory store) or a poll interval passes. Where the store
+A wait tells the store which jobs it waits for (``Store.expect_finished``: on PostgreSQL only
+the writes finishing those jobs NOTIFY), asks about every job it still waits on in one query
+(``Store.get_many``), then sleeps until the store says some job finished
+(``Store.watch_finished``: LISTEN/NOTIFY on PostgreSQL, an in-process hook on the memory store)
+or a poll interval passes. Where the store
 pushes nothing (SQLite: other processes' completions cannot be heard) the interval starts
 short and doubles up to ``POLL_CAP_S``; where it pushes, the interval is only a safety net
 (``PUSHED_POLL_S``) for a notification lost with a connection. Waiting on a thousand jobs is
@@ -124,6 +126,12 @@ class ResultWaiter:
         woken = asyncio.Event()
         self._waits.add(woken)
         try:
+            if outstanding and self._store.pushes_finished:
+                # Before the first look: a job finishing after it is then reported. (A write
+                # already under way as we ask may still finish it unreported: the safety-net
+                # poll catches that.) The watch starts after, so its first wake-up, once it
+                # listens, comes after this and is never lost to the look's clear().
+                await self._store.expect_finished(list(outstanding))
             self._watch()
             delay = FIRST_POLL_S
             while outstanding:

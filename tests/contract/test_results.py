@@ -98,6 +98,19 @@ async def test_get_many_returns_the_jobs_that_exist(store: Store) -> None:
     assert await store.get_many([]) == []
 
 
+async def test_expecting_jobs_changes_nothing_about_them(store: Store, clock: FakeClock) -> None:
+    job = await _claimed(store)
+    await store.expect_finished([job.id, job.id, 10_000_000])
+    await store.expect_finished([job.id])
+    before = await store.get(job.id)
+    assert await store.complete_many([job.lease], results=["1"]) == []
+    after = await store.get(job.id)
+    assert (after.state, after.result) == (JobState.SUCCEEDED, 1)
+    assert before.state is JobState.RUNNING
+    await store.expect_finished([job.id])  # a finished job: harmless too
+    await store.expect_finished([])
+
+
 async def test_retention_prunes_the_result_with_its_job(store: Store, clock: FakeClock) -> None:
     job = await _claimed(store)
     await store.complete_many([job.lease], results=['{"big":"' + "x" * 1000 + '"}'])

@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import Sequence
 from datetime import timedelta
 
+import psycopg
 import pytest
 
 from rota.domain.errors import JobCancelled, JobFailed
@@ -89,6 +90,30 @@ async def test_dead_and_cancelled_jobs_notify_their_waiters(pg_url: str, ending:
         await other.close()
 
 
+async def test_finishing_jobs_nobody_waits_for_notifies_no_one(pg_url: str) -> None:
+    store = PostgresStore.from_url(pg_url)
+    listener = await psycopg.AsyncConnection.connect(pg_url, autocommit=True)
+    try:
+        await listener.execute("LISTEN rota_finished")
+        await store.enqueue([JobSpec(kind="k"), JobSpec(kind="k"), JobSpec(kind="k")])
+        first, second, third = await store.claim(
+            "w", queues=["default"], limit=3, lease=LEASE, fair=False
+        )
+        await store.complete_many([first.lease], results=['"nobody waits"'])
+        await store.fail(second.lease, error="boom", retry_in=timedelta(0), permanent=True)
+        await store.cancel(third.id)
+        # Notifications arrive in commit order: had a write above notified, it would come
+        # before this marker.
+        async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as other:
+            await other.execute("NOTIFY rota_finished, 'marker'")
+        async for notice in listener.notifies():
+            assert notice.payload == "marker"
+            break
+    finally:
+        await listener.close()
+        await store.close()
+
+
 async def test_migration_008_applies_to_a_database_already_at_009(pg_url: str) -> None:
     store = PostgresStore.from_url(pg_url)
     try:
@@ -97,6 +122,7 @@ async def test_migration_008_applies_to_a_database_already_at_009(pg_url: str) -
                 "ALTER TABLE rota_jobs DROP COLUMN result, DROP COLUMN progress, "
                 "DROP COLUMN progress_message"
             )
+            await conn.execute("DROP TABLE rota_result_waits")
             await conn.execute("DELETE FROM rota_migrations WHERE version = '008_results'")
         assert await store.pending_migrations() == ["008_results"]
         assert await store.migrate() == ["008_results"]

@@ -234,8 +234,8 @@ class Store(Protocol):
 
     #: Whether ``watch`` reports schedule changes made by any process (see ``watch``).
     pushes_schedule_changes: bool
-    #: Whether ``watch_finished`` reports jobs that reached a terminal state in any process;
-    #: where it does not, waiting for results polls ``get_many``.
+    #: Whether ``watch_finished`` reports the jobs named to ``expect_finished`` reaching a
+    #: terminal state in any process; where it does not, waiting for results polls ``get_many``.
     pushes_finished: bool
 
     async def migrate(self) -> list[str]:
@@ -567,9 +567,17 @@ class Store(Protocol):
         """
         ...
 
+    async def expect_finished(self, job_ids: Sequence[int]) -> None:
+        """Say that someone waits for these jobs: from now on, the write that makes one of
+        them terminal is reported to ``watch_finished`` (once per write). Jobs nobody expects
+        may go unreported, so finishing them costs nothing extra. Ids of jobs that do not
+        exist, or have finished, are harmless."""
+        ...
+
     async def watch_finished(self, on_finished: Callable[[], None]) -> None:
-        """Until cancelled, call ``on_finished()`` after jobs reached a terminal state
-        (succeeded, dead, cancelled), and after every reconnect. A hint only, which says
-        neither which jobs nor how many: it may come from any thread, late, twice, or not at
-        all. Where ``pushes_finished`` is false it never comes, and waiters poll."""
+        """Until cancelled, call ``on_finished()`` after expected jobs (``expect_finished``)
+        reached a terminal state (succeeded, dead, cancelled), and after every reconnect. A
+        hint only, which says neither which jobs nor how many: it may come from any thread,
+        late, twice, or not at all. Where ``pushes_finished`` is false it never comes, and
+        waiters poll."""
         ...

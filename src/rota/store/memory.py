@@ -180,6 +180,9 @@ class MemoryStore:
             with self._lock:
                 self._wakeups.remove(on_due)
 
+    async def expect_finished(self, job_ids: Sequence[int]) -> None:
+        """Nothing to do: every terminal transition is reported, in process, for free."""
+
     async def watch_finished(self, on_finished: Callable[[], None]) -> None:
         """Until cancelled, call ``on_finished()`` (from the finishing thread, the lock held:
         it must only schedule a wake-up) whenever a job reaches a terminal state."""

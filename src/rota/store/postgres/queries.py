@@ -48,14 +48,18 @@ _WAKE = """
         FROM done WHERE state = 'pending' GROUP BY queue
     ), woke AS (SELECT count(*) FROM wake)
 """.strip()
-#: Tells result waiters (LISTEN rota_finished) that rows of a CTE named "done" reached a
-#: terminal state: one constant notification per statement (PostgreSQL folds repeats of a
-#: payload within a transaction), sent on commit, inside the statement that finishes the
-#: jobs, so it costs no round trip; "told" must be referenced for it to run.
+#: Tells result waiters (LISTEN rota_finished) that rows of a CTE named "done" that someone
+#: waits for (rota_result_waits) reached a terminal state: their wait rows are consumed and one
+#: constant notification is sent on commit, inside the statement that finishes the jobs (no
+#: round trip); a statement finishing only jobs nobody waits for sends none, so it never takes
+#: the commit lock NOTIFY needs. "told" must be referenced for the notification to be sent.
 _FINISHED = """
-    finished AS (
-        SELECT pg_notify('rota_finished', '') FROM done
-        WHERE state IN ('succeeded', 'dead', 'cancelled') LIMIT 1
+    waited AS (
+        DELETE FROM rota_result_waits WHERE job_id IN (
+            SELECT id FROM done WHERE state IN ('succeeded', 'dead', 'cancelled'))
+        RETURNING 1
+    ), finished AS (
+        SELECT pg_notify('rota_finished', '') WHERE EXISTS (SELECT 1 FROM waited)
     ), told AS (SELECT count(*) FROM finished)
 """.strip()
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)

@@ -4,7 +4,8 @@
 -- Every write after a claim is fenced: WHERE state = 'running' AND lease_token = <token>.
 -- {tally} adds the terminal transitions of the CTE "done" to rota_finished_per_minute;
 -- {wake} notifies workers of the jobs "done" made pending (due now or later), on commit;
--- {finished} notifies result waiters when "done" made jobs terminal (one NOTIFY, on commit).
+-- {finished} notifies result waiters when "done" made jobs they wait for terminal (one NOTIFY,
+-- on commit; none when nobody waits for them).
 -- {expiry_*} spell rota.domain.blame.expire for the expired lease of the row j: whether it
 -- makes the job dead, whether the attempt is given back, the new crash count, the error;
 -- {alone_next} and {alone_after_expiry} whether the row's next attempt runs alone.
@@ -385,6 +386,12 @@ SELECT done.* FROM done, told;
 
 -- name: get
 SELECT {job_columns} FROM rota_jobs WHERE id = %(id)s;
+
+-- name: expect_finished
+-- Someone waits for these jobs: the statement that makes one terminal will NOTIFY.
+INSERT INTO rota_result_waits (job_id)
+SELECT DISTINCT unnest(%(ids)s::bigint[])
+ON CONFLICT DO NOTHING;
 
 -- name: get_many
 SELECT {job_columns} FROM rota_jobs WHERE id = ANY(%(ids)s::bigint[]);

@@ -829,11 +829,17 @@ class PostgresStore:
             return
         await listen(target, on_due, on_schedules=on_schedules, check_every_s=check_every_s)
 
+    async def expect_finished(self, job_ids: Sequence[int]) -> None:
+        wanted = sorted({job_id for job_id in job_ids if -(2**63) <= job_id < 2**63})
+        if wanted:
+            await self._fetch("expect_finished", {"ids": wanted})
+
     async def watch_finished(
         self, on_finished: Callable[[], None], *, check_every_s: float = 5.0
     ) -> None:
-        """LISTEN for terminal transitions (NOTIFY rota_finished, sent by the statements
-        that finish jobs) on a dedicated connection until cancelled (see listen). Behind a
+        """LISTEN for terminal transitions of expected jobs (NOTIFY rota_finished, sent by
+        the statements that finish them) on a dedicated connection until cancelled (see
+        listen). Behind a
         transaction pooler with no listen URL nothing can be heard: this waits to be
         cancelled, and waiters poll."""
         await self._connections.open_patiently()

@@ -316,6 +316,9 @@ class SqliteStore:
         wanted = list(job_ids)
         return await self._db.read(lambda conn: jobs.get_many(conn, wanted))
 
+    async def expect_finished(self, job_ids: Sequence[int]) -> None:
+        """Nothing to do: nothing is reported (``pushes_finished`` is False)."""
+
     async def watch_finished(self, on_finished: Callable[[], None]) -> None:
         """Never calls ``on_finished``: other processes' completions cannot be heard here
         (``pushes_finished`` is False), so waiters poll. Waits until cancelled."""

@@ -10,3 +10,9 @@ ALTER TABLE rota_jobs
     ADD COLUMN result json,
     ADD COLUMN progress double precision,
     ADD COLUMN progress_message text;
+
+-- The jobs someone waits for (app.result): a statement that makes one of them terminal deletes
+-- its row and sends one NOTIFY rota_finished; finishing jobs nobody waits for notifies no one,
+-- so the completion path pays a probe of this (mostly empty) table, never a NOTIFY's commit
+-- lock. Unlogged: a wait does not outlive a crash of the server, and writes no WAL.
+CREATE UNLOGGED TABLE rota_result_waits (job_id bigint PRIMARY KEY);
