@@ -388,9 +388,11 @@ SELECT done.* FROM done, told;
 SELECT {job_columns} FROM rota_jobs WHERE id = %(id)s;
 
 -- name: expect_finished
--- Someone waits for these jobs: the statement that makes one terminal will NOTIFY.
+-- Someone waits for these jobs: the statement that makes one terminal will NOTIFY. Only
+-- active jobs get a row (finished ones have nothing left to announce), and the rows of jobs
+-- pruned meanwhile go with them (prune), so the table never outgrows the jobs waited for.
 INSERT INTO rota_result_waits (job_id)
-SELECT DISTINCT unnest(%(ids)s::bigint[])
+SELECT id FROM rota_jobs WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('pending', 'running')
 ON CONFLICT DO NOTHING;
 
 -- name: get_many
@@ -446,7 +448,10 @@ WITH gone AS (
         ORDER BY state, id
         LIMIT %(limit)s
     )
-    RETURNING 1
+    RETURNING id
+), gone_waits AS (
+    -- A wait recorded as its job finished (so never consumed) goes with the job.
+    DELETE FROM rota_result_waits WHERE job_id IN (SELECT id FROM gone)
 ), gone_stats AS (
     DELETE FROM rota_finished_per_minute
     WHERE minute < %(older_than)s - interval '1 minute'
