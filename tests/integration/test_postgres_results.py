@@ -131,3 +131,24 @@ async def test_migration_008_applies_to_a_database_already_at_009(pg_url: str) -
         assert (await store.get(enqueued.job.id)).result is None
     finally:
         await store.close()
+
+
+def test_result_sync_waits_on_postgresql_from_synchronous_code(pg_url: str) -> None:
+    from rota import App
+
+    app = App(pg_url)
+    try:
+        job = app.enqueue_sync("k").job
+
+        async def finish() -> None:
+            other = PostgresStore.from_url(pg_url)
+            try:
+                [claimed] = await other.claim("w", queues=["default"], limit=1, lease=LEASE)
+                await other.complete_many([claimed.lease], results=['{"sync":true}'])
+            finally:
+                await other.close()
+
+        asyncio.run(finish())
+        assert app.result_sync(job.id, timeout=60) == {"sync": True}
+    finally:
+        asyncio.run(app.close())
