@@ -8,7 +8,7 @@ import contextlib
 import logging
 import signal
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
 from concurrent.futures import Future
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -37,6 +37,7 @@ from rota.domain.job import (
 from rota.domain.retry import RetryPolicy
 from rota.domain.schedule import Misfire, Overlap, Rule, ScheduleSpec
 from rota.observability.metrics import Metrics, serve_metrics
+from rota.results import ResultWaiter
 from rota.runtime.registry import Handler, Registry
 from rota.runtime.scheduler import MAX_WAIT, PUSHED_MAX_WAIT, Scheduler
 from rota.runtime.services import Service
@@ -92,6 +93,7 @@ class App:
         self._open_lock: asyncio.Lock | None = None
         self._client: Client | None = None
         self._bridge: _SyncBridge | None = None
+        self._waiter: ResultWaiter | None = None
         self._services: list[Callable[[Store, Worker], Service]] = []
         #: Schedules defined in code, by name: their options as given, so a kind registered
         #: after the schedule still lends it its defaults when a worker starts.
@@ -299,6 +301,9 @@ class App:
         if self._bridge is not None:
             self._bridge.close()
             self._bridge = None
+        if self._waiter is not None:
+            await self._waiter.close()
+            self._waiter = None
         if self._store is not None:
             await self._store.close()
             if self._owns_store:
@@ -435,6 +440,67 @@ class App:
     async def get(self, job_id: int) -> Job:
         await self.open()
         return await self.client.get(job_id)
+
+    # ------------------------------------------------------------------ results
+
+    async def result(
+        self,
+        job_id: int,
+        *,
+        timeout: timedelta | float | None = None,  # noqa: ASYNC109 (raised as ResultTimeout)
+    ) -> Any:
+        """Wait until the job finishes and return what its handler returned (None for None).
+
+        Raises JobFailed (it went dead; ``.error`` is its last error), JobCancelled,
+        JobNotFound, or ResultTimeout (a TimeoutError) once ``timeout`` (seconds or a
+        timedelta; None waits for ever) passes: the job itself carries on. On PostgreSQL the
+        wait is woken by a notification when the job finishes; on SQLite it polls.
+        """
+        return await (await self._results()).result(job_id, timeout=timeout)
+
+    async def results(
+        self,
+        job_ids: Iterable[int],
+        *,
+        timeout: timedelta | float | None = None,  # noqa: ASYNC109 (raised as ResultTimeout)
+    ) -> list[Any]:
+        """Wait for every job; their results in the order given, with one query per wake-up
+        for all of them. Raises as ``result`` does, as soon as one job is seen to fail."""
+        return await (await self._results()).results(job_ids, timeout=timeout)
+
+    async def as_completed(
+        self,
+        job_ids: Iterable[int],
+        *,
+        timeout: timedelta | float | None = None,  # noqa: ASYNC109 (raised as ResultTimeout)
+    ) -> AsyncGenerator[Job, None]:
+        """Each job as it finishes (succeeded, dead or cancelled), in the order seen; pass a
+        yielded job to nothing: ``job.result``, ``job.state`` and ``job.last_error`` say how
+        it ended. ``timeout`` bounds the whole iteration (ResultTimeout)."""
+        waiter = await self._results()
+        async with contextlib.aclosing(waiter.as_completed(job_ids, timeout=timeout)) as jobs:
+            async for job in jobs:
+                yield job
+
+    def result_sync(self, job_id: int, *, timeout: timedelta | float | None = None) -> Any:
+        """``result`` for synchronous code (Django, Flask), on the ``enqueue_sync`` bridge."""
+        if self._bridge is None:
+            self._bridge = _SyncBridge(self)
+        return self._bridge.call(self._result_on_bridge(job_id, timeout))
+
+    async def _result_on_bridge(
+        self,
+        job_id: int,
+        timeout: timedelta | float | None,  # noqa: ASYNC109 (raised as ResultTimeout)
+    ) -> Any:
+        assert self._bridge is not None
+        return await (await self._bridge.waiter()).result(job_id, timeout=timeout)
+
+    async def _results(self) -> ResultWaiter:
+        store = await self.open()
+        if self._waiter is None:
+            self._waiter = ResultWaiter(store)
+        return self._waiter
 
     async def list_jobs(
         self, filter: JobFilter | None = None, *, cursor: str | None = None, limit: int = 50
@@ -642,6 +708,7 @@ class _SyncBridge:
         )
         self._thread.start()
         self._store: Store | None = None
+        self._waiter: ResultWaiter | None = None
         atexit.register(self.close)
 
     async def store(self) -> Store:
@@ -652,6 +719,11 @@ class _SyncBridge:
             else:
                 self._store = app._store or await app.open()
         return self._store
+
+    async def waiter(self) -> ResultWaiter:
+        if self._waiter is None:
+            self._waiter = ResultWaiter(await self.store())
+        return self._waiter
 
     def call(self, coro: Any) -> Any:
         future: Future[Any] = asyncio.run_coroutine_threadsafe(coro, self._loop)
@@ -670,6 +742,8 @@ class _SyncBridge:
 
     async def _shutdown(self) -> None:
         """Close the bridge's own store, then end whatever else still runs on its loop."""
+        if self._waiter is not None:
+            await self._waiter.close()
         if self._store is not None and self._store is not self._app._store:
             with contextlib.suppress(Exception):
                 await self._store.close()

@@ -1,7 +1,8 @@
 """The demo kinds `rota serve` registers when no --app is given (the walkthrough's jobs).
 
 ``email`` takes 300 ms; ``flaky`` fails 60% of the time; ``slow`` runs 6 s, longer than the
-demo's 3 s lease, kept alive by heartbeats; ``crash`` abandons its first attempt as if its
+demo's 3 s lease, kept alive by heartbeats, reporting its progress each second and returning
+how long it took; ``crash`` abandons its first attempt as if its
 worker had died, so the lease runs out and another worker takes over as attempt 2; ``report``
 runs every 15 s on a schedule.
 """
@@ -37,8 +38,11 @@ def add_demo_kinds(app: App) -> App:
             raise RuntimeError("upstream returned 503")
 
     @app.job("slow", max_attempts=3)
-    async def slow(ctx: JobContext, payload: Any) -> None:
-        await asyncio.sleep(6)
+    async def slow(ctx: JobContext, payload: Any) -> dict[str, int]:
+        for second in range(6):
+            await ctx.progress(second / 6, message=f"second {second + 1} of 6")
+            await asyncio.sleep(1)
+        return {"seconds": 6}
 
     @app.job("crash", max_attempts=3)
     async def crash(ctx: JobContext, payload: Any) -> None:

@@ -20,6 +20,8 @@ from rota.domain.job import (
     MAX_INSTANT_LENGTH,
     MAX_NAME_LENGTH,
     MAX_PRIORITY,
+    MAX_PROGRESS_MESSAGE_LENGTH,
+    MAX_RESULT_BYTES,
     MAX_UNIQUE_KEY_LENGTH,
     MIN_PRIORITY,
     NAME_PATTERN,
@@ -200,13 +202,27 @@ class JobFields(BaseModel):
     crashes: int
     #: Why the job is a crash suspect and when it runs alone, or null.
     quarantine: str | None
+    progress: float | None = Field(
+        description="How far the running attempt said it is, from 0 to 1 (as of its last "
+        "heartbeat); null before it reports, and cleared when an attempt starts.",
+        json_schema_extra={"minimum": 0, "maximum": 1},
+    )
+    progress_message: str | None = Field(
+        description=f"The message of that report, at most {MAX_PROGRESS_MESSAGE_LENGTH} "
+        "characters.",
+    )
 
 
 class JobOut(JobFields):
-    """A job as the API shows it, with its whole payload and last error."""
+    """A job as the API shows it, with its whole payload, last error and result."""
 
     last_error: str | None
     payload: Any
+    result: Any = Field(
+        description="What the handler returned (any JSON value of at most "
+        f"{MAX_RESULT_BYTES} bytes), kept with a succeeded job; null when it returned "
+        "nothing, and for jobs that did not succeed."
+    )
 
 
 class JobSummary(JobFields):
@@ -219,6 +235,10 @@ class JobSummary(JobFields):
     payload_truncated: bool
     last_error_preview: str | None = Field(description=f"At most {PREVIEW_BYTES} bytes.")
     last_error_truncated: bool
+    result_preview: str | None = Field(
+        description=f"At most {PREVIEW_BYTES} bytes of the result's JSON; null without one."
+    )
+    result_truncated: bool
 
 
 class JobCreated(JobOut):
@@ -365,15 +385,20 @@ def job_out(job: Job) -> dict[str, Any]:
         "timeout_seconds": job.timeout.total_seconds() if job.timeout is not None else None,
         "crashes": job.crashes,
         "quarantine": blame.quarantine(job),
+        "progress": job.progress,
+        "progress_message": job.progress_message,
         "payload": job.payload,
+        "result": job.result,
     }
 
 
 def job_summary(job: Job) -> JobSummary:
-    """``job`` as a list shows it: previews instead of the payload and last error."""
+    """``job`` as a list shows it: previews instead of the payload, last error and result."""
     fields = job_out(job)
     payload, payload_cut = preview(payload_text(fields.pop("payload")))
     error, error_cut = preview(fields.pop("last_error"))
+    stored = fields.pop("result")
+    result, result_cut = preview(None if stored is None else payload_text(stored))
     assert payload is not None
     return JobSummary(
         **fields,
@@ -381,6 +406,8 @@ def job_summary(job: Job) -> JobSummary:
         payload_truncated=payload_cut,
         last_error_preview=error,
         last_error_truncated=error_cut,
+        result_preview=result,
+        result_truncated=result_cut,
     )
 
 

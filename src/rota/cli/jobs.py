@@ -200,9 +200,14 @@ def jobs_show(job_id: int, target: Target, as_json: bool) -> None:
         click.echo(json.dumps({**job_json(job), "attempts": [attempt_json(a) for a in attempts]}))
         return
     for key, value in job_json(job).items():
-        if key != "payload":
+        if key not in ("payload", "result", "progress", "progress_message"):
             click.echo(f"{key:>13}: {shown(value)}")
+    if job.progress is not None:
+        message = f" {job.progress_message}" if job.progress_message else ""
+        click.echo(f"{'progress':>13}: {shown(f'{job.progress:.0%}{message}')}")
     click.echo(f"{'payload':>13}: {shown(json.dumps(job.payload, ensure_ascii=False))}")
+    if job.result is not None:
+        click.echo(f"{'result':>13}: {shown(json.dumps(job.result, ensure_ascii=False))}")
     for attempt in attempts:
         click.echo(
             f"attempt {attempt.attempt} token {attempt.token} on {shown(attempt.worker)}: "
@@ -316,7 +321,10 @@ def job_json(job: Job) -> dict[str, Any]:
         "last_error": job.last_error,
         "crashes": job.crashes,
         "quarantine": blame.quarantine(job),
+        "progress": job.progress,
+        "progress_message": job.progress_message,
         "payload": job.payload,
+        "result": job.result,
     }
 
 

@@ -11,6 +11,9 @@
     │   ├── JobNotFound
     │   └── ScheduleNotFound
     ├── StateConflict                        the verb does not apply in the job's state
+    ├── JobFailed                            awaited job ended dead (``.error``: its last error)
+    ├── JobCancelled                         awaited job was cancelled
+    ├── ResultTimeout (also TimeoutError)    awaited job did not finish in time; it carries on
     ├── LeaseLost                            a fenced write found another token (or none)
     ├── StoreUnavailable                     the store cannot be reached right now
     │   └── ConnectionFailed                 no connection could be made; says why in one line
@@ -81,6 +84,39 @@ class ScheduleNotFound(NotFound):
 
 class StateConflict(RotaError):
     """The operation does not apply to the job in its current state (e.g. retrying a pending job)."""
+
+
+class JobFailed(RotaError):
+    """A job whose result was awaited ended dead: ``error`` is its last error (None if it
+    recorded none), ``job`` the job as it ended."""
+
+    def __init__(self, job_id: int, error: str | None, job: object = None) -> None:
+        super().__init__(f"job {job_id} failed: {error or 'no error recorded'}")
+        self.job_id = job_id
+        self.error = error
+        self.job = job
+
+
+class JobCancelled(RotaError):
+    """A job whose result was awaited was cancelled before it could finish; ``job`` is the
+    job as it ended."""
+
+    def __init__(self, job_id: int, job: object = None) -> None:
+        super().__init__(f"job {job_id} was cancelled")
+        self.job_id = job_id
+        self.job = job
+
+
+class ResultTimeout(RotaError, TimeoutError):
+    """A job whose result was awaited had not finished when the wait's timeout passed; the
+    job itself carries on (``job_ids``: those still unfinished)."""
+
+    def __init__(self, job_ids: list[int], timeout_s: float) -> None:
+        listed = ", ".join(str(job_id) for job_id in job_ids[:10])
+        more = f" and {len(job_ids) - 10} more" if len(job_ids) > 10 else ""
+        super().__init__(f"job(s) {listed}{more} not finished after {timeout_s:g}s")
+        self.job_ids = job_ids
+        self.timeout_s = timeout_s
 
 
 class LeaseLost(RotaError):

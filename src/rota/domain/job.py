@@ -23,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from rota.domain.errors import InvalidJob
+from rota.domain.errors import InvalidInput, InvalidJob
 from rota.domain.lease import Lease
 
 DEFAULT_QUEUE = "default"
@@ -33,6 +33,11 @@ MAX_ATTEMPTS_LIMIT = 1000
 MAX_NAME_LENGTH = 128
 MAX_UNIQUE_KEY_LENGTH = 255
 MAX_PAYLOAD_BYTES = 1024 * 1024
+#: The largest result a handler may return, as JSON text: results ride in the completion
+#: batch, so they are kept small (store bigger outputs elsewhere and return a reference).
+MAX_RESULT_BYTES = 64 * 1024
+#: The longest message a handler's progress report may carry.
+MAX_PROGRESS_MESSAGE_LENGTH = 200
 MAX_PAYLOAD_DEPTH = 64
 MAX_ERROR_LENGTH = 8 * 1024
 MAX_TRACEBACK_LENGTH = 32 * 1024
@@ -162,12 +167,14 @@ def check_known_kind(kind: str, known: Collection[str] | None) -> str:
     raise InvalidJob("kind", f"unknown kind {kind!r} (known kinds: {listed})")
 
 
-def encode_payload(payload: object, field_name: str = "payload") -> str:
+def encode_payload(
+    payload: object, field_name: str = "payload", *, max_bytes: int = MAX_PAYLOAD_BYTES
+) -> str:
     """The canonical JSON text of ``payload``; raises InvalidJob unless it is plain, finite JSON.
 
     Refused: non-JSON types, NaN and infinities, NUL characters and lone surrogates (neither
     survives a round trip through PostgreSQL), non-string keys, nesting deeper than
-    MAX_PAYLOAD_DEPTH and text longer than MAX_PAYLOAD_BYTES.
+    MAX_PAYLOAD_DEPTH and text longer than ``max_bytes`` (MAX_PAYLOAD_BYTES).
     """
     # One walk checks types, keys, NUL characters and depth; exact type checks keep it cheap
     # for the plain dicts most payloads are (enqueue_many builds one spec per job).
@@ -203,9 +210,56 @@ def encode_payload(payload: object, field_name: str = "payload") -> str:
         size = len(text.encode("utf-8"))
     except UnicodeEncodeError:
         raise InvalidJob(field_name, "must be valid Unicode (no lone surrogates)") from None
-    if size > MAX_PAYLOAD_BYTES:
-        raise InvalidJob(field_name, f"is larger than {MAX_PAYLOAD_BYTES} bytes as JSON")
+    if size > max_bytes:
+        raise InvalidJob(field_name, f"is larger than {max_bytes} bytes as JSON")
     return text
+
+
+def encode_result(value: object) -> str | None:
+    """The JSON text a handler's return value is stored as, None for None (nothing stored).
+
+    Raises InvalidJob("result") for anything ``encode_payload`` refuses and for text longer
+    than MAX_RESULT_BYTES: the worker then fails the attempt permanently with that message.
+    """
+    if value is None:
+        return None
+    return encode_payload(value, "result", max_bytes=MAX_RESULT_BYTES)
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """How far a running handler says it is: a fraction in [0, 1] and an optional message.
+
+    Construction raises InvalidInput (a ValueError) for a fraction out of range, not a
+    number, or a message that is not text of at most MAX_PROGRESS_MESSAGE_LENGTH characters
+    without control characters.
+    """
+
+    fraction: float
+    message: str | None = None
+
+    def __post_init__(self) -> None:
+        fraction = self.fraction
+        if isinstance(fraction, bool) or not isinstance(fraction, int | float):
+            raise InvalidInput("progress must be a number between 0 and 1")
+        if not (math.isfinite(fraction) and 0 <= fraction <= 1):
+            raise InvalidInput("progress must be between 0 and 1")
+        object.__setattr__(self, "fraction", float(fraction))
+        message = self.message
+        if message is None:
+            return
+        if not isinstance(message, str):
+            raise InvalidInput("progress message must be a string")
+        if len(message) > MAX_PROGRESS_MESSAGE_LENGTH:
+            raise InvalidInput(
+                f"progress message must be at most {MAX_PROGRESS_MESSAGE_LENGTH} characters"
+            )
+        if _CONTROL.search(message):
+            raise InvalidInput("progress message must not contain control characters")
+        try:
+            message.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidInput("progress message must be valid Unicode") from None
 
 
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
@@ -436,6 +490,12 @@ class Job:
     crashes: int = 0
     #: The enqueuer's trace context (see JobSpec.trace_context).
     trace_context: dict[str, str] | None = None
+    #: What the handler returned (JSON), kept with a succeeded job; None when it returned None.
+    result: Any = None
+    #: The last progress the running attempt reported (Progress), carried by a heartbeat;
+    #: cleared when an attempt starts.
+    progress: float | None = None
+    progress_message: str | None = None
 
     @property
     def is_terminal(self) -> bool:

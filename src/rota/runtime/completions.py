@@ -22,13 +22,14 @@ class Completer:
         self._store = store
         self._max_batch = max_batch
         self._timeout_s = timeout_s
-        self._waiting: list[tuple[Lease, asyncio.Future[bool]]] = []
+        self._waiting: list[tuple[Lease, str | None, asyncio.Future[bool]]] = []
         self._flusher: asyncio.Task[None] | None = None
 
-    async def complete(self, lease: Lease) -> bool:
-        """True if the job is now succeeded, False if the lease was lost (fenced out)."""
+    async def complete(self, lease: Lease, result: str | None = None) -> bool:
+        """True if the job is now succeeded (with ``result``, its JSON text, stored in the
+        same fenced statement), False if the lease was lost (fenced out)."""
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._waiting.append((lease, future))
+        self._waiting.append((lease, result, future))
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.create_task(self._flush(), name="rota-completer")
         return await future
@@ -41,24 +42,29 @@ class Completer:
             del self._waiting[: self._max_batch]
             try:
                 lost = await bounded(
-                    self._store.complete_many([lease for lease, _ in batch]),
+                    self._store.complete_many(
+                        [lease for lease, _, _ in batch],
+                        results=[result for _, result, _ in batch],
+                    ),
                     self._timeout_s,
                     "completing jobs",
                 )
             except asyncio.CancelledError:
-                for _, future in batch:
+                for _, _, future in batch:
                     future.cancel()
                 raise
             except Exception as error:  # every waiter gets the error and decides what to do
-                for _, future in batch:
+                for _, _, future in batch:
                     if not future.done():
                         future.set_exception(error)
                 continue
             _settle(batch, lost)
 
 
-def _settle(batch: Sequence[tuple[Lease, asyncio.Future[bool]]], lost: Sequence[Lease]) -> None:
+def _settle(
+    batch: Sequence[tuple[Lease, str | None, asyncio.Future[bool]]], lost: Sequence[Lease]
+) -> None:
     rejected = {(lease.job_id, lease.token) for lease in lost}
-    for lease, future in batch:
+    for lease, _, future in batch:
         if not future.done():
             future.set_result((lease.job_id, lease.token) not in rejected)

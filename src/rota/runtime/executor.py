@@ -1,6 +1,8 @@
 """Executor: runs one claimed job and reports its outcome, fenced on its lease.
 
-Outcomes: success -> complete (batched); ``Snooze`` -> pending later, attempt given back;
+Outcomes: success -> complete (batched), with the handler's return value as the job's result
+(a value that is not JSON or is over ``MAX_RESULT_BYTES`` fails the attempt permanently instead:
+the job never succeeds without its result); ``Snooze`` -> pending later, attempt given back;
 ``Permanent`` or an unknown kind -> dead; a timeout or any other exception -> retry with the
 kind's backoff (dead when attempts are used up). A job whose lease is lost, or that was
 cancelled, reports nothing: its result is discarded. An attempt that runs alone (a crash
@@ -23,8 +25,15 @@ from enum import Enum
 from typing import Any
 
 from rota.domain.clock import Clock
-from rota.domain.errors import Abandon, LeaseLost, Permanent, Snooze, StoreUnavailable
-from rota.domain.job import Job, Outcome
+from rota.domain.errors import (
+    Abandon,
+    InvalidJob,
+    LeaseLost,
+    Permanent,
+    Snooze,
+    StoreUnavailable,
+)
+from rota.domain.job import Job, Outcome, encode_result
 from rota.domain.lease import Lease
 from rota.domain.retry import RetryPolicy
 from rota.observability import tracing
@@ -165,7 +174,7 @@ class Executor:
                 call = config.handler(execution.ctx, job.payload)
             else:
                 call = self._call_sync(config.handler, execution)
-            await tracing.execution(_with_timeout(call, timeout), job, self._worker)
+            value = await tracing.execution(_with_timeout(call, timeout), job, self._worker)
         except Snooze as snooze:
             outcome = Outcome.SNOOZED
             delay = snooze.delay
@@ -209,7 +218,19 @@ class Executor:
                 execution, _describe(error), _trace(error), permanent=False, retry=config.retry
             )
         else:
-            await self._complete(execution)
+            try:
+                result = encode_result(value)
+            except InvalidJob as error:
+                outcome = Outcome.FAILED
+                await self._report_failure(
+                    execution,
+                    f"the handler's return value cannot be stored: {error}",
+                    None,
+                    permanent=True,
+                    retry=config.retry,
+                )
+            else:
+                await self._complete(execution, result)
         finally:
             metrics.running.dec()
             metrics.duration(outcome).observe(max(0.0, self._clock.monotonic() - execution.started))
@@ -250,11 +271,13 @@ class Executor:
         done, _ = await asyncio.wait([asyncio.wrap_future(execution.thread)], timeout=self._lease_s)
         return bool(done)
 
-    async def _complete(self, execution: Execution) -> None:
+    async def _complete(self, execution: Execution, result: str | None) -> None:
         job = execution.job
         execution.reporting = True
         try:
-            accepted = await self._retrying(execution, lambda: self._completer.complete(job.lease))
+            accepted = await self._retrying(
+                execution, lambda: self._completer.complete(execution.lease, result)
+            )
         except LeaseLost:
             accepted = False
         if accepted:

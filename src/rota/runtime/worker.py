@@ -569,11 +569,20 @@ class Heartbeater:
             if not overdue:  # a clock reading, unless this tick has jobs to report stopped
                 await self.read_clock()
             return overdue
+        # Progress rides the beat: at most one write per job per interval, however often a
+        # handler reports.
+        progress = {
+            execution.job.id: report
+            for execution in held
+            if (report := execution.ctx.unsent_progress()) is not None
+        }
         sent = worker._clock.monotonic()
         try:
             beat = await bounded(
                 worker._store.heartbeat(
-                    [execution.lease for execution in held], lease=worker.settings.lease
+                    [execution.lease for execution in held],
+                    lease=worker.settings.lease,
+                    progress=progress or None,
                 ),
                 self.interval_s(),
                 "a heartbeat",
@@ -588,6 +597,9 @@ class Heartbeater:
         lost_jobs: list[Job] = []
         for execution in held:
             if execution.job.id not in lost_ids:
+                report = progress.get(execution.job.id)
+                if report is not None:
+                    execution.ctx.progress_sent(report)
                 execution.deadline = sent + worker._lease_margin()
                 if execution.stop is None and execution.job.id in worker._held:
                     worker._arm(execution)

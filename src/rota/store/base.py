@@ -9,14 +9,22 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
 
 from rota.domain.errors import InvalidCursor, InvalidInput
 from rota.domain.flow import Limit, LimitScope
-from rota.domain.job import Attempt, EnqueueResult, Job, JobSpec, JobState, validate_name
+from rota.domain.job import (
+    Attempt,
+    EnqueueResult,
+    Job,
+    JobSpec,
+    JobState,
+    Progress,
+    validate_name,
+)
 from rota.domain.lease import Lease
 from rota.domain.schedule import ScheduleSpec
 from rota.domain.schedule_state import Firing, Schedule
@@ -226,6 +234,9 @@ class Store(Protocol):
 
     #: Whether ``watch`` reports schedule changes made by any process (see ``watch``).
     pushes_schedule_changes: bool
+    #: Whether ``watch_finished`` reports the jobs named to ``expect_finished`` reaching a
+    #: terminal state in any process; where it does not, waiting for results polls ``get_many``.
+    pushes_finished: bool
 
     async def migrate(self) -> list[str]:
         """Bring the schema up to date; return the migrations applied. Safe to run concurrently."""
@@ -284,10 +295,18 @@ class Store(Protocol):
         ...
 
     async def heartbeat(
-        self, leases: Sequence[Lease], *, lease: timedelta, now: datetime | None = None
+        self,
+        leases: Sequence[Lease],
+        *,
+        lease: timedelta,
+        progress: Mapping[int, Progress] | None = None,
+        now: datetime | None = None,
     ) -> Beat:
         """Extend every still-held lease to now + lease, in one statement; return the leases
-        that are lost and the store's ``now`` (also for an empty ``leases``: a clock reading)."""
+        that are lost and the store's ``now`` (also for an empty ``leases``: a clock reading).
+
+        ``progress`` (by job id) is written with the renewal, fenced the same way: only onto
+        jobs still held by the lease given for them; a lost lease's progress is dropped."""
         ...
 
     async def begin(self, lease: Lease, *, now: datetime | None = None) -> None:
@@ -302,9 +321,17 @@ class Store(Protocol):
         ...
 
     async def complete_many(
-        self, leases: Sequence[Lease], *, now: datetime | None = None
+        self,
+        leases: Sequence[Lease],
+        *,
+        results: Sequence[str | None] | None = None,
+        now: datetime | None = None,
     ) -> list[Lease]:
-        """Mark each job succeeded that is still held by its lease; return the leases lost."""
+        """Mark each job succeeded that is still held by its lease; return the leases lost.
+
+        ``results`` pairs each lease with its handler's result as JSON text (see
+        ``rota.domain.job.encode_result``; None: nothing stored), written in the same
+        statement and fenced with it: a lost lease's result is never written."""
         ...
 
     async def fail(
@@ -347,6 +374,11 @@ class Store(Protocol):
 
     async def get(self, job_id: int) -> Job:
         """The job with this id, or JobNotFound."""
+        ...
+
+    async def get_many(self, job_ids: Sequence[int]) -> list[Job]:
+        """The jobs with these ids that exist, in no particular order, in one query (ids
+        that name no job are left out). For waiting on many jobs at once."""
         ...
 
     async def list_jobs(
@@ -533,4 +565,19 @@ class Store(Protocol):
         watching loop when a schedule was created, changed or resumed by any process (and
         after a reconnect), so schedule firers may sleep until the next slot.
         """
+        ...
+
+    async def expect_finished(self, job_ids: Sequence[int]) -> None:
+        """Say that someone waits for these jobs: from now on, the write that makes one of
+        them terminal is reported to ``watch_finished`` (once per write). Jobs nobody expects
+        may go unreported, so finishing them costs nothing extra. Ids of jobs that do not
+        exist, or have finished, are harmless."""
+        ...
+
+    async def watch_finished(self, on_finished: Callable[[], None]) -> None:
+        """Until cancelled, call ``on_finished()`` after expected jobs (``expect_finished``)
+        reached a terminal state (succeeded, dead, cancelled), and after every reconnect. A
+        hint only, which says neither which jobs nor how many: it may come from any thread,
+        late, twice, or not at all. Where ``pushes_finished`` is false it never comes, and
+        waiters poll."""
         ...

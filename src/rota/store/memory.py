@@ -7,8 +7,9 @@ to share between threads (each with its own event loop) as well as between tasks
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -36,6 +37,7 @@ from rota.domain.job import (
     JobSpec,
     JobState,
     Outcome,
+    Progress,
     runs_alone,
     truncate,
 )
@@ -65,6 +67,7 @@ class MemoryStore:
     """An in-process store for tests and demos; it loses everything when the process exits."""
 
     pushes_schedule_changes = False
+    pushes_finished = True
 
     def __init__(self, *, clock: Clock | None = None) -> None:
         self._clock = clock or SystemClock()
@@ -82,6 +85,7 @@ class MemoryStore:
         #: lease from its claim, a suspect's once its worker calls ``begin``.
         self._started: set[int] = set()
         self._wakeups: list[Callable[[datetime | None], None]] = []
+        self._finished_hooks: list[Callable[[], None]] = []
         self._queues: dict[str, QueueInfo] = {}
         self._limits: dict[Key, Limit] = {}
         self._starts: dict[Key, list[datetime]] = {}
@@ -175,6 +179,20 @@ class MemoryStore:
         finally:
             with self._lock:
                 self._wakeups.remove(on_due)
+
+    async def expect_finished(self, job_ids: Sequence[int]) -> None:
+        """Nothing to do: every terminal transition is reported, in process, for free."""
+
+    async def watch_finished(self, on_finished: Callable[[], None]) -> None:
+        """Until cancelled, call ``on_finished()`` (from the finishing thread, the lock held:
+        it must only schedule a wake-up) whenever a job reaches a terminal state."""
+        with self._lock:
+            self._finished_hooks.append(on_finished)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            with self._lock:
+                self._finished_hooks.remove(on_finished)
 
     def _now(self, now: datetime | None) -> datetime:
         return utc(now) if now is not None else self._clock.now()
@@ -288,6 +306,8 @@ class MemoryStore:
                     worker=worker,
                     started_at=at,
                     finished_at=None,
+                    progress=None,
+                    progress_message=None,
                 )
                 self._jobs[job.id] = taken
                 self._history[job.id].append(
@@ -360,9 +380,15 @@ class MemoryStore:
         return job
 
     async def heartbeat(
-        self, leases: Sequence[Lease], *, lease: timedelta, now: datetime | None = None
+        self,
+        leases: Sequence[Lease],
+        *,
+        lease: timedelta,
+        progress: Mapping[int, Progress] | None = None,
+        now: datetime | None = None,
     ) -> Beat:
         lost: list[Lease] = []
+        reported = progress or {}
         with self._lock:
             at = self._now(now)
             for held in leases:
@@ -371,7 +397,13 @@ class MemoryStore:
                 except LeaseLost:
                     lost.append(held)
                     continue
-                self._jobs[job.id] = replace(job, lease_until=at + lease)
+                renewed = replace(job, lease_until=at + lease)
+                report = reported.get(job.id)
+                if report is not None:
+                    renewed = replace(
+                        renewed, progress=report.fraction, progress_message=report.message
+                    )
+                self._jobs[job.id] = renewed
         return Beat(lost, at)
 
     async def begin(self, lease: Lease, *, now: datetime | None = None) -> None:
@@ -385,17 +417,25 @@ class MemoryStore:
             self._finish(job, self._now(now), JobState.SUCCEEDED, Outcome.SUCCEEDED)
 
     async def complete_many(
-        self, leases: Sequence[Lease], *, now: datetime | None = None
+        self,
+        leases: Sequence[Lease],
+        *,
+        results: Sequence[str | None] | None = None,
+        now: datetime | None = None,
     ) -> list[Lease]:
         lost: list[Lease] = []
+        texts = list(results) if results is not None else [None] * len(leases)
         with self._lock:
             at = self._now(now)
-            for lease in leases:
+            for lease, text in zip(leases, texts, strict=True):
                 try:
                     job = self._held(lease)
                 except LeaseLost:
                     lost.append(lease)
                     continue
+                if text is not None:
+                    # Stored as it would come back from a database: a copy, parsed from JSON.
+                    job = replace(job, result=json.loads(text))
                 self._finish(job, at, JobState.SUCCEEDED, Outcome.SUCCEEDED)
         return lost
 
@@ -473,6 +513,8 @@ class MemoryStore:
         )
         if job.unique_key is not None and self._active_keys.get(job.unique_key) == job.id:
             del self._active_keys[job.unique_key]
+        for hook in list(self._finished_hooks):
+            hook()
 
     def _end_attempt(
         self,
@@ -574,6 +616,10 @@ class MemoryStore:
         if job is None:
             raise JobNotFound(job_id)
         return job
+
+    async def get_many(self, job_ids: Sequence[int]) -> list[Job]:
+        with self._lock:
+            return [self._jobs[job_id] for job_id in set(job_ids) if job_id in self._jobs]
 
     async def list_jobs(
         self, filter: JobFilter, *, cursor: str | None = None, limit: int = 50

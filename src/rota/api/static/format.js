@@ -46,6 +46,16 @@ export function badge(label) {
   return h("span", { class: `badge s-${label}`, text: label });
 }
 
+// A running job's progress, as its last heartbeat carried it: a bar and the message, as text.
+export function progressBar(job) {
+  if (job.state !== "running" || job.progress === null || job.progress === undefined) return null;
+  const percent = `${Math.round(job.progress * 100)}%`;
+  const label = job.progress_message ? `${percent} ${job.progress_message}` : percent;
+  return h("span", { class: "progress", title: label },
+    h("progress", { max: "1", value: String(job.progress) }),
+    h("span", { class: "progress-text", text: label }));
+}
+
 export function count(n, exact = true) {
   return `${exact ? "" : "≈"}${Number(n).toLocaleString("en-US")}`;
 }

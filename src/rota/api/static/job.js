@@ -1,8 +1,9 @@
-// Job detail: fields, payload as text, a timeline, every attempt with its error and traceback.
+// Job detail: fields, progress, payload and result as text, a timeline, every attempt with its
+// error and traceback.
 
 import { ApiError, getJSON } from "./api.js";
 import { h, replaceChildren } from "./dom.js";
-import { absolute, badge, displayState, duration, parseTime, relative } from "./format.js";
+import { absolute, badge, displayState, duration, parseTime, progressBar, relative } from "./format.js";
 import { actionButtons } from "./jobs.js";
 import { poller } from "./ui.js";
 
@@ -76,6 +77,7 @@ export function renderJob(root, config, id) {
         field("kind", job.kind),
         field("queue", job.queue),
         field("state", job.state),
+        field("progress", progressBar(job)),
         field("attempt", `${job.attempt} of ${job.max_attempts}`),
         field("priority", String(job.priority)),
         field("tenant", job.tenant),
@@ -95,6 +97,9 @@ export function renderJob(root, config, id) {
       job.last_error ? [h("h2", { text: "Last error" }), h("pre", { class: "error-text last-error" }, job.last_error)] : null,
       h("h2", { text: "Payload" }),
       h("pre", { class: "payload" }, JSON.stringify(job.payload, null, 2)),
+      job.result !== null && job.result !== undefined
+        ? [h("h2", { text: "Result" }), h("pre", { class: "result" }, JSON.stringify(job.result, null, 2))]
+        : null,
       h("h2", { text: "Timeline" }),
       timeline(job, nowMs),
       h("h2", { text: "Attempts" }),

@@ -2,7 +2,7 @@
 
 import { getJSON, postJSON, query } from "./api.js";
 import { appendChildren, h, replaceChildren } from "./dom.js";
-import { badge, count, displayState, parseTime, relative } from "./format.js";
+import { badge, count, displayState, parseTime, progressBar, relative } from "./format.js";
 import { confirmDialog, notify, poller, presets, reportError } from "./ui.js";
 
 const STATES = ["pending", "running", "succeeded", "dead", "cancelled"];
@@ -158,7 +158,7 @@ export function renderJobs(root, config, params) {
       h("td", { class: "mono" }, h("a", { href: `#/jobs/${job.id}` }, String(job.id))),
       h("td", { class: "kind" }, job.kind),
       h("td", {}, job.queue),
-      h("td", {}, badge(displayState(job, now))),
+      h("td", {}, badge(displayState(job, now)), progressBar(job)),
       h("td", { class: "num" }, `${job.attempt}/${job.max_attempts}`),
       h("td", { class: "num" }, String(job.priority)),
       h("td", {}, job.tenant || ""),

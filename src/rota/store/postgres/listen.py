@@ -20,21 +20,25 @@ log = logging.getLogger("rota.store.postgres")
 LISTEN_CHANNEL = "rota_jobs"
 #: Announced when a schedule is created, changed or resumed (not when one fires).
 SCHEDULES_CHANNEL = "rota_schedules"
+#: Announced by the statements that make jobs terminal (rota.store.postgres.queries).
+FINISHED_CHANNEL = "rota_finished"
 
 
 async def listen(
     conninfo: str,
-    on_due: Callable[[datetime | None], None],
+    on_due: Callable[[datetime | None], None] | None,
     *,
     on_schedules: Callable[[], None] | None = None,
+    on_finished: Callable[[], None] | None = None,
     check_every_s: float = 5.0,
 ) -> None:
-    """LISTEN for new jobs (and, with ``on_schedules``, schedule changes) on a dedicated
-    connection until cancelled.
+    """LISTEN for new jobs (with ``on_due``), schedule changes (with ``on_schedules``) and
+    terminal transitions (with ``on_finished``) on a dedicated connection until cancelled.
 
     Calls ``on_due(run_at)`` for each notification (the earliest run_at of the jobs it
-    announces), ``on_schedules()`` for each schedule change, and both after every
-    (re)connect, since anything may have happened while nobody listened. A connection that
+    announces), ``on_schedules()`` for each schedule change, ``on_finished()`` for each
+    statement that finished jobs, and each of them after every (re)connect, since anything
+    may have happened while nobody listened. A connection that
     stops answering a periodic probe is treated as dead (half-open TCP). A lost connection
     is replaced at once; failed attempts are retried on the reconnect backoff (capped at
     RECONNECT_BACKOFF.cap), so the listener is back within that cap of the server accepting
@@ -58,17 +62,25 @@ async def listen(
                         "direct connection (or session pooling) to hear notifications"
                     )
                     warned_pooler = True
-                await conn.execute(f"LISTEN {LISTEN_CHANNEL}")
+                if on_due is not None:
+                    await conn.execute(f"LISTEN {LISTEN_CHANNEL}")
                 if on_schedules is not None:
                     await conn.execute(f"LISTEN {SCHEDULES_CHANNEL}")
-                on_due(None)
+                if on_finished is not None:
+                    await conn.execute(f"LISTEN {FINISHED_CHANNEL}")
+                if on_due is not None:
+                    on_due(None)
                 if on_schedules is not None:
                     on_schedules()
+                if on_finished is not None:
+                    on_finished()
                 while True:
                     async for notice in conn.notifies(timeout=check_every_s):
                         if notice.channel == SCHEDULES_CHANNEL and on_schedules is not None:
                             on_schedules()
-                        else:
+                        elif notice.channel == FINISHED_CHANNEL and on_finished is not None:
+                            on_finished()
+                        elif on_due is not None:
                             on_due(due_at(notice.payload))
                     await probe(conn, timeout_s=min(3.0, check_every_s))
                     losses = 0  # the session proved itself: the next loss reconnects at once

@@ -13,7 +13,8 @@ from rota.domain.job import ALONE_AFTER_CRASHES
 JOB_COLUMNS = (
     "id, kind, queue, payload, state, priority, run_at, attempt, max_attempts, created_at, "
     "tenant, unique_key, timeout_us, lease_token, lease_until, worker, started_at, "
-    "finished_at, last_error, schedule, slot_at, crashes, trace_context"
+    "finished_at, last_error, schedule, slot_at, crashes, trace_context, result, progress, "
+    "progress_message"
 )
 
 #: A schedule's columns (alias s) and its last job's state (alias j), in the order
@@ -46,6 +47,20 @@ _WAKE = """
                          queue || ' ' || (extract(epoch FROM min(run_at)) * 1000000)::bigint)
         FROM done WHERE state = 'pending' GROUP BY queue
     ), woke AS (SELECT count(*) FROM wake)
+""".strip()
+#: Tells result waiters (LISTEN rota_finished) that rows of a CTE named "done" that someone
+#: waits for (rota_result_waits) reached a terminal state: their wait rows are consumed and one
+#: constant notification is sent on commit, inside the statement that finishes the jobs (no
+#: round trip); a statement finishing only jobs nobody waits for sends none, so it never takes
+#: the commit lock NOTIFY needs. "told" must be referenced for the notification to be sent.
+_FINISHED = """
+    waited AS (
+        DELETE FROM rota_result_waits WHERE job_id IN (
+            SELECT id FROM done WHERE state IN ('succeeded', 'dead', 'cancelled'))
+        RETURNING 1
+    ), finished AS (
+        SELECT pg_notify('rota_finished', '') WHERE EXISTS (SELECT 1 FROM waited)
+    ), told AS (SELECT count(*) FROM finished)
 """.strip()
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 
@@ -113,6 +128,7 @@ def queries() -> dict[str, str]:
             .replace("{walk_marker_columns}", _WALK_MARKER)
             .replace("{tally}", _TALLY)
             .replace("{wake}", _WAKE)
+            .replace("{finished}", _FINISHED)
             .replace("{schedule_columns}", SCHEDULE_COLUMNS)
         )
     return named

@@ -3,7 +3,9 @@
 -- clock (workers' clocks never decide anything); tests pass a fake instant instead.
 -- Every write after a claim is fenced: WHERE state = 'running' AND lease_token = <token>.
 -- {tally} adds the terminal transitions of the CTE "done" to rota_finished_per_minute;
--- {wake} notifies workers of the jobs "done" made pending (due now or later), on commit.
+-- {wake} notifies workers of the jobs "done" made pending (due now or later), on commit;
+-- {finished} notifies result waiters when "done" made jobs they wait for terminal (one NOTIFY,
+-- on commit; none when nobody waits for them).
 -- {expiry_*} spell rota.domain.blame.expire for the expired lease of the row j: whether it
 -- makes the job dead, whether the attempt is given back, the new crash count, the error;
 -- {alone_next} and {alone_after_expiry} whether the row's next attempt runs alone.
@@ -163,6 +165,8 @@ UPDATE rota_jobs j SET
     worker = %(worker)s,
     started_at = coalesce(%(now)s::timestamptz, now()),
     finished_at = NULL,
+    progress = NULL,
+    progress_message = NULL,
     history = CASE WHEN j.state = 'running' THEN
         coalesce(j.history, '[]'::jsonb) || jsonb_build_array(jsonb_build_object(
             'attempt', j.attempt, 'token', j.lease_token, 'worker', j.worker,
@@ -280,6 +284,22 @@ WITH renewed AS (
 )
 SELECT coalesce(%(now)s::timestamptz, now()), array(SELECT id FROM renewed);
 
+-- name: heartbeat_progress
+-- The heartbeat when handlers reported progress: the same renewal, and each reported
+-- progress written onto its row under the same fence (rows without a report keep theirs).
+WITH renewed AS (
+    UPDATE rota_jobs j
+    SET lease_until = coalesce(%(now)s::timestamptz, now()) + %(lease)s::interval,
+        progress = CASE WHEN l.reported THEN l.fraction ELSE j.progress END,
+        progress_message = CASE WHEN l.reported THEN l.message ELSE j.progress_message END
+    FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(reported)s::boolean[],
+                %(fractions)s::double precision[], %(messages)s::text[])
+         AS l(id, token, reported, fraction, message)
+    WHERE j.id = l.id AND j.state = 'running' AND j.lease_token = l.token
+    RETURNING j.id
+)
+SELECT coalesce(%(now)s::timestamptz, now()), array(SELECT id FROM renewed);
+
 -- name: begin
 -- A crash suspect's handler starts: from now on an expiry of this lease counts against it.
 UPDATE rota_jobs SET lease_started = true
@@ -287,15 +307,18 @@ WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s
 RETURNING id;
 
 -- name: complete
--- A whole batch of leases in one statement; every row still checks its own token.
+-- A whole batch of leases in one statement; every row still checks its own token, and its
+-- result (JSON text, or NULL for none) is written only with its own success.
 WITH done AS (
     UPDATE rota_jobs j SET state = 'succeeded', lease_until = NULL,
-                           finished_at = coalesce(%(now)s::timestamptz, now())
-    FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS l(id, token)
+                           finished_at = coalesce(%(now)s::timestamptz, now()),
+                           result = l.result::json
+    FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(results)s::text[])
+         AS l(id, token, result)
     WHERE j.id = l.id AND j.state = 'running' AND j.lease_token = l.token
     RETURNING j.id, j.state
-), tally AS ({tally})
-SELECT id FROM done;
+), tally AS ({tally}), {finished}
+SELECT id FROM done, told;
 
 -- name: fail
 WITH done AS (
@@ -314,8 +337,8 @@ UPDATE rota_jobs SET
         'outcome', 'failed', 'error', %(error)s::text, 'traceback', %(traceback)s::text))
 WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s
 RETURNING id, state, queue, run_at
-), tally AS ({tally}), {wake}
-SELECT state FROM done, woke;
+), tally AS ({tally}), {wake}, {finished}
+SELECT state FROM done, woke, told;
 
 -- name: give_back
 -- Snooze and release: pending again at run_at, and the attempt does not count.
@@ -358,11 +381,22 @@ UPDATE rota_jobs SET state = 'cancelled', lease_until = NULL,
         ELSE history END
 WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('pending', 'running')
 RETURNING {job_columns}
-), tally AS ({tally})
-SELECT * FROM done;
+), tally AS ({tally}), {finished}
+SELECT done.* FROM done, told;
 
 -- name: get
 SELECT {job_columns} FROM rota_jobs WHERE id = %(id)s;
+
+-- name: expect_finished
+-- Someone waits for these jobs: the statement that makes one terminal will NOTIFY. Only
+-- active jobs get a row (finished ones have nothing left to announce), and the rows of jobs
+-- pruned meanwhile go with them (prune), so the table never outgrows the jobs waited for.
+INSERT INTO rota_result_waits (job_id)
+SELECT id FROM rota_jobs WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('pending', 'running')
+ON CONFLICT DO NOTHING;
+
+-- name: get_many
+SELECT {job_columns} FROM rota_jobs WHERE id = ANY(%(ids)s::bigint[]);
 
 -- name: state_of
 SELECT state FROM rota_jobs WHERE id = %(id)s;
@@ -398,8 +432,8 @@ UPDATE rota_jobs j SET
 FROM expired
 WHERE j.id = expired.id AND j.state = 'running' AND j.lease_token = expired.lease_token
 RETURNING j.id, j.state, j.queue, j.run_at
-), tally AS ({tally}), {wake}
-SELECT id, state FROM done, woke;
+), tally AS ({tally}), {wake}, {finished}
+SELECT id, state FROM done, woke, told;
 
 -- name: prune
 -- Oldest ids first, at most %(limit)s. The per-minute tally says whether any job finished
@@ -414,7 +448,10 @@ WITH gone AS (
         ORDER BY state, id
         LIMIT %(limit)s
     )
-    RETURNING 1
+    RETURNING id
+), gone_waits AS (
+    -- A wait recorded as its job finished (so never consumed) goes with the job.
+    DELETE FROM rota_result_waits WHERE job_id IN (SELECT id FROM gone)
 ), gone_stats AS (
     DELETE FROM rota_finished_per_minute
     WHERE minute < %(older_than)s - interval '1 minute'

@@ -38,6 +38,9 @@ def row_to_job(row: Row) -> Job:
         slot_at=row[20],
         crashes=row[21],
         trace_context=row[22],
+        result=row[23],
+        progress=row[24],
+        progress_message=row[25],
     )
 
 

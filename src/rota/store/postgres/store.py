@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -41,6 +41,7 @@ from rota.domain.job import (
     JobSpec,
     JobState,
     Outcome,
+    Progress,
     truncate,
 )
 from rota.domain.lease import Lease
@@ -101,6 +102,8 @@ class PostgresStore:
     #: Schedule changes from any process reach ``watch``'s ``on_schedules``; False once
     #: opened behind a transaction pooler with no listen URL (nothing is pushed then).
     pushes_schedule_changes = True
+    #: Terminal transitions from any process reach ``watch_finished``; False as above.
+    pushes_finished = True
 
     def __init__(
         self,
@@ -163,6 +166,7 @@ class PostgresStore:
         if not self._connections.is_open:
             await self._connections.open()
             self.pushes_schedule_changes = self._connections.listen_conninfo is not None
+            self.pushes_finished = self.pushes_schedule_changes
 
     @contextlib.asynccontextmanager
     async def _connection(self) -> Any:
@@ -350,20 +354,31 @@ class PostgresStore:
             return await claim_limited(conn, params, limit)
 
     async def heartbeat(
-        self, leases: Sequence[Lease], *, lease: timedelta, now: datetime | None = None
+        self,
+        leases: Sequence[Lease],
+        *,
+        lease: timedelta,
+        progress: Mapping[int, Progress] | None = None,
+        now: datetime | None = None,
     ) -> Beat:
         if not leases:
             [(instant,)] = await self._fetch("now", {"now": self._now(now)})
             return Beat([], instant)
-        [(instant, renewed)] = await self._fetch(
-            "heartbeat",
-            {
-                "now": self._now(now),
-                "lease": lease,
-                "ids": [held.job_id for held in leases],
-                "tokens": [held.token for held in leases],
-            },
-        )
+        params: dict[str, Any] = {
+            "now": self._now(now),
+            "lease": lease,
+            "ids": [held.job_id for held in leases],
+            "tokens": [held.token for held in leases],
+        }
+        name = "heartbeat"
+        if progress:
+            # Only beats that carry a report pay for the wider statement.
+            name = "heartbeat_progress"
+            reports = [progress.get(held.job_id) for held in leases]
+            params["reported"] = [report is not None for report in reports]
+            params["fractions"] = [report.fraction if report else None for report in reports]
+            params["messages"] = [report.message if report else None for report in reports]
+        [(instant, renewed)] = await self._fetch(name, params)
         kept = set(renewed)
         return Beat([held for held in leases if held.job_id not in kept], instant)
 
@@ -376,7 +391,11 @@ class PostgresStore:
             raise LeaseLost(lease.job_id, lease.token)
 
     async def complete_many(
-        self, leases: Sequence[Lease], *, now: datetime | None = None
+        self,
+        leases: Sequence[Lease],
+        *,
+        results: Sequence[str | None] | None = None,
+        now: datetime | None = None,
     ) -> list[Lease]:
         if not leases:
             return []
@@ -386,6 +405,7 @@ class PostgresStore:
                 "now": self._now(now),
                 "ids": [held.job_id for held in leases],
                 "tokens": [held.token for held in leases],
+                "results": list(results) if results is not None else [None] * len(leases),
             },
         )
         done = {row[0] for row in rows}
@@ -508,6 +528,12 @@ class PostgresStore:
         return [row[0] for row in rows]
 
     # ------------------------------------------------------------------ queries
+
+    async def get_many(self, job_ids: Sequence[int]) -> list[Job]:
+        wanted = sorted({job_id for job_id in job_ids if -(2**63) <= job_id < 2**63})
+        if not wanted:
+            return []
+        return [row_to_job(row) for row in await self._fetch("get_many", {"ids": wanted})]
 
     async def get(self, job_id: int) -> Job:
         rows = await self._fetch("get", {"id": job_id})
@@ -802,3 +828,24 @@ class PostgresStore:
             await asyncio.Event().wait()
             return
         await listen(target, on_due, on_schedules=on_schedules, check_every_s=check_every_s)
+
+    async def expect_finished(self, job_ids: Sequence[int]) -> None:
+        wanted = sorted({job_id for job_id in job_ids if -(2**63) <= job_id < 2**63})
+        if wanted:
+            await self._fetch("expect_finished", {"ids": wanted})
+
+    async def watch_finished(
+        self, on_finished: Callable[[], None], *, check_every_s: float = 5.0
+    ) -> None:
+        """LISTEN for terminal transitions of expected jobs (NOTIFY rota_finished, sent by
+        the statements that finish them) on a dedicated connection until cancelled (see
+        listen). Behind a
+        transaction pooler with no listen URL nothing can be heard: this waits to be
+        cancelled, and waiters poll."""
+        await self._connections.open_patiently()
+        await self._ensure_open()
+        target = self._connections.listen_conninfo
+        if target is None:
+            await asyncio.Event().wait()
+            return
+        await listen(target, None, on_finished=on_finished, check_every_s=check_every_s)

@@ -11,7 +11,7 @@ contract, not an optimisation, and it keeps each statement correct on its own.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -25,6 +25,7 @@ from rota.domain.job import (
     Job,
     JobState,
     Outcome,
+    Progress,
     truncate,
 )
 from rota.domain.lease import Lease
@@ -49,7 +50,8 @@ _TAKE = f"""
 WITH taken (taken_id, taken_token) AS (VALUES {{pairs}})
 UPDATE rota_jobs
 SET state = 'running', attempt = attempt + 1, lease_token = taken_token, lease_until = ?,
-    worker = ?, started_at = ?, finished_at = NULL, lease_started = NOT {candidates.ALONE_NEXT}
+    worker = ?, started_at = ?, finished_at = NULL, lease_started = NOT {candidates.ALONE_NEXT},
+    progress = NULL, progress_message = NULL
 FROM taken WHERE id = taken_id
 RETURNING {JOB_COLUMNS}
 """
@@ -158,11 +160,30 @@ def _take(
 
 
 def heartbeat(
-    conn: sqlite3.Connection, leases: Sequence[Lease], lease: timedelta, at: datetime
+    conn: sqlite3.Connection,
+    leases: Sequence[Lease],
+    lease: timedelta,
+    at: datetime,
+    progress: Mapping[int, Progress] | None = None,
 ) -> Beat:
-    """Extend every held lease to at + lease; the lost ones, in the order given, and ``at``."""
+    """Extend every held lease to at + lease, writing the progress reported for it (same
+    transaction, fenced alike); the lost ones, in the order given, and ``at``."""
     held = _fenced(conn, "lease_until = ?", [to_us(at + lease)], _pairs(leases))
+    if progress:
+        reports = [
+            (report.fraction, report.message, lease.job_id, lease.token)
+            for lease in leases
+            if (lease.job_id, lease.token) in held
+            and (report := progress.get(lease.job_id)) is not None
+        ]
+        conn.executemany(_PROGRESS, reports)
     return Beat([item for item in leases if (item.job_id, item.token) not in held], at)
+
+
+_PROGRESS = """
+UPDATE rota_jobs SET progress = ?, progress_message = ?
+WHERE id = ? AND state = 'running' AND lease_token = ?
+"""
 
 
 def begin(conn: sqlite3.Connection, lease: Lease) -> None:
@@ -171,14 +192,47 @@ def begin(conn: sqlite3.Connection, lease: Lease) -> None:
         raise LeaseLost(lease.job_id, lease.token)
 
 
-def complete(conn: sqlite3.Connection, leases: Sequence[Lease], at: datetime) -> list[Lease]:
-    """Mark each held job succeeded; return the lost leases, in the order given."""
+def complete(
+    conn: sqlite3.Connection,
+    leases: Sequence[Lease],
+    at: datetime,
+    results: Sequence[str | None] | None = None,
+) -> list[Lease]:
+    """Mark each held job succeeded, with its result (JSON text) where it has one; return
+    the lost leases, in the order given."""
     at_us = to_us(at)
-    held = _fenced(
-        conn, "state = 'succeeded', lease_until = NULL, finished_at = ?", [at_us], _pairs(leases)
+    texts = results if results is not None else [None] * len(leases)
+    with_result = {
+        pair: text
+        for pair, text in zip(_pairs(leases), _fitting(leases, texts), strict=True)
+        if text is not None
+    }
+    held: set[tuple[int, int]] = set()
+    # A job with a result gets a fenced statement of its own; the others share one.
+    for (job_id, token), text in with_result.items():
+        held.update(conn.execute(_COMPLETE_WITH_RESULT, (text, at_us, job_id, token)))
+    plain = [pair for pair in _pairs(leases) if pair not in with_result]
+    held |= _fenced(
+        conn, "state = 'succeeded', lease_until = NULL, finished_at = ?", [at_us], plain
     )
     end_attempts(conn, [token for _, token in held], at_us, Outcome.SUCCEEDED)
     return [item for item in leases if (item.job_id, item.token) not in held]
+
+
+def _fitting(leases: Sequence[Lease], texts: Sequence[str | None]) -> list[str | None]:
+    """The results of the leases ``_pairs`` keeps, in its order."""
+    return [
+        text
+        for lease, text in zip(leases, texts, strict=True)
+        if fits(lease.job_id) and fits(lease.token)
+    ]
+
+
+_COMPLETE_WITH_RESULT = """
+UPDATE rota_jobs SET state = 'succeeded', result = ?, lease_until = NULL, finished_at = ?
+WHERE id = ? AND state = 'running' AND lease_token = ?
+RETURNING id, lease_token
+"""
 
 
 _FAIL = """

@@ -260,6 +260,18 @@ def get(conn: sqlite3.Connection, job_id: int) -> Job:
     return job_from_row(_row(conn, JOB_COLUMNS, job_id))
 
 
+def get_many(conn: sqlite3.Connection, job_ids: Sequence[int]) -> list[Job]:
+    """The jobs with these ids that exist (by rowid, a chunk of ids per statement)."""
+    wanted = sorted({job_id for job_id in job_ids if fits(job_id)})
+    found: list[Job] = []
+    for part in chunks(wanted):
+        rows = conn.execute(
+            f"SELECT {JOB_COLUMNS} FROM rota_jobs WHERE id IN ({marks(len(part))})", part
+        ).fetchall()
+        found += [job_from_row(row) for row in rows]
+    return found
+
+
 def list_jobs(conn: sqlite3.Connection, filter: JobFilter, after: int | None, limit: int) -> Page:
     """A keyset page, newest first: ids below ``after``; one extra row says if more exist."""
     limit = max(1, min(limit, MAX_PAGE_SIZE))

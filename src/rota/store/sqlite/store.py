@@ -8,18 +8,19 @@ transactions (in any process) follow the order of the writes.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from functools import partial
 
 from rota.domain.clock import Clock, SystemClock, utc
 from rota.domain.errors import LeaseLost, RotaError
 from rota.domain.flow import Limit, LimitScope
-from rota.domain.job import Attempt, EnqueueResult, Job, JobSpec, JobState, Outcome
+from rota.domain.job import Attempt, EnqueueResult, Job, JobSpec, JobState, Outcome, Progress
 from rota.domain.lease import Lease
 from rota.domain.schedule import ScheduleSpec
 from rota.domain.schedule_state import Firing, Schedule
@@ -56,6 +57,8 @@ class SqliteStore:
     """
 
     pushes_schedule_changes = False
+    #: Other processes' completions cannot be heard: waiting for results polls.
+    pushes_finished = False
 
     def __init__(
         self,
@@ -210,12 +213,19 @@ class SqliteStore:
     # ------------------------------------------------------------------ fenced writes
 
     async def heartbeat(
-        self, leases: Sequence[Lease], *, lease: timedelta, now: datetime | None = None
+        self,
+        leases: Sequence[Lease],
+        *,
+        lease: timedelta,
+        progress: Mapping[int, Progress] | None = None,
+        now: datetime | None = None,
     ) -> Beat:
         held = list(leases)
         if not held:
             return Beat([], self._at(now))
-        return await self._db.write(lambda conn: claims.heartbeat(conn, held, lease, self._at(now)))
+        return await self._db.write(
+            lambda conn: claims.heartbeat(conn, held, lease, self._at(now), progress)
+        )
 
     async def begin(self, lease: Lease, *, now: datetime | None = None) -> None:
         await self._db.write(lambda conn: claims.begin(conn, lease))
@@ -226,12 +236,17 @@ class SqliteStore:
             raise LeaseLost(lease.job_id, lease.token)
 
     async def complete_many(
-        self, leases: Sequence[Lease], *, now: datetime | None = None
+        self,
+        leases: Sequence[Lease],
+        *,
+        results: Sequence[str | None] | None = None,
+        now: datetime | None = None,
     ) -> list[Lease]:
         held = list(leases)
         if not held:
             return []
-        return await self._db.write(lambda conn: claims.complete(conn, held, self._at(now)))
+        texts = list(results) if results is not None else None
+        return await self._db.write(lambda conn: claims.complete(conn, held, self._at(now), texts))
 
     async def fail(
         self,
@@ -296,6 +311,18 @@ class SqliteStore:
         )
 
     # ------------------------------------------------------------------ queries
+
+    async def get_many(self, job_ids: Sequence[int]) -> list[Job]:
+        wanted = list(job_ids)
+        return await self._db.read(lambda conn: jobs.get_many(conn, wanted))
+
+    async def expect_finished(self, job_ids: Sequence[int]) -> None:
+        """Nothing to do: nothing is reported (``pushes_finished`` is False)."""
+
+    async def watch_finished(self, on_finished: Callable[[], None]) -> None:
+        """Never calls ``on_finished``: other processes' completions cannot be heard here
+        (``pushes_finished`` is False), so waiters poll. Waits until cancelled."""
+        await asyncio.Event().wait()
 
     async def get(self, job_id: int) -> Job:
         return await self._db.read(lambda conn: jobs.get(conn, job_id))

@@ -1,0 +1,243 @@
+"""Results and progress: what a handler returned is kept with its success, what it reported
+rides the heartbeat, and both are fenced on the lease token like every write after a claim."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any, TypeVar
+
+import pytest
+
+from rota.domain.errors import JobNotFound
+from rota.domain.job import MAX_RESULT_BYTES, Job, JobState, Progress
+from rota.runtime.context import JobContext
+from rota.runtime.registry import Registry
+from rota.runtime.worker import Worker, WorkerSettings
+from rota.store import Store
+from rota.testing import FakeClock
+from tests.contract.helpers import LEASE, add, claim_one
+
+H = TypeVar("H", bound=Callable[..., Any])
+
+
+async def _claimed(store: Store, worker: str = "w") -> Job:
+    await add(store)
+    job = await claim_one(store, worker)
+    assert job is not None
+    return job
+
+
+async def _reclaimed(store: Store, clock: FakeClock) -> tuple[Job, Job]:
+    """A job claimed by A, whose lease expired and which B then claimed."""
+    await add(store)
+    a = await claim_one(store, "A", lease=timedelta(seconds=5))
+    clock.advance(timedelta(seconds=6))
+    b = await claim_one(store, "B")
+    assert a is not None and b is not None
+    return a, b
+
+
+def _handles(registry: Registry, kind: str, **options: Any) -> Callable[[H], H]:
+    def register(handler: H) -> H:
+        registry.register(kind, handler, **options)
+        return handler
+
+    return register
+
+
+def _worker(store: Store, registry: Registry, clock: FakeClock) -> Worker:
+    return Worker(store, registry, WorkerSettings(name="w", concurrency=4), clock=clock)
+
+
+# ------------------------------------------------------------------ results at the store
+
+
+async def test_completion_stores_the_result_with_the_success(store: Store) -> None:
+    job = await _claimed(store)
+    assert await store.complete_many([job.lease], results=['{"answer":42,"n":[1,2.5]}']) == []
+    done = await store.get(job.id)
+    assert done.state is JobState.SUCCEEDED
+    assert done.result == {"answer": 42, "n": [1, 2.5]}
+
+
+async def test_a_completion_without_a_result_stores_nothing(store: Store) -> None:
+    first, second = await _claimed(store), await _claimed(store)
+    await store.complete(first.lease)
+    assert await store.complete_many([second.lease], results=[None]) == []
+    assert (await store.get(first.id)).result is None
+    assert (await store.get(second.id)).result is None
+
+
+async def test_each_result_of_a_batch_goes_to_its_own_job(store: Store, clock: FakeClock) -> None:
+    stale, current = await _reclaimed(store, clock)
+    plain = await _claimed(store)
+    other = await _claimed(store)
+    lost = await store.complete_many(
+        [stale.lease, plain.lease, other.lease], results=['"late"', None, '["other"]']
+    )
+    assert lost == [stale.lease]
+    assert (await store.get(plain.id)).result is None
+    assert (await store.get(other.id)).result == ["other"]
+    assert (await store.get(current.id)).state is JobState.RUNNING
+
+
+async def test_a_stale_lease_completion_writes_no_result(store: Store, clock: FakeClock) -> None:
+    a, b = await _reclaimed(store, clock)
+    assert await store.complete_many([a.lease], results=['{"from":"A"}']) == [a.lease]
+    assert (await store.get(b.id)).result is None
+    assert await store.complete_many([b.lease], results=['{"from":"B"}']) == []
+    assert (await store.get(b.id)).result == {"from": "B"}
+
+
+async def test_get_many_returns_the_jobs_that_exist(store: Store) -> None:
+    first, second = await add(store), await add(store)
+    found = await store.get_many([second.id, first.id, 10_000_000, second.id])
+    assert sorted(job.id for job in found) == [first.id, second.id]
+    assert await store.get_many([]) == []
+
+
+async def test_expecting_jobs_changes_nothing_about_them(store: Store, clock: FakeClock) -> None:
+    job = await _claimed(store)
+    await store.expect_finished([job.id, job.id, 10_000_000])
+    await store.expect_finished([job.id])
+    before = await store.get(job.id)
+    assert await store.complete_many([job.lease], results=["1"]) == []
+    after = await store.get(job.id)
+    assert (after.state, after.result) == (JobState.SUCCEEDED, 1)
+    assert before.state is JobState.RUNNING
+    await store.expect_finished([job.id])  # a finished job: harmless too
+    await store.expect_finished([])
+
+
+async def test_retention_prunes_the_result_with_its_job(store: Store, clock: FakeClock) -> None:
+    job = await _claimed(store)
+    await store.complete_many([job.lease], results=['{"big":"' + "x" * 1000 + '"}'])
+    clock.advance(timedelta(days=8))
+    assert await store.prune(older_than=clock.now() - timedelta(days=7)) == 1
+    with pytest.raises(JobNotFound):
+        await store.get(job.id)
+    assert await store.get_many([job.id]) == []
+
+
+# ------------------------------------------------------------------ results through the worker
+
+
+async def test_a_handler_s_return_value_is_stored_with_its_success(
+    store: Store, clock: FakeClock
+) -> None:
+    registry = Registry()
+
+    @_handles(registry, "answer")
+    async def answer(ctx: JobContext, payload: Any) -> Any:
+        return {"answer": payload["n"] * 2, "unicode": "é✓"}
+
+    @_handles(registry, "nothing")
+    def nothing(ctx: JobContext, payload: Any) -> None:
+        return None
+
+    job = await add(store, "answer", payload={"n": 21})
+    silent = await add(store, "nothing")
+    assert await _worker(store, registry, clock).run_until_idle() == 2
+    done = await store.get(job.id)
+    assert (done.state, done.result) == (JobState.SUCCEEDED, {"answer": 42, "unicode": "é✓"})
+    quiet = await store.get(silent.id)
+    assert (quiet.state, quiet.result) == (JobState.SUCCEEDED, None)
+
+
+@pytest.mark.parametrize(
+    ("returned", "why"),
+    [
+        ({1, 2}, "result: is not JSON: set is not allowed"),
+        ({"x": float("nan")}, "result: must not contain NaN or Infinity"),
+        ("x" * MAX_RESULT_BYTES, f"result: is larger than {MAX_RESULT_BYTES} bytes as JSON"),
+    ],
+    ids=["not-json", "nan", "too-large"],
+)
+async def test_a_result_that_cannot_be_stored_fails_the_job_permanently(
+    store: Store, clock: FakeClock, returned: Any, why: str
+) -> None:
+    registry = Registry()
+
+    @_handles(registry, "bad", max_attempts=5)
+    async def bad(ctx: JobContext, payload: Any) -> Any:
+        return returned
+
+    job = await add(store, "bad", max_attempts=5)
+    await _worker(store, registry, clock).run_until_idle()
+    dead = await store.get(job.id)
+    assert dead.state is JobState.DEAD, "no retry: the same value would come back"
+    assert dead.attempt == 1
+    assert dead.result is None
+    assert dead.last_error == f"the handler's return value cannot be stored: {why}"
+
+
+# ------------------------------------------------------------------ progress
+
+
+async def test_a_heartbeat_carries_progress_onto_the_job(store: Store) -> None:
+    job = await _claimed(store)
+    other = await _claimed(store)
+    beat = await store.heartbeat(
+        [job.lease, other.lease],
+        lease=LEASE,
+        progress={job.id: Progress(0.42, "page 42 of 100")},
+    )
+    assert beat.lost == []
+    reported = await store.get(job.id)
+    assert (reported.progress, reported.progress_message) == (0.42, "page 42 of 100")
+    silent = await store.get(other.id)
+    assert (silent.progress, silent.progress_message) == (None, None)
+    # A beat without a report keeps the last one.
+    await store.heartbeat([job.lease], lease=LEASE)
+    assert (await store.get(job.id)).progress == 0.42
+
+
+async def test_a_stale_lease_s_progress_is_dropped(store: Store, clock: FakeClock) -> None:
+    a, b = await _reclaimed(store, clock)
+    beat = await store.heartbeat([a.lease], lease=LEASE, progress={a.id: Progress(0.9, "stale")})
+    assert beat.lost == [a.lease]
+    after = await store.get(b.id)
+    assert (after.progress, after.progress_message) == (None, None)
+
+
+async def test_a_new_attempt_starts_without_the_last_one_s_progress(
+    store: Store, clock: FakeClock
+) -> None:
+    await add(store)
+    a = await claim_one(store, "A", lease=timedelta(seconds=5))
+    assert a is not None
+    await store.heartbeat([a.lease], lease=timedelta(seconds=5), progress={a.id: Progress(0.5)})
+    clock.advance(timedelta(seconds=6))
+    b = await claim_one(store, "B")
+    assert b is not None
+    assert (b.progress, (await store.get(b.id)).progress) == (None, None)
+
+
+async def test_progress_reported_by_a_handler_rides_the_next_heartbeat(
+    store: Store, clock: FakeClock
+) -> None:
+    registry = Registry()
+    reported = asyncio.Event()
+    finish = asyncio.Event()
+
+    @_handles(registry, "pages")
+    async def pages(ctx: JobContext, payload: Any) -> str:
+        for page in range(1, 43):
+            await ctx.progress(page / 100, message=f"page {page} of 100")
+        reported.set()
+        await finish.wait()
+        return "done"
+
+    job = await add(store, "pages")
+    worker = _worker(store, registry, clock)
+    await worker.claim_tick()
+    await reported.wait()
+    assert (await store.get(job.id)).progress is None, "no write of its own per report"
+    await worker.heartbeater.tick()
+    running = await store.get(job.id)
+    assert (running.progress, running.progress_message) == (0.42, "page 42 of 100")
+    finish.set()
+    await worker.wait_for_running()
+    assert (await store.get(job.id)).result == "done"

@@ -1,0 +1,64 @@
+"""Results and progress in headless Chromium: a job's page shows its result as text (hostile
+data included), and running jobs show a progress bar with its message on their page and in
+the jobs list."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+import pytest
+from playwright.async_api import Browser, expect
+
+from rota.domain.job import JobSpec, Progress
+from tests.e2e.conftest import Served
+from tests.e2e.test_dashboard import HOSTILE, WATCH_CSP, Watched
+
+pytestmark = pytest.mark.browser
+
+LEASE = timedelta(seconds=30)
+
+
+@pytest.fixture
+async def page(browser: Browser) -> AsyncIterator[Watched]:
+    context = await browser.new_context()
+    await context.add_init_script(WATCH_CSP)
+    tab = await context.new_page()
+    try:
+        yield Watched(tab)
+    finally:
+        await context.close()
+
+
+async def test_a_job_s_result_renders_as_text(page: Watched, served: Served) -> None:
+    [result] = await served.store.enqueue([JobSpec(kind="report")])
+    [job] = await served.store.claim("worker-1", queues=["default"], limit=1, lease=LEASE)
+    text = json.dumps({"html": HOSTILE, HOSTILE: [1, 2]})
+    assert await served.store.complete_many([job.lease], results=[text]) == []
+    await page.page.goto(served.url + f"/#/jobs/{result.job.id}")
+    shown = page.page.locator("pre.result")
+    await expect(shown).to_contain_text("<script>window.__x=1</script>")
+    await expect(shown).to_contain_text('"html"')
+    await page.page.hover("pre.result")
+    assert await page.page.locator("main img, main script, main svg:not(.chart)").count() == 0
+    await page.assert_clean()
+
+
+async def test_running_jobs_show_their_progress_on_the_list_and_their_page(
+    page: Watched, served: Served
+) -> None:
+    [result] = await served.store.enqueue([JobSpec(kind="crawl")])
+    [job] = await served.store.claim("worker-1", queues=["default"], limit=1, lease=LEASE)
+    message = f"page 42 of 100 {HOSTILE}"[:200]
+    await served.store.heartbeat(
+        [job.lease], lease=LEASE, progress={job.id: Progress(0.42, message)}
+    )
+    await page.page.goto(served.url + "/#/jobs")
+    row = page.page.locator(f'tr[data-job="{result.job.id}"]')
+    await expect(row.locator(".progress-text")).to_have_text(f"42% {message}")
+    assert await row.locator("progress").get_attribute("value") == "0.42"
+    await page.page.goto(served.url + f"/#/jobs/{result.job.id}")
+    await expect(page.page.locator("dl.fields .progress-text")).to_have_text(f"42% {message}")
+    assert await page.page.locator("pre.result").count() == 0
+    await page.assert_clean()
