@@ -254,7 +254,11 @@ class Executor:
         job = execution.job
         execution.reporting = True
         try:
-            accepted = await self._retrying(execution, lambda: self._completer.complete(job.lease))
+            # The completer bounds each batch it sends (and fails the completions queued behind
+            # one that got no answer): no per-job bound, task and timer on the hot path.
+            accepted = await self._retrying(
+                execution, lambda: self._completer.complete(execution.lease), bound=False
+            )
         except LeaseLost:
             accepted = False
         if accepted:
@@ -292,14 +296,19 @@ class Executor:
         except LeaseLost:
             self._lost(execution, "report")
 
-    async def _retrying(self, execution: Execution, write: Callable[[], Awaitable[Any]]) -> Any:
+    async def _retrying(
+        self, execution: Execution, write: Callable[[], Awaitable[Any]], *, bound: bool = True
+    ) -> Any:
         """Run a fenced write, retrying while the store is unreachable and the lease may still
-        be ours; past the local lease deadline the job will be re-run elsewhere anyway."""
+        be ours; past the local lease deadline the job will be re-run elsewhere anyway.
+        ``bound=False`` is for a write that bounds its own wait (the completer's)."""
         delay = 0.05
         while True:
             try:
                 # Bounded: a write stuck on a dead connection must not hold the job forever
                 # (heartbeats on other connections would keep renewing its lease).
+                if not bound:
+                    return await write()
                 return await bounded(write(), self._lease_s, "reporting the outcome")
             except StoreUnavailable as error:
                 if self._clock.monotonic() + delay >= execution.deadline:
