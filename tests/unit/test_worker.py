@@ -366,6 +366,36 @@ async def test_successful_completions_are_batched(app: App) -> None:
     assert len(calls) <= 3, calls
 
 
+async def test_jobs_claimed_together_share_one_lease_alarm_that_stops_them_all() -> None:
+    # The real clock, a short lease and no heartbeats (claim_tick alone runs no services): only
+    # the local lease alarm can stop these handlers.
+    started = 0
+    all_started = asyncio.Event()
+
+    async with App("memory://") as app:
+
+        @app.job("hangs")
+        async def hangs(ctx: JobContext, payload: Any) -> None:
+            nonlocal started
+            started += 1
+            if started == 3:
+                all_started.set()
+            await asyncio.Event().wait()
+
+        await app.enqueue_many([app.spec("hangs") for _ in range(3)])
+        worker = app.worker(
+            settings(lease=timedelta(seconds=0.2), heartbeat=timedelta(seconds=0.1))
+        )
+        assert len(await worker.claim_tick()) == 3
+        assert len(worker._alarms) == 1, "one timer for the claim, not one per job"
+        await all_started.wait()
+        await worker.wait_for_running()
+        assert worker.held == []
+        assert worker._alarms == {}
+        lost = app.metrics.registry.get_sample_value("rota_leases_lost_total", {"kind": "hangs"})
+        assert lost == 3
+
+
 async def test_completions_queued_behind_an_unanswered_batch_fail_with_it() -> None:
     sent = asyncio.Event()
     batches: list[list[int]] = []

@@ -69,8 +69,8 @@ class Execution:
     #: Set once the outcome is being written: a heartbeat that then finds the lease gone is
     #: seeing our own final write, not a lost lease.
     reporting: bool = False
-    #: Fires when the local lease deadline passes without a successful heartbeat.
-    timer: asyncio.TimerHandle | None = None
+    #: The deadline its lease alarm is set for (the worker keeps one alarm per deadline).
+    alarm_at: float | None = None
 
     @property
     def thread_running(self) -> bool:
