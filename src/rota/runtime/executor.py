@@ -262,7 +262,7 @@ class Executor:
         except LeaseLost:
             accepted = False
         if accepted:
-            self._metrics.jobs_finished.labels(job.kind, Outcome.SUCCEEDED.value).inc()
+            self._kind_metrics(job.kind).finished(Outcome.SUCCEEDED).inc()
         elif accepted is False:
             self._lost(execution, "completion")
 
@@ -283,7 +283,7 @@ class Executor:
                 job.lease, error=error, traceback=trace, retry_in=delay, permanent=permanent
             ),
         )
-        self._metrics.jobs_finished.labels(job.kind, Outcome.FAILED.value).inc()
+        self._kind_metrics(job.kind).finished(Outcome.FAILED).inc()
         if permanent or job.attempt >= job.max_attempts:
             log.warning("job failed for good (dead): %s", error)
         else:
@@ -346,14 +346,27 @@ class _KindMetrics:
     """One kind's metric children, looked up once instead of once per job."""
 
     def __init__(self, metrics: Metrics, kind: str) -> None:
+        self._metrics = metrics
+        self._kind = kind
         self.lag = metrics.schedule_lag.labels(kind)
         self.running = metrics.running.labels(kind)
         self._durations = {
             outcome: metrics.job_duration.labels(kind, outcome.value) for outcome in Outcome
         }
+        self._finished: dict[Outcome, Any] = {}
 
     def duration(self, outcome: Outcome) -> Any:
         return self._durations[outcome]
+
+    def finished(self, outcome: Outcome) -> Any:
+        """The finished-attempts counter for ``outcome``, made on first use (a counter
+        child exports a 0 as soon as it exists, where no series should appear yet)."""
+        counter = self._finished.get(outcome)
+        if counter is None:
+            counter = self._finished[outcome] = self._metrics.jobs_finished.labels(
+                self._kind, outcome.value
+            )
+        return counter
 
 
 class _HandlerTimeout(Exception):
