@@ -13,6 +13,8 @@ import pytest
 from rota import App, JobContext, JobState, Permanent, RetryPolicy, Snooze, WorkerSettings
 from rota.domain.errors import StoreUnavailable
 from rota.domain.job import Outcome
+from rota.domain.lease import Lease
+from rota.runtime.completions import Completer
 from rota.store.memory import MemoryStore
 from rota.testing import FakeClock, drain
 
@@ -362,6 +364,58 @@ async def test_successful_completions_are_batched(app: App) -> None:
     await worker.run_until_idle()
     assert sum(calls) == 50
     assert len(calls) <= 3, calls
+
+
+async def test_jobs_claimed_together_share_one_lease_alarm_that_stops_them_all() -> None:
+    # The real clock, a short lease and no heartbeats (claim_tick alone runs no services): only
+    # the local lease alarm can stop these handlers.
+    started = 0
+    all_started = asyncio.Event()
+
+    async with App("memory://") as app:
+
+        @app.job("hangs")
+        async def hangs(ctx: JobContext, payload: Any) -> None:
+            nonlocal started
+            started += 1
+            if started == 3:
+                all_started.set()
+            await asyncio.Event().wait()
+
+        await app.enqueue_many([app.spec("hangs") for _ in range(3)])
+        worker = app.worker(
+            settings(lease=timedelta(seconds=0.2), heartbeat=timedelta(seconds=0.1))
+        )
+        assert len(await worker.claim_tick()) == 3
+        assert len(worker._alarms) == 1, "one timer for the claim, not one per job"
+        await all_started.wait()
+        await worker.wait_for_running()
+        assert worker.held == []
+        assert worker._alarms == {}
+        lost = app.metrics.registry.get_sample_value("rota_leases_lost_total", {"kind": "hangs"})
+        assert lost == 3
+
+
+async def test_completions_queued_behind_an_unanswered_batch_fail_with_it() -> None:
+    sent = asyncio.Event()
+    batches: list[list[int]] = []
+
+    class Unanswering:
+        async def complete_many(self, leases: Any, **options: Any) -> Any:
+            batches.append([lease.job_id for lease in leases])
+            sent.set()
+            await asyncio.Event().wait()
+
+    completer = Completer(Unanswering(), timeout_s=0.05)  # type: ignore[arg-type]
+    first = asyncio.create_task(completer.complete(Lease(1, 1, 1, "w1")))
+    await sent.wait()
+    queued = asyncio.create_task(completer.complete(Lease(2, 2, 1, "w1")))
+    for task in (first, queued):
+        with pytest.raises(StoreUnavailable):
+            await task
+    # The queued completion failed with the batch ahead of it, never sent to the same store
+    # (its caller retries it, as after any failed write).
+    assert batches == [[1]]
 
 
 async def test_graceful_stop_finishes_fast_jobs_and_releases_slow_ones(

@@ -37,6 +37,7 @@ from rota.domain.errors import (
     StoreUnavailable,
 )
 from rota.observability.logging import configure_logging, printable
+from rota.runtime import loops
 
 if TYPE_CHECKING:
     from rota.app import App
@@ -183,6 +184,11 @@ def split(text: str | None) -> list[str] | None:
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
+
+
+def run_workers(coro: Coroutine[Any, Any, T]) -> T:
+    """``run`` for commands that run workers: on uvloop when it is installed (``rota.runtime.loops``)."""
+    return loops.run(coro)
 
 
 def open_target(target: Target) -> Store:

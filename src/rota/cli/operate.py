@@ -18,6 +18,7 @@ from rota.cli import (
     listen_option,
     open_target,
     run,
+    run_workers,
     split,
     uses_database,
 )
@@ -168,7 +169,7 @@ def worker(
             await app.close()
         return bool(stopped and stopped[0].aborted)
 
-    aborted = run(go())
+    aborted = run_workers(go())
     # Sync handlers still running in threads cannot be interrupted; do not wait for them.
     sys.stdout.flush()
     sys.stderr.flush()

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from rota.cli import cli, listen_option, run
+from rota.cli import cli, listen_option, run_workers
 from rota.config import DEFAULT_DATABASE_URL, load_app
 from rota.domain.errors import InvalidInput
 from rota.runtime.crew import WorkerThread
@@ -188,7 +188,7 @@ def serve(
         body_timeout_s=body_timeout,
         max_connections=max_connections or default_max_connections(),
     )
-    aborted = run(
+    aborted = run_workers(
         _serve(
             app,
             settings,

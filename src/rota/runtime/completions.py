@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
+from rota.domain.errors import StoreUnavailable
 from rota.domain.lease import Lease
 from rota.runtime.services import bounded
 from rota.store.base import Store
@@ -16,6 +17,11 @@ class Completer:
     The first completion is sent at once; those that arrive while a batch is in flight ride
     the next one, so batches grow exactly when the store is the bottleneck. Every row is still
     fenced on its own token; each caller learns whether its lease was accepted.
+
+    No caller waits longer than ``timeout_s`` for an answer, without a timer of its own: each
+    batch is bounded by ``timeout_s``, and when one gets no answer (StoreUnavailable) the
+    completions queued behind it fail with it, since they would be sent on to the same
+    unreachable store; their callers retry as after any failed write.
     """
 
     def __init__(self, store: Store, *, max_batch: int = 500, timeout_s: float = 30.0) -> None:
@@ -54,6 +60,9 @@ class Completer:
                     future.cancel()
                 raise
             except Exception as error:  # every waiter gets the error and decides what to do
+                if isinstance(error, StoreUnavailable):
+                    batch += self._waiting
+                    self._waiting = []
                 for _, _, future in batch:
                     if not future.done():
                         future.set_exception(error)

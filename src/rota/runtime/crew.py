@@ -13,6 +13,7 @@ import threading
 from concurrent.futures import Future
 from typing import Any, Protocol
 
+from rota.runtime import loops
 from rota.runtime.worker import Worker
 from rota.store import Store
 
@@ -73,7 +74,7 @@ class WorkerThread:
     def _run(self) -> None:
         # Not asyncio.run: it would wait for the default executor, and a sync handler stuck
         # in a thread cannot be interrupted.
-        loop = asyncio.new_event_loop()
+        loop = loops.new_event_loop()
         try:
             self._done.set_result(loop.run_until_complete(self._main()))
         except BaseException as error:  # reported to the waiting API loop

@@ -78,8 +78,8 @@ class Execution:
     #: Set once the outcome is being written: a heartbeat that then finds the lease gone is
     #: seeing our own final write, not a lost lease.
     reporting: bool = False
-    #: Fires when the local lease deadline passes without a successful heartbeat.
-    timer: asyncio.TimerHandle | None = None
+    #: The deadline its lease alarm is set for (the worker keeps one alarm per deadline).
+    alarm_at: float | None = None
 
     @property
     def thread_running(self) -> bool:
@@ -275,13 +275,15 @@ class Executor:
         job = execution.job
         execution.reporting = True
         try:
+            # The completer bounds each batch it sends (and fails the completions queued behind
+            # one that got no answer): no per-job bound, task and timer on the hot path.
             accepted = await self._retrying(
-                execution, lambda: self._completer.complete(execution.lease, result)
+                execution, lambda: self._completer.complete(execution.lease, result), bound=False
             )
         except LeaseLost:
             accepted = False
         if accepted:
-            self._metrics.jobs_finished.labels(job.kind, Outcome.SUCCEEDED.value).inc()
+            self._kind_metrics(job.kind).finished(Outcome.SUCCEEDED).inc()
         elif accepted is False:
             self._lost(execution, "completion")
 
@@ -302,7 +304,7 @@ class Executor:
                 job.lease, error=error, traceback=trace, retry_in=delay, permanent=permanent
             ),
         )
-        self._metrics.jobs_finished.labels(job.kind, Outcome.FAILED.value).inc()
+        self._kind_metrics(job.kind).finished(Outcome.FAILED).inc()
         if permanent or job.attempt >= job.max_attempts:
             log.warning("job failed for good (dead): %s", error)
         else:
@@ -315,14 +317,19 @@ class Executor:
         except LeaseLost:
             self._lost(execution, "report")
 
-    async def _retrying(self, execution: Execution, write: Callable[[], Awaitable[Any]]) -> Any:
+    async def _retrying(
+        self, execution: Execution, write: Callable[[], Awaitable[Any]], *, bound: bool = True
+    ) -> Any:
         """Run a fenced write, retrying while the store is unreachable and the lease may still
-        be ours; past the local lease deadline the job will be re-run elsewhere anyway."""
+        be ours; past the local lease deadline the job will be re-run elsewhere anyway.
+        ``bound=False`` is for a write that bounds its own wait (the completer's)."""
         delay = 0.05
         while True:
             try:
                 # Bounded: a write stuck on a dead connection must not hold the job forever
                 # (heartbeats on other connections would keep renewing its lease).
+                if not bound:
+                    return await write()
                 return await bounded(write(), self._lease_s, "reporting the outcome")
             except StoreUnavailable as error:
                 if self._clock.monotonic() + delay >= execution.deadline:
@@ -360,14 +367,27 @@ class _KindMetrics:
     """One kind's metric children, looked up once instead of once per job."""
 
     def __init__(self, metrics: Metrics, kind: str) -> None:
+        self._metrics = metrics
+        self._kind = kind
         self.lag = metrics.schedule_lag.labels(kind)
         self.running = metrics.running.labels(kind)
         self._durations = {
             outcome: metrics.job_duration.labels(kind, outcome.value) for outcome in Outcome
         }
+        self._finished: dict[Outcome, Any] = {}
 
     def duration(self, outcome: Outcome) -> Any:
         return self._durations[outcome]
+
+    def finished(self, outcome: Outcome) -> Any:
+        """The finished-attempts counter for ``outcome``, made on first use (a counter
+        child exports a 0 as soon as it exists, where no series should appear yet)."""
+        counter = self._finished.get(outcome)
+        if counter is None:
+            counter = self._finished[outcome] = self._metrics.jobs_finished.labels(
+                self._kind, outcome.value
+            )
+        return counter
 
 
 class _HandlerTimeout(Exception):

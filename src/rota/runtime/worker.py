@@ -172,6 +172,8 @@ class Worker:
         self._aborted = asyncio.Event()
         self.idle = asyncio.Event()
         self._wake_timer: asyncio.TimerHandle | None = None
+        #: Lease alarms by local deadline: one timer for every held job due at that instant.
+        self._alarms: dict[float, _Alarm] = {}
         self._wake_at: float | None = None
 
     # ------------------------------------------------------------------ public surface
@@ -291,8 +293,14 @@ class Worker:
             tracing.claimed(
                 jobs, worker=self.name, queues=self.queues, took_s=self._clock.monotonic() - sent
             )
+        # Counted per queue, once per claim: a labels() lookup and a locked add per job cost
+        # more than the rest of a no-op job's bookkeeping.
+        per_queue: dict[str, int] = {}
         for job in jobs:
-            self.metrics.jobs_claimed.labels(job.queue).inc()
+            per_queue[job.queue] = per_queue.get(job.queue, 0) + 1
+        for queue, count in per_queue.items():
+            self.metrics.jobs_claimed.labels(queue).inc(count)
+        for job in jobs:
             self._start(job, deadline)
         return jobs
 
@@ -354,32 +362,57 @@ class Worker:
 
     def _arm(self, execution: Execution) -> None:
         """Stop the handler when its local lease deadline passes, even while a heartbeat is
-        stuck on a dead connection; every successful heartbeat moves the alarm."""
-        if execution.timer is not None:
-            execution.timer.cancel()
-        loop = asyncio.get_running_loop()
-        delay = max(0.0, execution.deadline - self._clock.monotonic())
-        execution.timer = loop.call_later(delay, self._deadline_passed, execution)
+        stuck on a dead connection; every successful heartbeat moves the alarm.
 
-    def _deadline_passed(self, execution: Execution) -> None:
-        execution.timer = None
-        if execution.job.id not in self._held or execution.stop is not None:
+        The jobs of one claim share their deadline, and so do the leases one heartbeat renewed:
+        they share one timer, not one each."""
+        self._disarm(execution)
+        deadline = execution.deadline
+        alarm = self._alarms.get(deadline)
+        if alarm is None:
+            loop = asyncio.get_running_loop()
+            delay = max(0.0, deadline - self._clock.monotonic())
+            handle = loop.call_later(delay, self._deadline_passed, deadline)
+            alarm = self._alarms[deadline] = _Alarm(handle)
+        alarm.holders += 1
+        execution.alarm_at = deadline
+
+    def _disarm(self, execution: Execution) -> None:
+        deadline = execution.alarm_at
+        if deadline is None:
+            return
+        execution.alarm_at = None
+        alarm = self._alarms.get(deadline)
+        if alarm is not None:
+            alarm.holders -= 1
+            if alarm.holders <= 0:
+                alarm.handle.cancel()
+                del self._alarms[deadline]
+
+    def _deadline_passed(self, deadline: float) -> None:
+        if self._alarms.pop(deadline, None) is None:
             return
         now = self._clock.monotonic()
-        if now < execution.deadline:
-            self._arm(execution)  # a test's clock, or a heartbeat that landed meanwhile
-            return
-        # Leases run out together (they were renewed together): stop them in one go.
-        self.heartbeater.expire(
-            [e for e in self._held.values() if e.stop is None and e.deadline <= now]
-        )
+        overdue = False
+        for execution in [e for e in self._held.values() if e.alarm_at == deadline]:
+            execution.alarm_at = None
+            if execution.stop is not None:
+                continue
+            if now < execution.deadline:
+                self._arm(execution)  # a test's clock, or a heartbeat that landed meanwhile
+            else:
+                overdue = True
+        if overdue:
+            # Leases run out together (they were renewed together): stop them in one go.
+            self.heartbeater.expire(
+                [e for e in self._held.values() if e.stop is None and e.deadline <= now]
+            )
 
     async def _execute(self, execution: Execution) -> None:
         try:
             await self._executor.run(execution)
         finally:
-            if execution.timer is not None:
-                execution.timer.cancel()
+            self._disarm(execution)
             self._held.pop(execution.job.id, None)
             if self._alone is execution:
                 self._alone = None
@@ -515,6 +548,14 @@ class Worker:
         except Exception as error:  # the row will be pruned as stale; nothing to lose
             log.warning("could not deregister worker: %s", error)
         log.info("worker %s stopped", self.name)
+
+
+@dataclass(slots=True)
+class _Alarm:
+    """A lease deadline's timer and how many held jobs it is armed for."""
+
+    handle: asyncio.TimerHandle
+    holders: int = 0
 
 
 async def _first(waiters: Sequence[Awaitable[object]], within_s: float | None = None) -> None:
