@@ -187,9 +187,11 @@ async def test_soak_mixed_load_under_rotating_faults(
         while not stop_feeding.is_set():
             for proxy, _, worker in slots.values():
                 if worker.alive:
-                    # Sessions only: psycopg interrupts a query that a timeout cancelled
-                    # with a CancelRequest on a connection of its own (alive up to 5 s when
-                    # the server does not answer, as in a partition), which holds no session.
+                    # Sessions only. In a partition a worker's connections hang in their
+                    # queries while it tries new ones, whose TLS request (libpq's first
+                    # message) the blackhole never answers until connect_timeout; and
+                    # psycopg interrupts a query a timeout cancelled with a CancelRequest on
+                    # a connection of its own. Neither is a session on the server.
                     count = proxy.count(lambda link: link.session)
                     connections.append(count)
                     if count > POOL_BOUND:

@@ -42,6 +42,7 @@ PASS, LATENCY, BLACKHOLE, RESET, CLOSE_AFTER = (
 MODES = (PASS, LATENCY, BLACKHOLE, RESET, CLOSE_AFTER)
 _UNTYPED_REQUESTS = {80877103, 80877104}  # SSLRequest, GSSENCRequest: another startup follows
 _CANCEL_REQUEST = 80877102  # a connection of its own that asks to cancel another's query
+_PROTOCOL_3 = 196608  # a StartupMessage: the client asks for a session
 
 
 class PgStatements:
@@ -51,6 +52,11 @@ class PgStatements:
         self._buffer = b""
         self._startup = True
         self._names: dict[bytes, bytes] = {}
+        #: Whether the client asked for a session (sent a StartupMessage). Until then a
+        #: connection is an attempt: libpq first asks for TLS (an SSLRequest) and waits for
+        #: the answer, which a blackhole never gives, so an attempt may stay one until its
+        #: connect_timeout.
+        self.startup_sent = False
         #: Whether the stream is a CancelRequest (psycopg opens one per query it interrupts),
         #: not a session.
         self.cancel_request = False
@@ -68,6 +74,7 @@ class PgStatements:
                 self._buffer = self._buffer[length:]
                 self._startup = code in _UNTYPED_REQUESTS
                 self.cancel_request = self.cancel_request or code == _CANCEL_REQUEST
+                self.startup_sent = self.startup_sent or code == _PROTOCOL_3
                 continue
             if len(self._buffer) < 5:
                 return found
@@ -112,7 +119,8 @@ class Link:
         flags = [
             name
             for name, on in (
-                ("cancel-request", not self.session),
+                ("cancel-request", self.parser.cancel_request),
+                ("attempt", not self.parser.startup_sent),
                 ("blackholed", self.dead),
                 ("server-gone", self.server_gone),
             )
@@ -123,8 +131,9 @@ class Link:
 
     @property
     def session(self) -> bool:
-        """A session of the client's, not a request to cancel a query of another."""
-        return not self.parser.cancel_request
+        """A session the client asked for: not an attempt still waiting for the server's
+        answer to its TLS request, nor a request to cancel another connection's query."""
+        return self.parser.startup_sent and not self.parser.cancel_request
 
 
 class ChaosProxy:
