@@ -43,7 +43,7 @@ from rota.runtime.services import Service
 from rota.runtime.signals import stop_signals
 from rota.runtime.worker import Worker, WorkerSettings
 from rota.store import JobFilter, Page, Store, open_store, redact_url
-from rota.store.base import LimitInfo, QueueInfo
+from rota.store.base import MAX_BULK, LimitInfo, QueueInfo
 
 H = TypeVar("H", bound=Handler)
 
@@ -449,6 +449,18 @@ class App:
     async def cancel(self, job_id: int) -> Job:
         await self.open()
         return await self.client.cancel(job_id)
+
+    async def delete_job(self, job_id: int) -> Job:
+        """Remove a pending or finished job and its attempt history; returns the job as it
+        was. JobNotFound; JobRunning while a worker holds it: cancel it first."""
+        await self.open()
+        return await self.client.delete(job_id)
+
+    async def purge_jobs(self, filter: JobFilter | None = None, *, limit: int = MAX_BULK) -> int:
+        """Delete up to ``limit`` finished (succeeded, dead, cancelled) jobs matching
+        ``filter`` (all finished jobs without one), with their history; returns how many."""
+        await self.open()
+        return await self.client.purge(filter or JobFilter(), limit=limit)
 
     # ------------------------------------------------------------------ flow control
 

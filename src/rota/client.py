@@ -134,6 +134,15 @@ class Client:
     async def bulk_cancel(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
         return await self.store.bulk_cancel(filter, limit=limit)
 
+    async def delete(self, job_id: int) -> Job:
+        """Remove a pending or finished job with its history; returns it as it was.
+        JobNotFound; JobRunning while a worker holds it (cancel first)."""
+        return await self.store.delete(job_id)
+
+    async def purge(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
+        """Delete up to ``limit`` finished jobs matching ``filter``; returns how many."""
+        return await self.store.purge(filter, limit=limit)
+
     async def counts(self) -> Counts:
         return await self.store.counts()
 

@@ -16,6 +16,7 @@ PUBLIC = [
     "JobContext",
     "JobFilter",
     "JobNotFound",
+    "JobRunning",
     "JobSpec",
     "JobState",
     "Lease",

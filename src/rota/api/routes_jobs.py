@@ -1,4 +1,4 @@
-"""The /api/jobs routes: list, count, enqueue, read, retry, cancel, and the bulk verbs."""
+"""The /api/jobs routes: list, count, enqueue, read, retry, cancel, delete, and the bulk verbs."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query, Request, Response
 from pydantic import StringConstraints
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rota.api.body import read_json_object
 from rota.api.context import ApiContext
@@ -30,6 +31,7 @@ from rota.api.schemas import (
 )
 from rota.client import Client
 from rota.domain.job import (
+    FINISHED_STATES,
     MAX_NAME_LENGTH,
     NAME_PATTERN,
     RETRYABLE_STATES,
@@ -153,7 +155,7 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
         tenant: Name = None,
         q: Search = None,
         action: Annotated[
-            Literal["retry", "cancel"] | None,
+            Literal["retry", "cancel", "delete"] | None,
             Query(description="Count only the jobs this bulk verb would act on."),
         ] = None,
     ) -> JobCount:
@@ -185,6 +187,18 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
         """Cancel up to the bulk cap of pending or running jobs matching the filter."""
         job_filter = await _filter_body(request)
         return BulkResult(count=await client.bulk_cancel(job_filter, limit=MAX_BULK))
+
+    @router.post(
+        "/api/jobs/bulk/delete",
+        response_model=BulkResult,
+        responses=errors(400, 401, 403, 413, 415, 503),
+        openapi_extra=json_body(JobFilterBody),
+    )
+    async def bulk_delete(request: Request) -> BulkResult:
+        """Delete (purge) up to the bulk cap of finished jobs matching the filter, with their
+        history; confirm the scope first with ``GET /api/jobs/count?action=delete``."""
+        job_filter = await _filter_body(request)
+        return BulkResult(count=await client.purge(job_filter, limit=MAX_BULK))
 
     @router.get(
         "/api/jobs/{job_id}", response_model=JobDetail, responses=errors(400, 401, 404, 503)
@@ -220,6 +234,24 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
         """A pending or running job becomes cancelled (409 when it already finished)."""
         return JobOut(**job_out(await client.cancel(job_id)))
 
+    @router.delete("/api/jobs/count", include_in_schema=False)
+    async def delete_count() -> None:
+        """Starlette would route this to ``DELETE /api/jobs/{job_id}`` (a 400 for the id
+        "count"); the count's path allows GET only, so its answer is 405."""
+        raise StarletteHTTPException(405)
+
+    @router.delete(
+        "/api/jobs/{job_id}",
+        status_code=204,
+        response_class=Response,
+        responses=errors(400, 401, 403, 404, 409, 503),
+    )
+    async def delete_job(job_id: JobId) -> Response:
+        """Delete a pending or finished job and its attempt history (409 while it runs:
+        cancel it first)."""
+        await client.delete(job_id)
+        return Response(status_code=204)
+
     async def _filter_body(request: Request) -> JobFilter:
         raw = await read_json_object(
             request, max_bytes=settings.max_body_bytes, max_depth=settings.max_json_depth
@@ -229,5 +261,7 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
     return router
 
 
-def _acted_on(action: Literal["retry", "cancel"]) -> frozenset[JobState]:
+def _acted_on(action: Literal["retry", "cancel", "delete"]) -> frozenset[JobState]:
+    if action == "delete":
+        return FINISHED_STATES
     return RETRYABLE_STATES if action == "retry" else ACTIVE_STATES

@@ -11,6 +11,7 @@
     │   ├── JobNotFound
     │   └── ScheduleNotFound
     ├── StateConflict                        the verb does not apply in the job's state
+    │   └── JobRunning                       a worker holds the job (delete, edit): cancel first
     ├── LeaseLost                            a fenced write found another token (or none)
     ├── StoreUnavailable                     the store cannot be reached right now
     │   └── ConnectionFailed                 no connection could be made; says why in one line
@@ -81,6 +82,15 @@ class ScheduleNotFound(NotFound):
 
 class StateConflict(RotaError):
     """The operation does not apply to the job in its current state (e.g. retrying a pending job)."""
+
+
+class JobRunning(StateConflict):
+    """The job is running (claimed by a worker): it cannot be deleted or edited now, and an
+    edit fenced against a concurrent claim reports that claim with this error. Cancel first."""
+
+    def __init__(self, job_id: int, verb: str) -> None:
+        super().__init__(f"job {job_id} is running: cannot {verb} it (cancel it first)")
+        self.job_id = job_id
 
 
 class LeaseLost(RotaError):

@@ -88,6 +88,8 @@ class JobState(StrEnum):
 
 
 _TERMINAL = frozenset({JobState.SUCCEEDED, JobState.DEAD, JobState.CANCELLED})
+#: Finished states: what a purge deletes.
+FINISHED_STATES = _TERMINAL
 #: States from which a manual retry is allowed.
 RETRYABLE_STATES = frozenset({JobState.DEAD, JobState.CANCELLED})
 

@@ -345,6 +345,17 @@ class Store(Protocol):
         """
         ...
 
+    async def delete(self, job_id: int) -> Job:
+        """Remove a pending or finished job and its attempt history at once; return the job
+        as it was. JobNotFound; JobRunning (nothing changes) while a worker holds it: cancel
+        it first. A deleted job's unique key and schedule slot are free again."""
+        ...
+
+    async def purge(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
+        """Delete up to ``limit`` finished (succeeded, dead or cancelled) jobs matching
+        ``filter``, oldest id first, with their history; return how many."""
+        ...
+
     async def get(self, job_id: int) -> Job:
         """The job with this id, or JobNotFound."""
         ...

@@ -14,7 +14,13 @@ from datetime import datetime, timedelta
 
 from rota.domain import blame
 from rota.domain.clock import Clock, SystemClock, utc
-from rota.domain.errors import JobNotFound, LeaseLost, ScheduleNotFound, StateConflict
+from rota.domain.errors import (
+    JobNotFound,
+    JobRunning,
+    LeaseLost,
+    ScheduleNotFound,
+    StateConflict,
+)
 from rota.domain.flow import (
     EVERY_TENANT,
     Budget,
@@ -27,6 +33,7 @@ from rota.domain.flow import (
     validate_queue,
 )
 from rota.domain.job import (
+    FINISHED_STATES,
     MAX_ERROR_LENGTH,
     MAX_TRACEBACK_LENGTH,
     RETRYABLE_STATES,
@@ -553,6 +560,30 @@ class MemoryStore:
             for job in chosen:
                 self._cancel(job, at)
             return len(chosen)
+
+    async def delete(self, job_id: int) -> Job:
+        with self._lock:
+            job = self._get(job_id)
+            if job.state is JobState.RUNNING:
+                raise JobRunning(job_id, "delete")
+            self._forget(job)
+            return job
+
+    async def purge(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
+        with self._lock:
+            chosen = self._matching(filter, FINISHED_STATES, limit)
+            for job in chosen:
+                self._forget(job)
+            return len(chosen)
+
+    def _forget(self, job: Job) -> None:
+        """Remove a job that no worker holds, with its history, key and slot (the lock held)."""
+        del self._jobs[job.id]
+        self._history.pop(job.id, None)
+        if job.unique_key is not None and self._active_keys.get(job.unique_key) == job.id:
+            del self._active_keys[job.unique_key]
+        if job.schedule is not None and job.slot_at is not None:
+            self._slots.pop((job.schedule, job.slot_at), None)
 
     def _matching(self, filter: JobFilter, allowed: frozenset[JobState], limit: int) -> list[Job]:
         states = allowed if filter.states is None else allowed & filter.states

@@ -361,6 +361,17 @@ RETURNING {job_columns}
 ), tally AS ({tally})
 SELECT * FROM done;
 
+-- name: delete
+-- A running job is never deleted: its worker would write to a row that is gone. The attempt
+-- history lives in the row (history), so it goes with it.
+DELETE FROM rota_jobs WHERE id = %(id)s AND state <> 'running'
+RETURNING {job_columns};
+
+-- name: purge
+DELETE FROM rota_jobs
+WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('succeeded', 'dead', 'cancelled')
+RETURNING id;
+
 -- name: get
 SELECT {job_columns} FROM rota_jobs WHERE id = %(id)s;
 

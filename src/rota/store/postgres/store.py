@@ -21,6 +21,7 @@ from psycopg import sql
 from rota.domain.clock import Clock, utc
 from rota.domain.errors import (
     JobNotFound,
+    JobRunning,
     LeaseLost,
     ScheduleNotFound,
     StateConflict,
@@ -490,6 +491,20 @@ class PostgresStore:
         if not ids:
             return 0
         return len(await self._fetch("cancel", {"now": self._now(None), "ids": ids}))
+
+    async def delete(self, job_id: int) -> Job:
+        rows = await self._fetch("delete", {"id": job_id})
+        if rows:
+            return row_to_job(rows[0])
+        if not await self._fetch("state_of", {"id": job_id}):
+            raise JobNotFound(job_id)
+        raise JobRunning(job_id, "delete")
+
+    async def purge(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
+        ids = await self._matching_ids(filter, ("succeeded", "dead", "cancelled"), limit)
+        if not ids:
+            return 0
+        return len(await self._fetch("purge", {"ids": ids}))
 
     async def _matching_ids(
         self, filter: JobFilter, allowed: tuple[str, ...], limit: int

@@ -12,8 +12,9 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from rota.domain.errors import JobNotFound, StateConflict
+from rota.domain.errors import JobNotFound, JobRunning, StateConflict
 from rota.domain.job import (
+    FINISHED_STATES,
     RETRYABLE_STATES,
     Attempt,
     EnqueueResult,
@@ -193,6 +194,28 @@ def bulk_cancel(conn: sqlite3.Connection, filter: JobFilter, limit: int, at: dat
     tokens = [token for _, state, token in chosen if state == JobState.RUNNING]
     end_attempts(conn, tokens, at_us, Outcome.CANCELLED)
     return len(chosen)
+
+
+def delete(conn: sqlite3.Connection, job_id: int) -> Job:
+    """Remove a job no worker holds, with its attempt history; see ``Store.delete``."""
+    job = job_from_row(_row(conn, JOB_COLUMNS, job_id))
+    if job.state is JobState.RUNNING:
+        raise JobRunning(job_id, "delete")
+    _delete_ids(conn, [job_id])
+    return job
+
+
+def purge(conn: sqlite3.Connection, filter: JobFilter, limit: int) -> int:
+    """Delete up to ``limit`` matching finished jobs, oldest id first, with their history."""
+    chosen = [job_id for (job_id,) in _matching(conn, filter, FINISHED_STATES, limit, "id")]
+    _delete_ids(conn, chosen)
+    return len(chosen)
+
+
+def _delete_ids(conn: sqlite3.Connection, ids: Sequence[int]) -> None:
+    for part in chunks(ids):
+        conn.execute(f"DELETE FROM rota_attempts WHERE job_id IN ({marks(len(part))})", part)
+        conn.execute(f"DELETE FROM rota_jobs WHERE id IN ({marks(len(part))})", part)
 
 
 def _matching(
@@ -399,9 +422,7 @@ def prune(conn: sqlite3.Connection, older_than: datetime, limit: int) -> int:
             (to_us(older_than), clamp(limit)),
         )
     ]
-    for part in chunks(doomed):
-        conn.execute(f"DELETE FROM rota_attempts WHERE job_id IN ({marks(len(part))})", part)
-        conn.execute(f"DELETE FROM rota_jobs WHERE id IN ({marks(len(part))})", part)
+    _delete_ids(conn, doomed)
     # Seconds whose every job is gone no longer count for anything.
     conn.execute(
         "DELETE FROM rota_finished_per_second WHERE second < ? AND n <= 0", (to_us(older_than),)

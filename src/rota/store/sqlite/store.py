@@ -295,6 +295,12 @@ class SqliteStore:
             lambda conn: jobs.bulk_cancel(conn, filter, limit, self._at(None))
         )
 
+    async def delete(self, job_id: int) -> Job:
+        return await self._db.write(lambda conn: jobs.delete(conn, job_id))
+
+    async def purge(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
+        return await self._db.write(lambda conn: jobs.purge(conn, filter, limit))
+
     # ------------------------------------------------------------------ queries
 
     async def get(self, job_id: int) -> Job:

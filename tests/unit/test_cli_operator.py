@@ -1,0 +1,78 @@
+"""`rota jobs delete | purge | reschedule | rerun` and `rota enqueue --expire-after`."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from rota.domain.job import JobSpec, JobState
+from rota.store import Store, open_store
+from tests.support.cli import rota, sqlite_url
+
+
+def on_store(db: Path, use: Callable[[Store], Awaitable[Any]]) -> Any:
+    async def go() -> Any:
+        store = open_store(sqlite_url(db))
+        try:
+            await store.migrate()
+            return await use(store)
+        finally:
+            await store.close()
+
+    return asyncio.run(go())
+
+
+async def _dead(store: Store, kind: str) -> int:
+    [result] = await store.enqueue([JobSpec(kind=kind, priority=100, max_attempts=1)])
+    [claimed] = await store.claim("w", queues=["default"], limit=1, lease=timedelta(seconds=30))
+    await store.fail(claimed.lease, error="boom", retry_in=timedelta(0))
+    return result.job.id
+
+
+def test_delete_removes_a_job_and_refuses_a_running_one(tmp_path: Path) -> None:
+    db = tmp_path / "ops.db"
+
+    async def setup(store: Store) -> tuple[int, int]:
+        dead = await _dead(store, "email")
+        await store.enqueue([JobSpec(kind="email")])
+        [running] = await store.claim("w", queues=["default"], limit=1, lease=timedelta(seconds=30))
+        return dead, running.id
+
+    dead, running = on_store(db, setup)
+    deleted = rota("jobs", "delete", str(dead), url=sqlite_url(db))
+    assert (deleted.code, deleted.out) == (0, f"job {dead} deleted (it was dead)\n")
+    refused = rota("jobs", "delete", str(running), url=sqlite_url(db))
+    assert refused.code == 2
+    assert refused.err_lines == [
+        f"error: job {running} is running: cannot delete it (cancel it first)"
+    ]
+    state = on_store(db, lambda store: store.get(running))
+    assert state.state is JobState.RUNNING
+
+
+def test_purge_confirms_its_scope_and_needs_yes_without_a_terminal(tmp_path: Path) -> None:
+    db = tmp_path / "ops.db"
+
+    async def setup(store: Store) -> None:
+        await _dead(store, "email")
+        await _dead(store, "sms")
+
+    on_store(db, setup)
+    refused = rota("jobs", "purge", "--kind", "email", url=sqlite_url(db))
+    assert refused.code == 2
+    assert refused.err_lines == [
+        "error: would delete 1 finished job(s) matching state cancelled|dead|succeeded, "
+        "kind email: pass --yes to confirm"
+    ]
+    assert on_store(db, lambda store: store.counts()).total(JobState.DEAD) == 2
+    purged = rota(
+        "jobs", "purge", "--kind", "email", "--state", "dead", "--yes", url=sqlite_url(db)
+    )
+    assert purged.code == 0
+    assert purged.out == "deleted 1 finished job(s) matching state dead, kind email\n"
+    assert on_store(db, lambda store: store.counts()).total(JobState.DEAD) == 1
+    bad = rota("jobs", "purge", "--state", "pending", "--yes", url=sqlite_url(db))
+    assert bad.code == 2 and len(bad.err_lines) == 1
