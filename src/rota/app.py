@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, Literal, Protocol, TypeVar, cast
 from urllib.parse import urlsplit
 
 from rota.client import (
@@ -455,6 +455,20 @@ class App:
         was. JobNotFound; JobRunning while a worker holds it: cancel it first."""
         await self.open()
         return await self.client.delete(job_id)
+
+    async def reschedule(
+        self,
+        job_id: int,
+        *,
+        run_at: datetime | Literal["now"] | None = None,
+        priority: int | None = None,
+        queue: str | None = None,
+    ) -> Job:
+        """Change a pending job's run_at (``"now"`` pulls it forward), priority and/or queue;
+        fenced against a concurrent claim: JobRunning if a worker took it first (nothing
+        changes). InvalidJob for bad values; StateConflict once it finished."""
+        await self.open()
+        return await self.client.reschedule(job_id, run_at=run_at, priority=priority, queue=queue)
 
     async def purge_jobs(self, filter: JobFilter | None = None, *, limit: int = MAX_BULK) -> int:
         """Delete up to ``limit`` finished (succeeded, dead, cancelled) jobs matching

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from rota.domain.errors import InvalidInput, InvalidJob
 from rota.domain.flow import EVERY_TENANT, Limit, LimitScope, validate_queue
@@ -15,6 +15,7 @@ from rota.domain.job import (
     Attempt,
     EnqueueResult,
     Job,
+    JobEdit,
     JobSpec,
     JobState,
     validate_name,
@@ -138,6 +139,26 @@ class Client:
         """Remove a pending or finished job with its history; returns it as it was.
         JobNotFound; JobRunning while a worker holds it (cancel first)."""
         return await self.store.delete(job_id)
+
+    async def reschedule(
+        self,
+        job_id: int,
+        *,
+        run_at: datetime | Literal["now"] | None = None,
+        priority: int | None = None,
+        queue: str | None = None,
+    ) -> Job:
+        """Change a pending job's run_at (``"now"``: due at once), priority and/or queue; what
+        is not given is kept. InvalidJob naming the field (nothing changes); JobNotFound;
+        JobRunning when a worker claimed it, even a moment before; StateConflict once it
+        finished."""
+        edit = JobEdit(
+            run_at=None if run_at == "now" else run_at,
+            run_now=run_at == "now",
+            priority=priority,
+            queue=queue,
+        )
+        return await self.store.reschedule(job_id, edit)
 
     async def purge(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
         """Delete up to ``limit`` finished jobs matching ``filter``; returns how many."""

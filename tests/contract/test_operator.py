@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+import asyncio
+from datetime import UTC, datetime, timedelta
 
+import psycopg
 import pytest
 
-from rota.domain.errors import JobNotFound, JobRunning
-from rota.domain.job import JobState, Outcome
-from rota.store import JobFilter, Store
+from rota.domain.errors import InvalidJob, JobNotFound, JobRunning, StateConflict
+from rota.domain.job import JobEdit, JobState, Outcome
+from rota.store import JobFilter, Store, open_store
 from rota.testing import FakeClock
 from tests.contract.helpers import add, claim_one
+from tests.support.processes import eventually
 
 
 async def _succeeded_after_a_failure(store: Store, kind: str = "a") -> int:
@@ -93,3 +96,107 @@ async def test_purge_never_touches_running_jobs(store: Store, clock: FakeClock) 
     states = frozenset({JobState.RUNNING, JobState.PENDING})
     assert await store.purge(JobFilter(states=states)) == 0
     assert (await store.attempts(running.id))[-1].outcome is Outcome.RUNNING
+
+
+# ---------------------------------------------------------------------- reschedule
+
+
+async def test_reschedule_pulls_a_delayed_job_forward_to_now(
+    store: Store, clock: FakeClock
+) -> None:
+    job = await add(store, delay=timedelta(hours=1))
+    assert await claim_one(store) is None
+    edited = await store.reschedule(job.id, JobEdit(run_now=True))
+    assert edited.run_at == clock.now() and edited.state is JobState.PENDING
+    claimed = await claim_one(store)
+    assert claimed is not None and claimed.id == job.id
+
+
+async def test_reschedule_changes_run_at_priority_and_queue(store: Store, clock: FakeClock) -> None:
+    job = await add(store)
+    later = clock.now() + timedelta(minutes=5)
+    edited = await store.reschedule(job.id, JobEdit(run_at=later, priority=7, queue="urgent"))
+    assert (edited.run_at, edited.priority, edited.queue) == (later, 7, "urgent")
+    assert await store.get(job.id) == edited
+    assert (await store.counts()).by_queue["urgent"][JobState.PENDING] == 1
+    assert await claim_one(store, queues=("urgent",)) is None
+    kept = await store.reschedule(job.id, JobEdit(priority=-3))
+    assert (kept.run_at, kept.priority, kept.queue) == (later, -3, "urgent")
+    clock.advance(timedelta(minutes=5))
+    claimed = await claim_one(store, queues=("urgent",))
+    assert claimed is not None and claimed.id == job.id
+
+
+async def test_a_claimed_job_is_reported_not_rescheduled(store: Store) -> None:
+    await add(store)
+    running = await claim_one(store)
+    assert running is not None
+    with pytest.raises(JobRunning):
+        await store.reschedule(running.id, JobEdit(run_now=True, priority=5))
+    assert await store.get(running.id) == running
+
+
+async def test_a_finished_job_cannot_be_rescheduled(store: Store) -> None:
+    job = await add(store)
+    cancelled = await store.cancel(job.id)
+    with pytest.raises(StateConflict):
+        await store.reschedule(job.id, JobEdit(queue="other"))
+    assert await store.get(job.id) == cancelled
+    with pytest.raises(JobNotFound):
+        await store.reschedule(424242, JobEdit(priority=1))
+
+
+@pytest.mark.postgres
+async def test_reschedule_waiting_on_a_concurrent_claim_reports_the_claim(
+    pg_url: str, clock: FakeClock
+) -> None:
+    """PostgreSQL, two connections: a claim holding the row's lock makes the edit wait; once
+    the claim commits, the edit finds the job running and changes nothing. (Memory and SQLite
+    run one writer at a time: there an edit comes wholly before or after a claim.)"""
+    store = open_store(pg_url, clock=clock)
+    try:
+        await _edit_races_a_claim(store, pg_url)
+    finally:
+        await store.close()
+
+
+async def _edit_races_a_claim(store: Store, store_url: str) -> None:
+    job = await add(store, priority=1)
+    async with await psycopg.AsyncConnection.connect(store_url) as claimer:
+        async with claimer.transaction():
+            await claimer.execute(
+                "UPDATE rota_jobs SET state = 'running', attempt = 1, worker = 'w', "
+                "lease_token = nextval('rota_lease_token_seq'), lease_until = now() "
+                "+ interval '30 seconds', started_at = now() WHERE id = %s",
+                [job.id],
+            )
+            edit = asyncio.create_task(store.reschedule(job.id, JobEdit(priority=9)))
+
+            async def edit_waits_on_the_lock() -> bool:
+                # From another connection: one transaction sees one snapshot of the activity.
+                async with await psycopg.AsyncConnection.connect(
+                    store_url, autocommit=True
+                ) as observer:
+                    cursor = await observer.execute(
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                        "AND datname = current_database()"
+                    )
+                    row = await cursor.fetchone()
+                return bool(row and row[0])
+
+            await eventually(edit_waits_on_the_lock, what="the edit waiting on the claim")
+        with pytest.raises(JobRunning):
+            await edit
+    after = await store.get(job.id)
+    assert (after.state, after.priority) == (JobState.RUNNING, 1)
+
+
+def test_an_edit_that_changes_nothing_or_is_out_of_range_is_refused() -> None:
+    with pytest.raises(InvalidJob, match="give at least one"):
+        JobEdit()
+    with pytest.raises(InvalidJob, match="priority"):
+        JobEdit(priority=1000)
+    with pytest.raises(InvalidJob, match="queue"):
+        JobEdit(queue="no spaces")
+    with pytest.raises(InvalidJob, match="not both"):
+        JobEdit(run_now=True, run_at=datetime(2030, 1, 1, tzinfo=UTC))

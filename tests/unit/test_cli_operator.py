@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
@@ -76,3 +77,33 @@ def test_purge_confirms_its_scope_and_needs_yes_without_a_terminal(tmp_path: Pat
     assert on_store(db, lambda store: store.counts()).total(JobState.DEAD) == 1
     bad = rota("jobs", "purge", "--state", "pending", "--yes", url=sqlite_url(db))
     assert bad.code == 2 and len(bad.err_lines) == 1
+
+
+def test_reschedule_moves_a_pending_job_and_refuses_bad_input(tmp_path: Path) -> None:
+    db = tmp_path / "ops.db"
+
+    async def setup(store: Store) -> int:
+        [result] = await store.enqueue([JobSpec(kind="email", delay=timedelta(hours=1))])
+        return result.job.id
+
+    job_id = on_store(db, setup)
+    moved = rota(
+        "jobs", "reschedule", str(job_id), "--at", "2030-01-01T00:00:00Z", "--priority", "4",
+        "--queue", "urgent", "--json", url=sqlite_url(db),
+    )  # fmt: skip
+    assert moved.code == 0, moved.err
+    shown = json.loads(moved.out)
+    assert (shown["run_at"], shown["priority"], shown["queue"]) == (
+        "2030-01-01T00:00:00+00:00",
+        4,
+        "urgent",
+    )
+    bad = rota("jobs", "reschedule", str(job_id), "--priority", "500", url=sqlite_url(db))
+    assert bad.code == 2
+    assert bad.err_lines == ["error: priority: must be between -100 and 100"]
+    nothing = rota("jobs", "reschedule", str(job_id), url=sqlite_url(db))
+    assert nothing.code == 2 and len(nothing.err_lines) == 1
+    now = rota("jobs", "reschedule", str(job_id), "--at", "now", url=sqlite_url(db))
+    assert now.code == 0 and now.out.startswith(f"job {job_id} pending in queue urgent at ")
+    job = on_store(db, lambda store: store.get(job_id))
+    assert job.run_at.year < 2030 and job.priority == 4

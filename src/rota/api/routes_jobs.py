@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query, Request, Response
@@ -24,6 +25,7 @@ from rota.api.schemas import (
     JobFilterBody,
     JobList,
     JobOut,
+    JobReschedule,
     attempt_out,
     errors,
     job_out,
@@ -233,6 +235,30 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
     async def cancel_job(job_id: JobId) -> JobOut:
         """A pending or running job becomes cancelled (409 when it already finished)."""
         return JobOut(**job_out(await client.cancel(job_id)))
+
+    @router.post(
+        "/api/jobs/{job_id}/reschedule",
+        response_model=JobOut,
+        responses=errors(400, 401, 403, 404, 409, 413, 415, 503),
+        openapi_extra=json_body(JobReschedule),
+    )
+    async def reschedule_job(job_id: JobId, request: Request) -> JobOut:
+        """Change a pending job's run_at (``"now"``: due at once), priority or queue; 409 when
+        it is running (a claim that came first wins: the job is reported, not changed) or
+        finished."""
+        raw = await read_json_object(
+            request, max_bytes=settings.max_body_bytes, max_depth=settings.max_json_depth
+        )
+        body = JobReschedule.model_validate(raw)
+        run_at: datetime | Literal["now"] | None = None
+        if body.run_at == "now":
+            run_at = "now"
+        elif body.run_at is not None:
+            run_at = parse_instant("run_at", body.run_at)
+        job = await client.reschedule(
+            job_id, run_at=run_at, priority=body.priority, queue=body.queue
+        )
+        return JobOut(**job_out(job))
 
     @router.delete("/api/jobs/count", include_in_schema=False)
     async def delete_count() -> None:

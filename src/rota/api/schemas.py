@@ -160,6 +160,44 @@ class JobCreate(_Request):
     )
 
 
+def _instant_or_now(schema: dict[str, Any]) -> None:
+    """The schema of a run_at that may also be "now": the instant's (as JobCreate.run_at)
+    or that word."""
+    schema.pop("type", None)
+    schema["anyOf"] = [
+        {"type": "string", "enum": ["now"]},
+        {
+            "type": "string",
+            "format": "date-time",
+            "pattern": "^" + SAFE_YEARS_PATTERN + INSTANT_PATTERN.pattern[len("[0-9]{4}") :] + "$",
+            "maxLength": MAX_INSTANT_LENGTH,
+        },
+    ]
+
+
+class JobReschedule(_Request):
+    """POST /api/jobs/{job_id}/reschedule: what to change on a pending job; omitted fields
+    are kept, and at least one is given."""
+
+    model_config = ConfigDict(json_schema_extra={"minProperties": 1})
+
+    run_at: str = Field(
+        default=None,  # type: ignore[assignment]  # omitted: kept (null is refused)
+        description='Due at this ISO 8601 instant (an explicit UTC offset), or "now".',
+        json_schema_extra=_instant_or_now,
+    )
+    priority: JsonInt = Field(
+        default=None,  # type: ignore[assignment]
+        description="Higher runs first.",
+        json_schema_extra={"minimum": MIN_PRIORITY, "maximum": MAX_PRIORITY},
+    )
+    queue: str = Field(
+        default=None,  # type: ignore[assignment]
+        description="Move the job to this queue.",
+        json_schema_extra=_NAME_SCHEMA,
+    )
+
+
 class JobFilterBody(_Request):
     """Which jobs a bulk action covers; omitted fields do not filter."""
 

@@ -6,7 +6,7 @@ import json
 import sys
 from collections.abc import Awaitable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 import click
 
@@ -102,7 +102,7 @@ def enqueue(
 
 @cli.group()
 def jobs() -> None:
-    """List, show, retry, cancel, delete and purge jobs."""
+    """List, show, retry, cancel, reschedule, delete and purge jobs."""
 
 
 def name_filter(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -244,6 +244,38 @@ def jobs_delete(job_id: int, target: Target) -> None:
     """Delete a pending or finished job and its history (a running job: cancel it first)."""
     job = with_client(target, lambda c: c.delete(job_id))
     click.echo(f"job {job.id} deleted (it was {job.state})")
+
+
+@jobs.command("reschedule")
+@click.argument("job_id", type=int)
+@uses_database(creates=False)
+@click.option("--at", "at", help='Run at an ISO 8601 time with offset, or "now".')
+@click.option("--priority", type=int, help="Higher runs first (-100..100).")
+@click.option("--queue", callback=name_filter, help="Move the job to this queue.")
+@json_option
+def jobs_reschedule(
+    job_id: int,
+    target: Target,
+    at: str | None,
+    priority: int | None,
+    queue: str | None,
+    as_json: bool,
+) -> None:
+    """Change a pending job's run time, priority or queue (a job a worker claimed meanwhile
+    is reported, not changed)."""
+    run_at: datetime | Literal["now"] | None = None
+    if at is not None:
+        run_at = "now" if at.strip() == "now" else parse_instant(at, what="--at")
+    job = with_client(
+        target, lambda c: c.reschedule(job_id, run_at=run_at, priority=priority, queue=queue)
+    )
+    if as_json:
+        click.echo(json.dumps(job_json(job)))
+        return
+    click.echo(
+        f"job {job.id} pending in queue {shown(job.queue)} at {job.run_at.isoformat()} "
+        f"(priority {job.priority})"
+    )
 
 
 @jobs.command("purge")

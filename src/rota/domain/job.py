@@ -324,6 +324,35 @@ class JobSpec:
         return now
 
 
+@dataclass(frozen=True, slots=True)
+class JobEdit:
+    """What an operator changes on a pending job (``Store.reschedule``): each field left None
+    is kept; ``run_now`` makes the job due at the store's now. Validated on construction
+    (InvalidJob naming the field); an edit that changes nothing is refused too."""
+
+    run_at: datetime | None = None
+    run_now: bool = False
+    priority: int | None = None
+    queue: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.run_at is not None and self.run_now:
+            raise InvalidJob("run_at", "give a time or now, not both")
+        if self.run_at is not None:
+            object.__setattr__(self, "run_at", _valid_instant("run_at", self.run_at))
+        if self.priority is not None:
+            _int_in_range("priority", self.priority, MIN_PRIORITY, MAX_PRIORITY)
+        if self.queue is not None:
+            validate_name("queue", self.queue)
+        if (
+            self.run_at is None
+            and not self.run_now
+            and self.priority is None
+            and self.queue is None
+        ):
+            raise InvalidJob("run_at", "give at least one of run_at (or now), priority, queue")
+
+
 def valid_trace_context(carrier: object) -> dict[str, str]:
     """A plain copy of ``carrier``: at most MAX_TRACE_CONTEXT_ENTRIES header fields (lowercase
     token names, printable ASCII values), MAX_TRACE_CONTEXT_BYTES in all; else InvalidJob."""

@@ -16,7 +16,15 @@ from typing import Protocol
 
 from rota.domain.errors import InvalidCursor, InvalidInput
 from rota.domain.flow import Limit, LimitScope
-from rota.domain.job import Attempt, EnqueueResult, Job, JobSpec, JobState, validate_name
+from rota.domain.job import (
+    Attempt,
+    EnqueueResult,
+    Job,
+    JobEdit,
+    JobSpec,
+    JobState,
+    validate_name,
+)
 from rota.domain.lease import Lease
 from rota.domain.schedule import ScheduleSpec
 from rota.domain.schedule_state import Firing, Schedule
@@ -354,6 +362,16 @@ class Store(Protocol):
     async def purge(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
         """Delete up to ``limit`` finished (succeeded, dead or cancelled) jobs matching
         ``filter``, oldest id first, with their history; return how many."""
+        ...
+
+    async def reschedule(self, job_id: int, edit: JobEdit, *, now: datetime | None = None) -> Job:
+        """Apply ``edit`` (run_at or now, priority, queue) to a pending job and return it.
+
+        One conditional write, fenced against a concurrent claim: it changes the job only if
+        it is still pending when written, so a job claimed meanwhile is reported, never
+        changed. JobNotFound; JobRunning while (or once) a worker holds it; StateConflict for
+        a finished job. Nothing changes on any error. A job made due wakes workers.
+        """
         ...
 
     async def get(self, job_id: int) -> Job:

@@ -40,6 +40,7 @@ from rota.domain.job import (
     Attempt,
     EnqueueResult,
     Job,
+    JobEdit,
     JobSpec,
     JobState,
     Outcome,
@@ -575,6 +576,24 @@ class MemoryStore:
             for job in chosen:
                 self._forget(job)
             return len(chosen)
+
+    async def reschedule(self, job_id: int, edit: JobEdit, *, now: datetime | None = None) -> Job:
+        with self._lock:
+            job = self._get(job_id)
+            if job.state is JobState.RUNNING:
+                raise JobRunning(job_id, "edit")
+            if job.state is not JobState.PENDING:
+                raise StateConflict(f"job {job_id} is {job.state}; only pending jobs can be edited")
+            at = self._now(now)
+            edited = replace(
+                job,
+                run_at=at if edit.run_now else edit.run_at or job.run_at,
+                priority=job.priority if edit.priority is None else edit.priority,
+                queue=edit.queue or job.queue,
+            )
+            self._jobs[job_id] = edited
+        self._announce(edited.run_at)
+        return edited
 
     def _forget(self, job: Job) -> None:
         """Remove a job that no worker holds, with its history, key and slot (the lock held)."""

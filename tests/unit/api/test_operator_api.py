@@ -8,6 +8,7 @@ import httpx
 
 from rota.domain.job import JobSpec, JobState
 from rota.store.memory import MemoryStore
+from rota.testing import FakeClock
 from tests.unit.api.conftest import dead_job, total_jobs
 
 
@@ -57,3 +58,49 @@ async def test_purge_refuses_a_bad_filter_and_deletes_nothing(
     assert refused.status_code == 400
     assert await total_jobs(store) == 1
     assert (await store.counts()).total(JobState.DEAD) == 1
+
+
+async def test_reschedule_runs_a_delayed_job_now_or_moves_it(
+    api: httpx.AsyncClient, store: MemoryStore, clock: FakeClock
+) -> None:
+    [result] = await store.enqueue([JobSpec(kind="email", delay=timedelta(hours=2))])
+    job_id = result.job.id
+    now = await api.post(f"/api/jobs/{job_id}/reschedule", json={"run_at": "now"})
+    assert now.status_code == 200
+    assert now.json()["run_at"] == clock.now().isoformat().replace("+00:00", "Z")
+    moved = await api.post(
+        f"/api/jobs/{job_id}/reschedule",
+        json={"run_at": "2030-01-01T09:00:00+02:00", "priority": 5, "queue": "urgent"},
+    )
+    body = moved.json()
+    assert (body["run_at"], body["priority"], body["queue"]) == (
+        "2030-01-01T07:00:00Z",
+        5,
+        "urgent",
+    )
+
+
+async def test_reschedule_refuses_bad_input_and_running_jobs(
+    api: httpx.AsyncClient, store: MemoryStore
+) -> None:
+    [result] = await store.enqueue([JobSpec(kind="email")])
+    before = await store.get(result.job.id)
+    for body, message in (
+        ({}, "run_at: give at least one of run_at (or now), priority, queue"),
+        ({"run_at": "tomorrow"}, "run_at: must be an ISO 8601 date and time"),
+        ({"priority": 101}, "priority: must be between -100 and 100"),
+        ({"queue": "a b"}, "queue: may contain only"),
+        ({"priority": None}, "priority:"),
+        ({"colour": "red"}, "colour: unknown field"),
+    ):
+        refused = await api.post(f"/api/jobs/{result.job.id}/reschedule", json=body)
+        assert refused.status_code == 400, body
+        assert refused.json()["error"].startswith(message), refused.json()
+    assert await store.get(result.job.id) == before
+    [running] = await store.claim("w", queues=["default"], limit=1, lease=timedelta(seconds=30))
+    conflict = await api.post(f"/api/jobs/{running.id}/reschedule", json={"priority": 3})
+    assert conflict.status_code == 409
+    assert conflict.json() == {
+        "error": f"job {running.id} is running: cannot edit it (cancel it first)"
+    }
+    assert await store.get(running.id) == running

@@ -367,6 +367,21 @@ SELECT * FROM done;
 DELETE FROM rota_jobs WHERE id = %(id)s AND state <> 'running'
 RETURNING {job_columns};
 
+-- name: reschedule
+-- Conditional on the job still being pending: a claim that locked the row first makes this
+-- wait, then find it running (READ COMMITTED re-checks the WHERE on the new row version),
+-- so a job claimed meanwhile is reported, never changed.
+WITH done AS (
+UPDATE rota_jobs SET
+    run_at = CASE WHEN %(run_now)s THEN coalesce(%(now)s::timestamptz, now())
+                  ELSE coalesce(%(run_at)s::timestamptz, run_at) END,
+    priority = coalesce(%(priority)s::smallint, priority),
+    queue = coalesce(%(queue)s::text, queue)
+WHERE id = %(id)s AND state = 'pending'
+RETURNING {job_columns}
+), {wake}
+SELECT done.* FROM done, woke;
+
 -- name: purge
 DELETE FROM rota_jobs
 WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('succeeded', 'dead', 'cancelled')

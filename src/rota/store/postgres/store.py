@@ -39,6 +39,7 @@ from rota.domain.job import (
     Attempt,
     EnqueueResult,
     Job,
+    JobEdit,
     JobSpec,
     JobState,
     Outcome,
@@ -499,6 +500,27 @@ class PostgresStore:
         if not await self._fetch("state_of", {"id": job_id}):
             raise JobNotFound(job_id)
         raise JobRunning(job_id, "delete")
+
+    async def reschedule(self, job_id: int, edit: JobEdit, *, now: datetime | None = None) -> Job:
+        rows = await self._fetch(
+            "reschedule",
+            {
+                "now": self._now(now),
+                "id": job_id,
+                "run_now": edit.run_now,
+                "run_at": edit.run_at,
+                "priority": edit.priority,
+                "queue": edit.queue,
+            },
+        )
+        if rows:
+            return row_to_job(rows[0])
+        state = await self._fetch("state_of", {"id": job_id})
+        if not state:
+            raise JobNotFound(job_id)
+        if state[0][0] == JobState.RUNNING:
+            raise JobRunning(job_id, "edit")
+        raise StateConflict(f"job {job_id} is {state[0][0]}; only pending jobs can be edited")
 
     async def purge(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
         ids = await self._matching_ids(filter, ("succeeded", "dead", "cancelled"), limit)

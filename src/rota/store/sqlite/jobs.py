@@ -19,6 +19,7 @@ from rota.domain.job import (
     Attempt,
     EnqueueResult,
     Job,
+    JobEdit,
     JobSpec,
     JobState,
     Outcome,
@@ -203,6 +204,23 @@ def delete(conn: sqlite3.Connection, job_id: int) -> Job:
         raise JobRunning(job_id, "delete")
     _delete_ids(conn, [job_id])
     return job
+
+
+def reschedule(conn: sqlite3.Connection, job_id: int, edit: JobEdit, at: datetime) -> Job:
+    """Edit a pending job; see ``Store.reschedule``. Inside BEGIN IMMEDIATE no claim can run
+    between the state check and the write, and the write checks the state again anyway."""
+    state, _ = _state_of(conn, job_id, "state, id")
+    if state is JobState.RUNNING:
+        raise JobRunning(job_id, "edit")
+    if state is not JobState.PENDING:
+        raise StateConflict(f"job {job_id} is {state}; only pending jobs can be edited")
+    run_at = at if edit.run_now else edit.run_at
+    row = conn.execute(
+        "UPDATE rota_jobs SET run_at = coalesce(?, run_at), priority = coalesce(?, priority), "
+        f"queue = coalesce(?, queue) WHERE id = ? AND state = 'pending' RETURNING {JOB_COLUMNS}",
+        (None if run_at is None else to_us(run_at), edit.priority, edit.queue, job_id),
+    ).fetchone()
+    return job_from_row(row)
 
 
 def purge(conn: sqlite3.Connection, filter: JobFilter, limit: int) -> int:

@@ -19,7 +19,7 @@ from functools import partial
 from rota.domain.clock import Clock, SystemClock, utc
 from rota.domain.errors import LeaseLost, RotaError
 from rota.domain.flow import Limit, LimitScope
-from rota.domain.job import Attempt, EnqueueResult, Job, JobSpec, JobState, Outcome
+from rota.domain.job import Attempt, EnqueueResult, Job, JobEdit, JobSpec, JobState, Outcome
 from rota.domain.lease import Lease
 from rota.domain.schedule import ScheduleSpec
 from rota.domain.schedule_state import Firing, Schedule
@@ -297,6 +297,13 @@ class SqliteStore:
 
     async def delete(self, job_id: int) -> Job:
         return await self._db.write(lambda conn: jobs.delete(conn, job_id))
+
+    async def reschedule(self, job_id: int, edit: JobEdit, *, now: datetime | None = None) -> Job:
+        job: Job = await self._db.write(
+            lambda conn: jobs.reschedule(conn, job_id, edit, self._at(now))
+        )
+        self._woken(job.run_at)
+        return job
 
     async def purge(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
         return await self._db.write(lambda conn: jobs.purge(conn, filter, limit))
