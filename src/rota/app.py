@@ -450,6 +450,13 @@ class App:
         await self.open()
         return await self.client.cancel(job_id)
 
+    async def rerun(self, job_id: int) -> Job:
+        """Run a succeeded job again, now: its attempt counter starts over (the new series has
+        all of max_attempts) and its earlier attempts stay in its history. StateConflict for
+        any other state, or while another active job holds its unique key."""
+        await self.open()
+        return await self.client.rerun(job_id)
+
     async def delete_job(self, job_id: int) -> Job:
         """Remove a pending or finished job and its attempt history; returns the job as it
         was. JobNotFound; JobRunning while a worker holds it: cancel it first."""

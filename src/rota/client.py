@@ -135,6 +135,12 @@ class Client:
     async def bulk_cancel(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
         return await self.store.bulk_cancel(filter, limit=limit)
 
+    async def rerun(self, job_id: int) -> Job:
+        """Run a succeeded job again: a new attempt series, earlier attempts kept in its
+        history. JobNotFound; StateConflict in any other state or while another active job
+        holds its unique key."""
+        return await self.store.rerun(job_id)
+
     async def delete(self, job_id: int) -> Job:
         """Remove a pending or finished job with its history; returns it as it was.
         JobNotFound; JobRunning while a worker holds it (cancel first)."""

@@ -200,3 +200,53 @@ def test_an_edit_that_changes_nothing_or_is_out_of_range_is_refused() -> None:
         JobEdit(queue="no spaces")
     with pytest.raises(InvalidJob, match="not both"):
         JobEdit(run_now=True, run_at=datetime(2030, 1, 1, tzinfo=UTC))
+
+
+# ---------------------------------------------------------------------- re-run
+
+
+async def test_rerun_starts_a_new_attempt_series_and_keeps_the_history(
+    store: Store, clock: FakeClock
+) -> None:
+    job_id = await _succeeded_after_a_failure(store)
+    clock.advance(timedelta(minutes=1))
+    rerun = await store.rerun(job_id)
+    assert (rerun.state, rerun.attempt, rerun.run_at) == (JobState.PENDING, 0, clock.now())
+    assert (rerun.finished_at, rerun.last_error) == (None, None)
+    claimed = await claim_one(store)
+    assert claimed is not None and (claimed.id, claimed.attempt) == (job_id, 1)
+    await store.complete(claimed.lease)
+    history = await store.attempts(job_id)
+    assert [(a.attempt, a.outcome) for a in history] == [
+        (1, Outcome.FAILED),
+        (2, Outcome.SUCCEEDED),
+        (1, Outcome.SUCCEEDED),
+    ]
+    tokens = [a.token for a in history]
+    assert tokens == sorted(tokens) and len(set(tokens)) == 3
+    assert all(a.finished_at is not None for a in history)
+
+
+async def test_only_a_succeeded_job_reruns(store: Store) -> None:
+    pending = await add(store)
+    with pytest.raises(StateConflict, match="only succeeded jobs re-run"):
+        await store.rerun(pending.id)
+    await store.cancel(pending.id)
+    with pytest.raises(StateConflict):
+        await store.rerun(pending.id)
+    with pytest.raises(JobNotFound):
+        await store.rerun(424242)
+
+
+async def test_rerun_refuses_while_another_job_holds_its_unique_key(store: Store) -> None:
+    job = await add(store, unique_key="k")
+    claimed = await claim_one(store)
+    assert claimed is not None
+    await store.complete(claimed.lease)
+    holder = await add(store, unique_key="k")
+    assert holder.id != job.id
+    with pytest.raises(StateConflict):
+        await store.rerun(job.id)
+    assert (await store.get(job.id)).state is JobState.SUCCEEDED
+    await store.delete(holder.id)
+    assert (await store.rerun(job.id)).state is JobState.PENDING

@@ -107,3 +107,21 @@ def test_reschedule_moves_a_pending_job_and_refuses_bad_input(tmp_path: Path) ->
     assert now.code == 0 and now.out.startswith(f"job {job_id} pending in queue urgent at ")
     job = on_store(db, lambda store: store.get(job_id))
     assert job.run_at.year < 2030 and job.priority == 4
+
+
+def test_rerun_runs_a_succeeded_job_again_and_refuses_others(tmp_path: Path) -> None:
+    db = tmp_path / "ops.db"
+
+    async def setup(store: Store) -> tuple[int, int]:
+        done = (await store.enqueue([JobSpec(kind="email", priority=1)]))[0].job.id
+        [claimed] = await store.claim("w", queues=["default"], limit=1, lease=timedelta(seconds=30))
+        await store.complete(claimed.lease)
+        waiting = (await store.enqueue([JobSpec(kind="email")]))[0].job.id
+        return done, waiting
+
+    done, waiting = on_store(db, setup)
+    rerun = rota("jobs", "rerun", str(done), url=sqlite_url(db))
+    assert (rerun.code, rerun.out) == (0, f"job {done} is pending again (a new attempt series)\n")
+    refused = rota("jobs", "rerun", str(waiting), url=sqlite_url(db))
+    assert refused.code == 2
+    assert refused.err_lines == [f"error: job {waiting} is pending; only succeeded jobs re-run"]

@@ -237,6 +237,16 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
         return JobOut(**job_out(await client.cancel(job_id)))
 
     @router.post(
+        "/api/jobs/{job_id}/rerun",
+        response_model=JobOut,
+        responses=errors(400, 401, 403, 404, 409, 415, 503),
+    )
+    async def rerun_job(job_id: JobId) -> JobOut:
+        """Run a succeeded job again now: a new attempt series (attempt back to 0), its earlier
+        attempts kept (409 in any other state, or while an active job holds its unique key)."""
+        return JobOut(**job_out(await client.rerun(job_id)))
+
+    @router.post(
         "/api/jobs/{job_id}/reschedule",
         response_model=JobOut,
         responses=errors(400, 401, 403, 404, 409, 413, 415, 503),

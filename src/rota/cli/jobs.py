@@ -102,7 +102,7 @@ def enqueue(
 
 @cli.group()
 def jobs() -> None:
-    """List, show, retry, cancel, reschedule, delete and purge jobs."""
+    """List, show, retry, re-run, cancel, reschedule, delete and purge jobs."""
 
 
 def name_filter(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -244,6 +244,15 @@ def jobs_delete(job_id: int, target: Target) -> None:
     """Delete a pending or finished job and its history (a running job: cancel it first)."""
     job = with_client(target, lambda c: c.delete(job_id))
     click.echo(f"job {job.id} deleted (it was {job.state})")
+
+
+@jobs.command("rerun")
+@click.argument("job_id", type=int)
+@uses_database(creates=False)
+def jobs_rerun(job_id: int, target: Target) -> None:
+    """Run a succeeded job again: a new attempt series, its earlier attempts kept."""
+    job = with_client(target, lambda c: c.rerun(job_id))
+    click.echo(f"job {job.id} is pending again (a new attempt series)")
 
 
 @jobs.command("reschedule")

@@ -346,6 +346,13 @@ class Store(Protocol):
         """
         ...
 
+    async def rerun(self, job_id: int, *, now: datetime | None = None) -> Job:
+        """A succeeded job runs again: pending now, a new attempt series (attempt back to 0,
+        so it has its whole max_attempts; last_error cleared), every earlier attempt kept in
+        its history. JobNotFound; StateConflict in any other state, or while another active
+        job holds its unique key (nothing changes)."""
+        ...
+
     async def cancel(self, job_id: int, *, now: datetime | None = None) -> Job:
         """A pending or running job becomes cancelled; a running one's lease is thereby lost,
         so its worker stops the handler at its next heartbeat and any late write is fenced.

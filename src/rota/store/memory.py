@@ -529,6 +529,31 @@ class MemoryStore:
             self._active_keys[job.unique_key] = job.id
         self._announce(at)
 
+    async def rerun(self, job_id: int, *, now: datetime | None = None) -> Job:
+        with self._lock:
+            job = self._get(job_id)
+            if job.state is not JobState.SUCCEEDED:
+                raise StateConflict(f"job {job_id} is {job.state}; only succeeded jobs re-run")
+            if job.unique_key is not None and job.unique_key in self._active_keys:
+                raise StateConflict(
+                    f"job {job_id}: another active job holds unique key {job.unique_key!r}"
+                )
+            at = self._now(now)
+            rerun = replace(
+                job,
+                state=JobState.PENDING,
+                run_at=at,
+                attempt=0,
+                lease_until=None,
+                finished_at=None,
+                last_error=None,
+            )
+            self._jobs[job_id] = rerun
+            if job.unique_key is not None:
+                self._active_keys[job.unique_key] = job_id
+            self._announce(at)
+            return rerun
+
     async def cancel(self, job_id: int, *, now: datetime | None = None) -> Job:
         with self._lock:
             job = self._get(job_id)

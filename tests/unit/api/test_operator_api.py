@@ -104,3 +104,17 @@ async def test_reschedule_refuses_bad_input_and_running_jobs(
         "error": f"job {running.id} is running: cannot edit it (cancel it first)"
     }
     assert await store.get(running.id) == running
+
+
+async def test_rerun_runs_a_succeeded_job_again(api: httpx.AsyncClient, store: MemoryStore) -> None:
+    [result] = await store.enqueue([JobSpec(kind="email")])
+    [claimed] = await store.claim("w", queues=["default"], limit=1, lease=timedelta(seconds=30))
+    refused = await api.post(f"/api/jobs/{claimed.id}/rerun")
+    assert refused.status_code == 409
+    assert refused.json() == {"error": f"job {claimed.id} is running; only succeeded jobs re-run"}
+    await store.complete(claimed.lease)
+    rerun = await api.post(f"/api/jobs/{result.job.id}/rerun")
+    assert rerun.status_code == 200
+    assert (rerun.json()["state"], rerun.json()["attempt"]) == ("pending", 0)
+    detail = (await api.get(f"/api/jobs/{result.job.id}")).json()
+    assert [a["outcome"] for a in detail["attempts"]] == ["succeeded"]

@@ -345,6 +345,22 @@ RETURNING {job_columns}
 ), {wake}
 SELECT done.* FROM done, woke;
 
+-- name: rerun
+-- The succeeded attempt was described by the row itself: it joins the history before the
+-- row starts a new attempt series, so every earlier attempt is kept.
+WITH done AS (
+UPDATE rota_jobs SET state = 'pending', run_at = coalesce(%(now)s::timestamptz, now()),
+    attempt = 0, lease_until = NULL, finished_at = NULL, last_error = NULL,
+    history = coalesce(history, '[]'::jsonb) || jsonb_build_array(jsonb_build_object(
+        'attempt', attempt, 'token', lease_token, 'worker', worker,
+        'started_us', (extract(epoch FROM started_at) * 1000000)::bigint,
+        'finished_us', (extract(epoch FROM finished_at) * 1000000)::bigint,
+        'outcome', 'succeeded'))
+WHERE id = %(id)s AND state = 'succeeded'
+RETURNING {job_columns}
+), {wake}
+SELECT done.* FROM done, woke;
+
 -- name: cancel
 WITH done AS (
 UPDATE rota_jobs SET state = 'cancelled', lease_until = NULL,

@@ -457,6 +457,15 @@ class PostgresStore:
             return row_to_job(rows[0])
         raise await self._conflict(job_id, "only dead or cancelled jobs retry")
 
+    async def rerun(self, job_id: int, *, now: datetime | None = None) -> Job:
+        try:
+            rows = await self._fetch("rerun", {"now": self._now(now), "id": job_id})
+        except psycopg.errors.UniqueViolation:
+            raise StateConflict(f"job {job_id}: another active job holds its unique key") from None
+        if rows:
+            return row_to_job(rows[0])
+        raise await self._conflict(job_id, "only succeeded jobs re-run")
+
     async def cancel(self, job_id: int, *, now: datetime | None = None) -> Job:
         rows = await self._fetch("cancel", {"now": self._now(now), "ids": [job_id]})
         if rows:

@@ -145,6 +145,22 @@ def retry(conn: sqlite3.Connection, job_id: int, max_attempts: int | None, at: d
     return job_from_row(row)
 
 
+def rerun(conn: sqlite3.Connection, job_id: int, at: datetime) -> Job:
+    """A succeeded job pending again now, a new attempt series; see ``Store.rerun``. Its
+    history rows stay (they are keyed by token, which keeps increasing)."""
+    state, unique_key = _state_of(conn, job_id, "state, unique_key")
+    if state is not JobState.SUCCEEDED:
+        raise StateConflict(f"job {job_id} is {state}; only succeeded jobs re-run")
+    if unique_key is not None and conn.execute(_BY_ACTIVE_KEY, (unique_key,)).fetchone():
+        raise StateConflict(f"job {job_id}: another active job holds unique key {unique_key!r}")
+    row = conn.execute(
+        "UPDATE rota_jobs SET state = 'pending', run_at = ?, attempt = 0, lease_until = NULL, "
+        f"finished_at = NULL, last_error = NULL WHERE id = ? RETURNING {JOB_COLUMNS}",
+        (to_us(at), job_id),
+    ).fetchone()
+    return job_from_row(row)
+
+
 def cancel(conn: sqlite3.Connection, job_id: int, at: datetime) -> Job:
     """A pending or running job cancelled; a running one's attempt ends as cancelled."""
     state, token = _state_of(conn, job_id, "state, lease_token")

@@ -279,6 +279,11 @@ class SqliteStore:
         self._woken(job.run_at)
         return job
 
+    async def rerun(self, job_id: int, *, now: datetime | None = None) -> Job:
+        job: Job = await self._db.write(lambda conn: jobs.rerun(conn, job_id, self._at(now)))
+        self._woken(job.run_at)
+        return job
+
     async def cancel(self, job_id: int, *, now: datetime | None = None) -> Job:
         return await self._db.write(lambda conn: jobs.cancel(conn, job_id, self._at(now)))
 
