@@ -368,9 +368,15 @@ class App:
         unique_key: str | None = None,
         max_attempts: int | None = None,
         timeout: timedelta | float | None = None,  # noqa: ASYNC109 (the job's timeout, not ours)
+        expires_at: datetime | None = None,
+        expire_after: timedelta | float | None = None,
         connection: Any = None,
     ) -> EnqueueResult:
         """Enqueue one job; returns it and whether an active job already held ``unique_key``.
+
+        ``expires_at`` (or ``expire_after``, from the store's now; seconds or a timedelta):
+        no attempt starts at or after it, and a job still waiting then ends cancelled with
+        last_error "expired".
 
         With ``connection`` (a psycopg AsyncConnection on the same PostgreSQL database) the job
         is written inside that connection's transaction: it exists only if that commits.
@@ -387,6 +393,8 @@ class App:
             unique_key=unique_key,
             max_attempts=max_attempts,
             timeout=timeout,
+            expires_at=expires_at,
+            expire_after=expire_after,
         )
         store = await self.open()
         if connection is not None:

@@ -245,10 +245,13 @@ def job_spec(
     unique_key: str | None = None,
     max_attempts: int | None = None,
     timeout: timedelta | float | None = None,
+    expires_at: datetime | None = None,
+    expire_after: timedelta | float | None = None,
 ) -> JobSpec:
     """A validated JobSpec; ``defaults`` fill what is not given (None payload means {}).
 
-    ``delay`` and ``timeout`` accept seconds as a number. Raises InvalidJob naming the field.
+    ``delay``, ``timeout`` and ``expire_after`` accept seconds as a number. Raises InvalidJob
+    naming the field.
     """
     base = defaults or KindDefaults()
     spec = JobSpec(
@@ -262,6 +265,8 @@ def job_spec(
         tenant=tenant,
         unique_key=unique_key,
         timeout=base.timeout if timeout is None else _seconds(timeout, "timeout"),
+        expires_at=expires_at,
+        expire_after=_seconds(expire_after, "expire_after"),
     )
     return tracing.created(spec)
 

@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 from rota.domain.errors import InvalidJob, JobNotFound, JobRunning, StateConflict
-from rota.domain.job import JobEdit, JobState, Outcome
+from rota.domain.job import JobEdit, JobSpec, JobState, Outcome
 from rota.store import JobFilter, Store, open_store
 from rota.testing import FakeClock
 from tests.contract.helpers import add, claim_one
@@ -250,3 +250,72 @@ async def test_rerun_refuses_while_another_job_holds_its_unique_key(store: Store
     assert (await store.get(job.id)).state is JobState.SUCCEEDED
     await store.delete(holder.id)
     assert (await store.rerun(job.id)).state is JobState.PENDING
+
+
+# ---------------------------------------------------------------------- expiry
+
+
+async def test_expiry_is_kept_and_expire_after_counts_from_the_store_clock(
+    store: Store, clock: FakeClock
+) -> None:
+    at = clock.now() + timedelta(hours=1)
+    fixed = await add(store, expires_at=at)
+    relative = await add(store, expire_after=timedelta(minutes=5))
+    assert fixed.expires_at == at
+    assert relative.expires_at == clock.now() + timedelta(minutes=5)
+    assert (await store.get(fixed.id)).expires_at == at
+    listed = await store.list_jobs(JobFilter())
+    assert {job.id: job.expires_at for job in listed.jobs} == {
+        fixed.id: at,
+        relative.id: clock.now() + timedelta(minutes=5),
+    }
+    claimed = await claim_one(store)
+    assert claimed is not None and claimed.expires_at is not None
+
+
+async def test_an_expired_job_is_never_claimed_and_ends_cancelled_as_expired(
+    store: Store, clock: FakeClock
+) -> None:
+    job = await add(store, expire_after=timedelta(minutes=1), unique_key="k")
+    keeper = await add(store, "b", delay=timedelta(minutes=2))
+    clock.advance(timedelta(minutes=1))  # expires_at <= now: no attempt may start
+    assert await claim_one(store) is None  # before any expiry pass ran
+    assert (await store.get(job.id)).state is JobState.PENDING
+    assert await store.expire() == [job.id]
+    expired = await store.get(job.id)
+    assert (expired.state, expired.last_error, expired.attempt) == (
+        JobState.CANCELLED,
+        "expired",
+        0,
+    )
+    assert expired.finished_at == clock.now()
+    assert await store.expire() == []
+    again = await add(store, unique_key="k")  # its key is free again
+    assert again.id != job.id
+    clock.advance(timedelta(minutes=1))
+    claimed = await store.claim("w", queues=["default"], limit=5, lease=timedelta(seconds=30))
+    assert {c.id for c in claimed} == {keeper.id, again.id}  # jobs without expiry run
+
+
+async def test_a_job_claimed_before_its_expiry_runs_and_a_retry_after_it_does_not(
+    store: Store, clock: FakeClock
+) -> None:
+    job = await add(store, expire_after=timedelta(minutes=1))
+    claimed = await claim_one(store)
+    assert claimed is not None and claimed.id == job.id
+    clock.advance(timedelta(minutes=2))
+    assert await store.expire() == []  # running: no longer waiting to start
+    await store.fail(claimed.lease, error="boom", retry_in=timedelta(0))
+    assert await claim_one(store) is None  # the retry would start after expires_at
+    assert await store.expire() == [job.id]
+    history = await store.attempts(job.id)
+    assert [a.outcome for a in history] == [Outcome.FAILED]
+
+
+async def test_expiry_holds_for_a_large_batch(store: Store, clock: FakeClock) -> None:
+    specs = [JobSpec(kind="bulk", expire_after=timedelta(seconds=30)) for _ in range(2_100)]
+    results = await store.enqueue(specs)
+    assert {r.job.expires_at for r in results} == {clock.now() + timedelta(seconds=30)}
+    clock.advance(timedelta(seconds=30))
+    assert await claim_one(store) is None
+    assert len(await store.expire(limit=5_000)) == 2_100

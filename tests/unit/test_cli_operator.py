@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -125,3 +125,15 @@ def test_rerun_runs_a_succeeded_job_again_and_refuses_others(tmp_path: Path) -> 
     refused = rota("jobs", "rerun", str(waiting), url=sqlite_url(db))
     assert refused.code == 2
     assert refused.err_lines == [f"error: job {waiting} is pending; only succeeded jobs re-run"]
+
+
+def test_enqueue_expire_after_sets_the_expiry(tmp_path: Path) -> None:
+    db = tmp_path / "ops.db"
+    made = rota("enqueue", "email", "--expire-after", "1h", "--json", url=sqlite_url(db))
+    assert made.code == 0, made.err
+    job = json.loads(made.out)
+    created = datetime.fromisoformat(job["created_at"])
+    assert datetime.fromisoformat(job["expires_at"]) == created + timedelta(hours=1)
+    bad = rota("enqueue", "email", "--expire-after", "soon", url=sqlite_url(db))
+    assert bad.code == 2 and len(bad.err_lines) == 1 and "--expire-after" in bad.err
+    assert on_store(db, lambda store: store.counts()).total(JobState.PENDING) == 1

@@ -30,7 +30,11 @@ from rota.domain.errors import (
 log = logging.getLogger("rota.api")
 
 #: The API's names for JobSpec fields that it receives under another name.
-API_FIELD_NAMES = {"delay": "delay_seconds", "timeout": "timeout_seconds"}
+API_FIELD_NAMES = {
+    "delay": "delay_seconds",
+    "timeout": "timeout_seconds",
+    "expire_after": "expire_after_seconds",
+}
 STORE_RETRY_AFTER_SECONDS = 5
 
 

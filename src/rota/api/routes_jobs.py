@@ -144,6 +144,10 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
             unique_key=body.unique_key,
             max_attempts=body.max_attempts,
             timeout=body.timeout_seconds,
+            expires_at=None
+            if body.expires_at is None
+            else parse_instant("expires_at", body.expires_at),
+            expire_after=body.expire_after_seconds,
         )
         if result.duplicate:
             response.status_code = 200

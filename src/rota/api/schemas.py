@@ -85,6 +85,15 @@ class JobCreate(_Request):
                     }
                 },
                 {
+                    "not": {
+                        "required": ["expires_at", "expire_after_seconds"],
+                        "properties": {
+                            "expires_at": {"type": "string"},
+                            "expire_after_seconds": {"type": "number"},
+                        },
+                    }
+                },
+                {
                     "if": {
                         "required": ["every_seconds"],
                         "properties": {"every_seconds": {"type": "number"}},
@@ -97,6 +106,8 @@ class JobCreate(_Request):
                                 "run_at",
                                 "unique_key",
                                 "timeout_seconds",
+                                "expires_at",
+                                "expire_after_seconds",
                             )
                         }
                     },
@@ -124,6 +135,21 @@ class JobCreate(_Request):
             "pattern": "^" + SAFE_YEARS_PATTERN + INSTANT_PATTERN.pattern[len("[0-9]{4}") :] + "$",
             "maxLength": MAX_INSTANT_LENGTH,
         },
+    )
+    expires_at: str | None = Field(
+        default=None,
+        description="Never start the job at or after this ISO 8601 instant (an explicit UTC "
+        'offset): if it is still waiting then, it ends cancelled with last_error "expired".',
+        json_schema_extra={
+            "format": "date-time",
+            "pattern": "^" + SAFE_YEARS_PATTERN + INSTANT_PATTERN.pattern[len("[0-9]{4}") :] + "$",
+            "maxLength": MAX_INSTANT_LENGTH,
+        },
+    )
+    expire_after_seconds: float | None = Field(
+        default=None,
+        description="Like expires_at, this many seconds from now (> 0, at most 100 years).",
+        json_schema_extra={"exclusiveMinimum": 0, "maximum": MAX_DELAY.total_seconds()},
     )
     every_seconds: float | None = Field(
         default=None,
@@ -234,6 +260,8 @@ class JobFields(BaseModel):
     schedule: str | None
     slot_at: datetime | None
     timeout_seconds: float | None
+    #: No attempt starts at or after this instant (null: the job never expires).
+    expires_at: datetime | None = None
     #: Expired leases under which its handler had started; above 0 it is a crash suspect.
     crashes: int
     #: Why the job is a crash suspect and when it runs alone, or null.
@@ -401,6 +429,7 @@ def job_out(job: Job) -> dict[str, Any]:
         "schedule": job.schedule,
         "slot_at": job.slot_at,
         "timeout_seconds": job.timeout.total_seconds() if job.timeout is not None else None,
+        "expires_at": job.expires_at,
         "crashes": job.crashes,
         "quarantine": blame.quarantine(job),
         "payload": job.payload,

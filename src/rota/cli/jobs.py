@@ -40,6 +40,11 @@ from rota.store.base import WorkerInfo
 )
 @click.option("--tenant", envvar="ROTA_TENANT", help="Whose work this is (fairness, limits).")
 @click.option(
+    "--expire-after",
+    envvar="ROTA_EXPIRE_AFTER",
+    help="Never start it after this long (1h, 30m): still waiting then, it ends cancelled.",
+)
+@click.option(
     "--max-attempts",
     envvar="ROTA_MAX_ATTEMPTS",
     type=int,
@@ -56,6 +61,7 @@ def enqueue(
     priority: int | None,
     unique_key: str | None,
     tenant: str | None,
+    expire_after: str | None,
     max_attempts: int | None,
     as_json: bool,
 ) -> None:
@@ -76,6 +82,9 @@ def enqueue(
         "unique_key": unique_key,
         "tenant": tenant,
         "max_attempts": max_attempts,
+        "expire_after": parse_duration(expire_after, what="--expire-after")
+        if expire_after
+        else None,
     }
     data = parse_json(payload)
     if target.app is not None:
@@ -430,6 +439,7 @@ def job_json(job: Job) -> dict[str, Any]:
         "schedule": job.schedule,
         "slot_at": _iso(job.slot_at),
         "timeout_seconds": job.timeout.total_seconds() if job.timeout else None,
+        "expires_at": _iso(job.expires_at),
         "last_error": job.last_error,
         "crashes": job.crashes,
         "quarantine": blame.quarantine(job),

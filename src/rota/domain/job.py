@@ -8,6 +8,7 @@ A job moves through one state machine (docs/architecture.md draws it)::
        │  └──snooze / release / lease expired (see rota.domain.blame)──┘
        │                  └──lease expired on the last attempt, running alone──> dead
        └──retry── dead, cancelled <──cancel── pending, running
+    pending ──expires_at passed──> cancelled ("expired")      succeeded ──rerun──> pending
 """
 
 from __future__ import annotations
@@ -105,6 +106,9 @@ class Outcome(StrEnum):
     LEASE_EXPIRED = "lease_expired"  #: the worker went silent past its lease
     CANCELLED = "cancelled"
 
+
+#: The last_error of a job cancelled because it expired before it could start.
+EXPIRED = "expired"
 
 #: A job whose worker died this often while running it runs alone from then on.
 ALONE_AFTER_CRASHES = 2
@@ -275,6 +279,11 @@ class JobSpec:
     #: The trace context of the code that enqueued the job (propagation headers such as
     #: ``traceparent``), for the execution's span to join that trace; None outside a trace.
     trace_context: Mapping[str, str] | None = field(default=None, repr=False)
+    #: No attempt starts at or after this instant: a job still pending then is cancelled
+    #: (last_error "expired"), even one that was due later. ``expire_after`` says the same
+    #: from the store's now.
+    expires_at: datetime | None = None
+    expire_after: timedelta | None = None
     payload_json: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -306,7 +315,20 @@ class JobSpec:
             object.__setattr__(self, "slot_at", _valid_instant("slot_at", self.slot_at))
         if self.trace_context is not None:
             object.__setattr__(self, "trace_context", valid_trace_context(self.trace_context))
+        if self.expires_at is not None or self.expire_after is not None:
+            self._check_expiry()
         object.__setattr__(self, "payload_json", encode_payload(self.payload))
+
+    def _check_expiry(self) -> None:
+        if self.expires_at is not None and self.expire_after is not None:
+            raise InvalidJob("expires_at", "give expires_at or expire_after, not both")
+        if self.expires_at is not None:
+            object.__setattr__(self, "expires_at", _valid_instant("expires_at", self.expires_at))
+        if self.expire_after is not None:
+            if not isinstance(self.expire_after, timedelta):
+                raise InvalidJob("expire_after", "must be a timedelta")
+            if self.expire_after <= timedelta(0) or self.expire_after > MAX_DELAY:
+                raise InvalidJob("expire_after", "must be positive and at most 100 years")
 
     def with_trace_context(self, carrier: Mapping[str, str]) -> JobSpec:
         """This spec carrying ``carrier`` as its trace context (checked as on construction;
@@ -314,6 +336,12 @@ class JobSpec:
         traced = copy.copy(self)
         object.__setattr__(traced, "trace_context", valid_trace_context(carrier))
         return traced
+
+    def expiry_at(self, now: datetime) -> datetime | None:
+        """When the job expires unless started, given the store's ``now`` (None: never)."""
+        if self.expire_after is not None:
+            return now + self.expire_after
+        return self.expires_at
 
     def due_at(self, now: datetime) -> datetime:
         """When the job becomes due, given the store's ``now``."""
@@ -467,6 +495,8 @@ class Job:
     crashes: int = 0
     #: The enqueuer's trace context (see JobSpec.trace_context).
     trace_context: dict[str, str] | None = None
+    #: No attempt starts at or after this instant (see JobSpec.expires_at).
+    expires_at: datetime | None = None
 
     @property
     def is_terminal(self) -> bool:
@@ -484,6 +514,10 @@ class Job:
 
     def is_due(self, now: datetime) -> bool:
         return self.state is JobState.PENDING and self.run_at <= now
+
+    def is_expired(self, now: datetime) -> bool:
+        """Whether no attempt may start at ``now``: its expires_at has come."""
+        return self.expires_at is not None and self.expires_at <= now
 
     @property
     def lease(self) -> Lease:

@@ -193,6 +193,8 @@ class RescueResult:
 
     dead: list[int] = field(default_factory=list)
     requeued: list[int] = field(default_factory=list)
+    #: Pending jobs cancelled as expired (``Store.expire``), by the rescuer that called both.
+    expired: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,7 +261,8 @@ class Store(Protocol):
         A spec whose ``unique_key`` is held by an active (pending or running) job is not
         inserted: its result is that job with ``duplicate=True``. A (schedule, slot_at) pair is
         unique across all states. Jobs due now wake sleeping workers. Every field of a spec
-        is kept, its ``trace_context`` included, and comes back from get, list and claim.
+        is kept, its ``trace_context`` and ``expires_at`` (from ``expire_after``: now + it)
+        included, and comes back from get, list and claim.
         """
         ...
 
@@ -273,8 +276,8 @@ class Store(Protocol):
         fair: bool = True,
         now: datetime | None = None,
     ) -> list[Job]:
-        """Lease up to ``limit`` jobs: due pending jobs and running jobs whose lease expired
-        with attempts left, highest priority first, then earliest run_at, then id; with
+        """Lease up to ``limit`` jobs: due pending jobs not expired (``expires_at`` unset or
+        after now) and running jobs whose lease expired with attempts left, highest priority first, then earliest run_at, then id; with
         ``fair``, tenants take turns (rota.domain.flow.interleave). Paused queues give nothing,
         and no job starts past a concurrency or rate limit of its queue, kind or tenant,
         however many workers claim at once.
@@ -419,6 +422,12 @@ class Store(Protocol):
         Each row is rewritten only if it still carries the token the rescuer observed, so a
         rescue never overwrites a job that completed or was re-claimed meanwhile.
         """
+        ...
+
+    async def expire(self, *, now: datetime | None = None, limit: int = 1000) -> list[int]:
+        """Cancel up to ``limit`` pending jobs whose ``expires_at`` has come (<= now), with
+        last_error "expired" (rota.domain.job.EXPIRED); return their ids, ascending. Claims
+        never take such a job, whether or not this ran yet."""
         ...
 
     async def prune(self, *, older_than: datetime, limit: int = 10_000) -> int:

@@ -33,6 +33,7 @@ from rota.domain.flow import (
     validate_queue,
 )
 from rota.domain.job import (
+    EXPIRED,
     FINISHED_STATES,
     MAX_ERROR_LENGTH,
     MAX_TRACEBACK_LENGTH,
@@ -227,6 +228,7 @@ class MemoryStore:
                 schedule=spec.schedule,
                 slot_at=spec.slot_at,
                 trace_context=None if spec.trace_context is None else dict(spec.trace_context),
+                expires_at=spec.expiry_at(at),
             )
             self._next_id += 1
             self._jobs[job.id] = job
@@ -337,7 +339,7 @@ class MemoryStore:
 
     def _is_claimable(self, job: Job, at: datetime) -> bool:
         if job.state is JobState.PENDING:
-            return job.run_at <= at
+            return job.run_at <= at and not job.is_expired(at)
         return (
             job.state is JobState.RUNNING
             and job.lease_until is not None
@@ -735,6 +737,19 @@ class MemoryStore:
             if requeued:
                 self._announce(at)
         return RescueResult(dead=dead, requeued=requeued)
+
+    async def expire(self, *, now: datetime | None = None, limit: int = 1000) -> list[int]:
+        with self._lock:
+            at = self._now(now)
+            expired = sorted(
+                job.id
+                for job in self._jobs.values()
+                if job.state is JobState.PENDING and job.is_expired(at)
+            )[: max(0, limit)]
+            for job_id in expired:
+                job = replace(self._jobs[job_id], last_error=EXPIRED)
+                self._finish(job, at, JobState.CANCELLED, Outcome.CANCELLED)
+            return expired
 
     async def prune(self, *, older_than: datetime, limit: int = 10_000) -> int:
         cutoff = utc(older_than)

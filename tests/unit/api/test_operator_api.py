@@ -118,3 +118,26 @@ async def test_rerun_runs_a_succeeded_job_again(api: httpx.AsyncClient, store: M
     assert (rerun.json()["state"], rerun.json()["attempt"]) == ("pending", 0)
     detail = (await api.get(f"/api/jobs/{result.job.id}")).json()
     assert [a["outcome"] for a in detail["attempts"]] == ["succeeded"]
+
+
+async def test_enqueue_with_an_expiry_shows_it_and_refuses_both_forms(
+    api: httpx.AsyncClient, store: MemoryStore, clock: FakeClock
+) -> None:
+    created = await api.post("/api/jobs", json={"kind": "email", "expire_after_seconds": 60})
+    assert created.status_code == 201
+    expected = (clock.now() + timedelta(seconds=60)).isoformat().replace("+00:00", "Z")
+    assert created.json()["expires_at"] == expected
+    fixed = await api.post(
+        "/api/jobs", json={"kind": "email", "expires_at": "2030-01-01T00:00:00Z"}
+    )
+    assert fixed.json()["expires_at"] == "2030-01-01T00:00:00Z"
+    both = await api.post(
+        "/api/jobs",
+        json={"kind": "email", "expires_at": "2030-01-01T00:00:00Z", "expire_after_seconds": 5},
+    )
+    assert both.status_code == 400
+    assert both.json() == {"error": "expires_at: give expires_at or expire_after, not both"}
+    negative = await api.post("/api/jobs", json={"kind": "email", "expire_after_seconds": -1})
+    assert negative.status_code == 400
+    assert negative.json()["error"].startswith("expire_after_seconds: must be positive")
+    assert await total_jobs(store) == 2

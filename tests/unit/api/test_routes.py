@@ -18,7 +18,7 @@ JOB_FIELDS = {
     "id", "kind", "queue", "state", "priority", "run_at", "attempt", "max_attempts", "tenant",
     "unique_key", "worker", "lease_until", "lease_token", "created_at", "started_at",
     "finished_at", "last_error", "schedule", "slot_at", "timeout_seconds", "crashes",
-    "quarantine", "payload",
+    "quarantine", "payload", "expires_at",
 }  # fmt: skip
 
 

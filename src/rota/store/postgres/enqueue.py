@@ -49,7 +49,8 @@ def enqueue_flow(specs: Sequence[JobSpec], now: datetime | None) -> Flow:
             spec = specs[index]
             if row is not None and (not is_keyed(spec) or row_matches_key(row, spec)):
                 job_id, run_at, created_at = row[0], row[1], row[2]
-                results[index] = EnqueueResult(new_job(spec, job_id, run_at, created_at))
+                job = new_job(spec, job_id, run_at, created_at, row[6])
+                results[index] = EnqueueResult(job)
                 row = next(inserted, None)
             else:
                 duplicates.append(index)
@@ -96,6 +97,8 @@ def enqueue_params(specs: Sequence[JobSpec], now: datetime | None) -> dict[str, 
         "schedule": [s.schedule for s in specs],
         "slot_at": [s.slot_at for s in specs],
         "trace_context": [trace_context_json(s) for s in specs],
+        "expires_at": [s.expires_at for s in specs],
+        "expire_after_us": [us(s.expire_after) if s.expire_after else None for s in specs],
     }
 
 
@@ -125,7 +128,13 @@ def row_matches_key(row: Row, spec: JobSpec) -> bool:
     return bool(row[3] == spec.unique_key)
 
 
-def new_job(spec: JobSpec, job_id: int, run_at: datetime, created_at: datetime) -> Job:
+def new_job(
+    spec: JobSpec,
+    job_id: int,
+    run_at: datetime,
+    created_at: datetime,
+    expires_at: datetime | None,
+) -> Job:
     """The job just inserted for ``spec``: everything else is what the spec said."""
     return Job(
         id=job_id,
@@ -144,6 +153,7 @@ def new_job(spec: JobSpec, job_id: int, run_at: datetime, created_at: datetime) 
         schedule=spec.schedule,
         slot_at=spec.slot_at,
         trace_context=None if spec.trace_context is None else dict(spec.trace_context),
+        expires_at=expires_at,
     )
 
 
@@ -156,6 +166,7 @@ def copy_line(job_id: int, spec: JobSpec, now: datetime, now_text: str) -> str:
     tenant = spec.tenant if spec.tenant is not None else COPY_NULL
     timeout = str(us(spec.timeout)) if spec.timeout is not None else COPY_NULL
     due = now_text if spec.run_at is None and spec.delay is None else spec.due_at(now).isoformat()
+    expires = spec.expiry_at(now)
     fields = (
         str(job_id),
         spec.kind,
@@ -168,6 +179,7 @@ def copy_line(job_id: int, spec: JobSpec, now: datetime, now_text: str) -> str:
         timeout,
         now_text,
         traced.replace("\\", "\\\\") if traced is not None else COPY_NULL,
+        expires.isoformat() if expires is not None else COPY_NULL,
     )
     return "\t".join(fields) + "\n"
 
@@ -187,7 +199,7 @@ async def copy_jobs(
             chunk = zip(ids[start : start + 5_000], specs[start : start + 5_000], strict=True)
             await copy.write("".join(copy_line(i, spec, at, at_text) for i, spec in chunk))
     return [
-        EnqueueResult(new_job(spec, job_id, spec.due_at(at), at))
+        EnqueueResult(new_job(spec, job_id, spec.due_at(at), at, spec.expiry_at(at)))
         for job_id, spec in zip(ids, specs, strict=True)
     ]
 

@@ -13,7 +13,7 @@ from rota.domain.job import ALONE_AFTER_CRASHES
 JOB_COLUMNS = (
     "id, kind, queue, payload, state, priority, run_at, attempt, max_attempts, created_at, "
     "tenant, unique_key, timeout_us, lease_token, lease_until, worker, started_at, "
-    "finished_at, last_error, schedule, slot_at, crashes, trace_context"
+    "finished_at, last_error, schedule, slot_at, crashes, trace_context, expires_at"
 )
 
 #: A schedule's columns (alias s) and its last job's state (alias j), in the order

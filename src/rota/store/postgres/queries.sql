@@ -15,21 +15,24 @@ SELECT coalesce(%(now)s::timestamptz, now());
 -- One statement for a whole batch. ON CONFLICT DO NOTHING turns a duplicate unique key (or
 -- schedule slot) into "not inserted"; the caller then looks up the job that holds it.
 INSERT INTO rota_jobs (kind, queue, payload, priority, run_at, max_attempts, tenant,
-                       unique_key, timeout_us, schedule, slot_at, created_at, trace_context)
+                       unique_key, timeout_us, schedule, slot_at, created_at, trace_context,
+                       expires_at)
 SELECT i.kind, i.queue, i.payload::json, i.priority,
        coalesce(i.run_at, coalesce(%(now)s::timestamptz, now()) + i.delay_us * interval '1 microsecond'),
        i.max_attempts, i.tenant, i.unique_key, i.timeout_us, i.schedule, i.slot_at,
-       coalesce(%(now)s::timestamptz, now()), i.trace_context::json
+       coalesce(%(now)s::timestamptz, now()), i.trace_context::json,
+       coalesce(i.expires_at, coalesce(%(now)s::timestamptz, now()) + i.expire_after_us * interval '1 microsecond')
 FROM unnest(%(kind)s::text[], %(queue)s::text[], %(payload)s::text[], %(priority)s::smallint[],
             %(run_at)s::timestamptz[], %(delay_us)s::bigint[], %(max_attempts)s::int[],
             %(tenant)s::text[], %(unique_key)s::text[], %(timeout_us)s::bigint[],
-            %(schedule)s::text[], %(slot_at)s::timestamptz[], %(trace_context)s::text[])
+            %(schedule)s::text[], %(slot_at)s::timestamptz[], %(trace_context)s::text[],
+            %(expires_at)s::timestamptz[], %(expire_after_us)s::bigint[])
      WITH ORDINALITY AS i(kind, queue, payload, priority, run_at, delay_us, max_attempts,
                           tenant, unique_key, timeout_us, schedule, slot_at, trace_context,
-                          ord)
+                          expires_at, expire_after_us, ord)
 ORDER BY i.ord
 ON CONFLICT DO NOTHING
-RETURNING id, run_at, created_at, unique_key, schedule, slot_at;
+RETURNING id, run_at, created_at, unique_key, schedule, slot_at, expires_at;
 
 -- name: existing_for_keys
 -- The active job holding each unique key, and the job of each schedule slot.
@@ -45,7 +48,7 @@ SELECT coalesce(%(now)s::timestamptz, now()),
 
 -- name: copy_jobs
 COPY rota_jobs (id, kind, queue, payload, priority, run_at, max_attempts, tenant, timeout_us,
-                created_at, trace_context) FROM STDIN;
+                created_at, trace_context, expires_at) FROM STDIN;
 
 -- name: _candidates
 -- The jobs a claim may take, locked, as the CTE "chosen" (ids, in claim order) over
@@ -116,6 +119,8 @@ WITH RECURSIVE open_queues AS MATERIALIZED (
         WHERE j.state = 'pending' AND j.queue = g.queue AND coalesce(j.tenant, '') = g.tenant
           AND j.priority = g.priority
           AND j.run_at <= coalesce(%(now)s::timestamptz, now())
+          -- An expired job is never started, whether or not the rescuer cancelled it yet.
+          AND (j.expires_at IS NULL OR j.expires_at > coalesce(%(now)s::timestamptz, now()))
           AND j.kind <> ALL(%(blocked_kinds)s::text[])
           AND coalesce(j.tenant, '') <> ALL(%(blocked_tenants)s::text[])
         ORDER BY j.run_at, j.id
@@ -442,6 +447,24 @@ WHERE j.id = expired.id AND j.state = 'running' AND j.lease_token = expired.leas
 RETURNING j.id, j.state, j.queue, j.run_at
 ), tally AS ({tally}), {wake}
 SELECT id, state FROM done, woke;
+
+-- name: expire
+-- Pending jobs past their expires_at, by its partial index: cancelled, never started.
+WITH expiring AS MATERIALIZED (
+    SELECT id FROM rota_jobs
+    WHERE state = 'pending' AND expires_at IS NOT NULL
+      AND expires_at <= coalesce(%(now)s::timestamptz, now())
+    ORDER BY expires_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), done AS (
+UPDATE rota_jobs j SET state = 'cancelled', finished_at = coalesce(%(now)s::timestamptz, now()),
+    last_error = %(reason)s
+FROM expiring
+WHERE j.id = expiring.id AND j.state = 'pending'
+RETURNING j.id, j.state
+), tally AS ({tally})
+SELECT id FROM done;
 
 -- name: prune
 -- Oldest ids first, at most %(limit)s. The per-minute tally says whether any job finished

@@ -38,6 +38,7 @@ def row_to_job(row: Row) -> Job:
         slot_at=row[20],
         crashes=row[21],
         trace_context=row[22],
+        expires_at=row[23],
     )
 
 

@@ -34,6 +34,7 @@ from rota.domain.flow import (
     validate_queue,
 )
 from rota.domain.job import (
+    EXPIRED,
     MAX_ERROR_LENGTH,
     MAX_TRACEBACK_LENGTH,
     Attempt,
@@ -660,6 +661,12 @@ class PostgresStore:
         dead = sorted(job_id for job_id, state in rows if state == "dead")
         requeued = sorted(job_id for job_id, state in rows if state == "pending")
         return RescueResult(dead=dead, requeued=requeued)
+
+    async def expire(self, *, now: datetime | None = None, limit: int = 1000) -> list[int]:
+        rows = await self._fetch(
+            "expire", {"now": self._now(now), "limit": limit, "reason": EXPIRED}
+        )
+        return sorted(row[0] for row in rows)
 
     async def prune(self, *, older_than: datetime, limit: int = 10_000) -> int:
         async with self._connection() as conn:

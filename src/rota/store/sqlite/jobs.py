@@ -14,6 +14,7 @@ from typing import Any
 
 from rota.domain.errors import JobNotFound, JobRunning, StateConflict
 from rota.domain.job import (
+    EXPIRED,
     FINISHED_STATES,
     RETRYABLE_STATES,
     Attempt,
@@ -56,8 +57,8 @@ _ACTIVE = frozenset({JobState.PENDING, JobState.RUNNING})
 _INSERT = f"""
 INSERT INTO rota_jobs (kind, queue, payload, state, priority, run_at, attempt, max_attempts,
                        tenant, unique_key, timeout_us, created_at, schedule, slot_at,
-                       trace_context)
-VALUES (?, ?, ?, 'pending', ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?)
+                       trace_context, expires_at)
+VALUES (?, ?, ?, 'pending', ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT DO NOTHING
 RETURNING {JOB_COLUMNS}
 """
@@ -82,6 +83,7 @@ def enqueue(
         existing = _holder(conn, spec, slot_us) if keyed else None
         row = None
         if existing is None:
+            expires_at = spec.expiry_at(at)
             row = conn.execute(
                 _INSERT,
                 (
@@ -98,6 +100,7 @@ def enqueue(
                     spec.schedule,
                     slot_us,
                     None if spec.trace_context is None else json.dumps(spec.trace_context),
+                    None if expires_at is None else to_us(expires_at),
                 ),
             ).fetchone()
         if row is not None:
@@ -439,6 +442,21 @@ def attempts(conn: sqlite3.Connection, job_id: int) -> list[Attempt]:
 
 
 # ------------------------------------------------------------------ maintenance
+
+
+def expire(conn: sqlite3.Connection, limit: int, at: datetime) -> list[int]:
+    """Cancel up to ``limit`` pending jobs whose expires_at has come; see ``Store.expire``."""
+    if limit <= 0:
+        return []
+    at_us = to_us(at)
+    rows = conn.execute(
+        "UPDATE rota_jobs SET state = 'cancelled', finished_at = ?, last_error = ? "
+        "WHERE id IN (SELECT id FROM rota_jobs INDEXED BY rota_jobs_expiring "
+        "WHERE state = 'pending' AND expires_at IS NOT NULL AND expires_at <= ? "
+        "ORDER BY expires_at, id LIMIT ?) RETURNING id",
+        (at_us, EXPIRED, at_us, clamp(limit)),
+    ).fetchall()
+    return sorted(job_id for (job_id,) in rows)
 
 
 def prune(conn: sqlite3.Connection, older_than: datetime, limit: int) -> int:

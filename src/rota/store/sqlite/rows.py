@@ -24,7 +24,7 @@ _MICROSECOND = timedelta(microseconds=1)
 JOB_COLUMNS = (
     "id, kind, queue, payload, state, priority, run_at, attempt, max_attempts, created_at, "
     "tenant, unique_key, timeout_us, lease_token, lease_until, worker, started_at, finished_at, "
-    "last_error, schedule, slot_at, crashes, trace_context"
+    "last_error, schedule, slot_at, crashes, trace_context, expires_at"
 )
 ATTEMPT_COLUMNS = "attempt, token, worker, started_at, finished_at, outcome, error, traceback"
 WORKER_COLUMNS = "name, host, pid, queues, concurrency, started_at, beat_at"
@@ -55,7 +55,7 @@ def job_from_row(row: Sequence[Any]) -> Job:
     (
         job_id, kind, queue, payload, state, priority, run_at, attempt, max_attempts, created_at,
         tenant, unique_key, timeout_us, lease_token, lease_until, worker, started_at, finished_at,
-        last_error, schedule, slot_at, crashes, trace_context,
+        last_error, schedule, slot_at, crashes, trace_context, expires_at,
     ) = row  # fmt: skip
     return Job(
         id=job_id,
@@ -81,6 +81,7 @@ def job_from_row(row: Sequence[Any]) -> Job:
         slot_at=_maybe_instant(slot_at),
         crashes=crashes,
         trace_context=None if trace_context is None else json.loads(trace_context),
+        expires_at=_maybe_instant(expires_at),
     )
 
 

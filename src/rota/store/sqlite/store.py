@@ -349,6 +349,9 @@ class SqliteStore:
             self._woken(self._at(now))
         return result
 
+    async def expire(self, *, now: datetime | None = None, limit: int = 1000) -> list[int]:
+        return await self._db.write(lambda conn: jobs.expire(conn, limit, self._at(now)))
+
     async def prune(self, *, older_than: datetime, limit: int = 10_000) -> int:
         cutoff = utc(older_than)
         return await self._db.write(lambda conn: jobs.prune(conn, cutoff, limit))
