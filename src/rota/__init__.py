@@ -29,6 +29,7 @@ from rota.domain.retry import RetryPolicy
 from rota.domain.schedule import Misfire, Overlap, Rule, ScheduleSpec
 from rota.domain.schedule_state import Schedule
 from rota.runtime.context import JobContext
+from rota.runtime.hooks import JobResult
 from rota.runtime.worker import Worker, WorkerSettings
 from rota.store import JobFilter
 from rota.store.base import LimitInfo, QueueInfo
@@ -47,6 +48,7 @@ __all__ = [
     "JobContext",
     "JobFilter",
     "JobNotFound",
+    "JobResult",
     "JobRunning",
     "JobSpec",
     "JobState",

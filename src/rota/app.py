@@ -37,6 +37,7 @@ from rota.domain.job import (
 from rota.domain.retry import RetryPolicy
 from rota.domain.schedule import Misfire, Overlap, Rule, ScheduleSpec
 from rota.observability.metrics import Metrics, serve_metrics
+from rota.runtime.hooks import Hook, Hooks, Middleware
 from rota.runtime.registry import Handler, Registry
 from rota.runtime.scheduler import MAX_WAIT, PUSHED_MAX_WAIT, Scheduler
 from rota.runtime.services import Service
@@ -46,6 +47,8 @@ from rota.store import JobFilter, Page, Store, open_store, redact_url
 from rota.store.base import MAX_BULK, LimitInfo, QueueInfo
 
 H = TypeVar("H", bound=Handler)
+M = TypeVar("M", bound=Middleware)
+K = TypeVar("K", bound=Hook)
 
 log = logging.getLogger("rota")
 
@@ -80,6 +83,8 @@ class App:
             raise InvalidInput("give App a database URL (e.g. sqlite:///rota.db) or a store")
         self.database_url = database_url or "memory://"
         self.registry = Registry()
+        #: Middleware and outcome hooks (``@app.middleware``, ``@app.on_success``, ...).
+        self.hooks = Hooks()
         self.metrics = metrics or Metrics()
         self._clock = clock
         self._store = store
@@ -124,6 +129,33 @@ class App:
             return handler
 
         return register
+
+    def middleware(self, middleware: M) -> M:
+        """Register ``async def middleware(ctx, call_next)`` around every handler execution:
+        ``return await call_next()`` runs the rest (later middleware, then the handler) and
+        returns its value. The first registered is outermost. It may not keep a stopped job
+        running: a lease lost (or a shutdown) stops the job whatever it does with the
+        cancellation. See docs/concepts/hooks.md for the order and the rules."""
+        self.hooks.add_middleware(middleware)
+        return middleware
+
+    def on_success(self, hook: K) -> K:
+        """Register ``hook(ctx, result)`` (async or plain ``def``), run in the worker after a
+        job's success was recorded. A hook that raises is logged in one line; the outcome
+        stands."""
+        self.hooks.add("success", hook)
+        return hook
+
+    def on_failure(self, hook: K) -> K:
+        """Register ``hook(ctx, result)``, run after an attempt failed and the job will be
+        retried (``result.retry_in`` later): the retry hook."""
+        self.hooks.add("failure", hook)
+        return hook
+
+    def on_dead(self, hook: K) -> K:
+        """Register ``hook(ctx, result)``, run after a job failed for good (dead): alerting."""
+        self.hooks.add("dead", hook)
+        return hook
 
     def schedule(
         self,
@@ -561,7 +593,14 @@ class App:
         ``options`` are WorkerSettings fields, with durations accepted as seconds."""
         store = store or self.store
         settings = settings or _settings(options, default_poll=POLL_BY_SCHEME.get(self.scheme))
-        worker = Worker(store, self.registry, settings, clock=self._clock, metrics=self.metrics)
+        worker = Worker(
+            store,
+            self.registry,
+            settings,
+            clock=self._clock,
+            metrics=self.metrics,
+            hooks=self.hooks,
+        )
         worker.add_service(self.scheduler(store))
         for factory in self._services:
             worker.add_service(factory(store, worker))

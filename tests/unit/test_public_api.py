@@ -16,6 +16,7 @@ PUBLIC = [
     "JobContext",
     "JobFilter",
     "JobNotFound",
+    "JobResult",
     "JobRunning",
     "JobSpec",
     "JobState",
