@@ -32,6 +32,7 @@ from rota.domain.job import (
     EnqueueResult,
     Job,
     JobSpec,
+    JobState,
     check_known_kind,
 )
 from rota.domain.retry import RetryPolicy
@@ -402,6 +403,9 @@ class App:
         timeout: timedelta | float | None = None,  # noqa: ASYNC109 (the job's timeout, not ours)
         expires_at: datetime | None = None,
         expire_after: timedelta | float | None = None,
+        unique_for: timedelta | float | None = None,
+        unique_states: Iterable[JobState | str] | None = None,
+        on_conflict: str = "skip",
         connection: Any = None,
     ) -> EnqueueResult:
         """Enqueue one job; returns it and whether an active job already held ``unique_key``.
@@ -409,6 +413,11 @@ class App:
         ``expires_at`` (or ``expire_after``, from the store's now; seconds or a timedelta):
         no attempt starts at or after it, and a job still waiting then ends cancelled with
         last_error "expired".
+
+        ``unique_for`` (a period from this enqueue) and ``unique_states`` (by default pending,
+        running and succeeded) hold ``unique_key`` beyond the active states, say to dedupe a
+        webhook for a day; ``on_conflict="replace"`` makes a second enqueue update a holder
+        still pending (payload and run_at: a debounce) instead of only reporting it.
 
         With ``connection`` (a psycopg AsyncConnection on the same PostgreSQL database) the job
         is written inside that connection's transaction: it exists only if that commits.
@@ -427,6 +436,9 @@ class App:
             timeout=timeout,
             expires_at=expires_at,
             expire_after=expire_after,
+            unique_for=unique_for,
+            unique_states=unique_states,
+            on_conflict=on_conflict,
         )
         store = await self.open()
         if connection is not None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -247,11 +247,14 @@ def job_spec(
     timeout: timedelta | float | None = None,
     expires_at: datetime | None = None,
     expire_after: timedelta | float | None = None,
+    unique_for: timedelta | float | None = None,
+    unique_states: Iterable[JobState | str] | None = None,
+    on_conflict: str = "skip",
 ) -> JobSpec:
     """A validated JobSpec; ``defaults`` fill what is not given (None payload means {}).
 
-    ``delay``, ``timeout`` and ``expire_after`` accept seconds as a number. Raises InvalidJob
-    naming the field.
+    ``delay``, ``timeout``, ``expire_after`` and ``unique_for`` accept seconds as a number.
+    Raises InvalidJob naming the field.
     """
     base = defaults or KindDefaults()
     spec = JobSpec(
@@ -267,6 +270,9 @@ def job_spec(
         timeout=base.timeout if timeout is None else _seconds(timeout, "timeout"),
         expires_at=expires_at,
         expire_after=_seconds(expire_after, "expire_after"),
+        unique_for=_seconds(unique_for, "unique_for"),
+        unique_states=_states(unique_states),
+        on_conflict=on_conflict,
     )
     return tracing.created(spec)
 
@@ -332,6 +338,18 @@ def limit_target(scope: LimitScope | str, key: str) -> tuple[LimitScope, str]:
         except InvalidJob as error:
             raise InvalidInput(f"limit key: {error.reason}") from None
     return target, key
+
+
+def _states(states: Iterable[JobState | str] | None) -> frozenset[JobState] | None:
+    if states is None:
+        return None
+    if isinstance(states, str):
+        raise InvalidJob("unique_states", "must be a collection of job states")
+    try:
+        return frozenset(JobState(state) for state in states)
+    except (TypeError, ValueError):
+        names = ", ".join(state.value for state in JobState)
+        raise InvalidJob("unique_states", f"must be job states ({names})") from None
 
 
 def _seconds(value: timedelta | float | None, field: str) -> timedelta | None:

@@ -319,3 +319,98 @@ async def test_expiry_holds_for_a_large_batch(store: Store, clock: FakeClock) ->
     clock.advance(timedelta(seconds=30))
     assert await claim_one(store) is None
     assert len(await store.expire(limit=5_000)) == 2_100
+
+
+# ---------------------------------------------------------------------- unique keys over time
+
+
+async def _complete_next(store: Store) -> None:
+    claimed = await claim_one(store)
+    assert claimed is not None
+    await store.complete(claimed.lease)
+
+
+async def test_a_key_held_for_a_period_dedupes_a_succeeded_job_until_it_ends(
+    store: Store, clock: FakeClock
+) -> None:
+    webhook = await add(store, unique_key="hook:1", unique_for=timedelta(hours=24))
+    await _complete_next(store)
+    clock.advance(timedelta(hours=23))
+    [again] = await store.enqueue(
+        [JobSpec(kind="a", unique_key="hook:1", unique_for=timedelta(hours=24))]
+    )
+    assert again.duplicate and again.job.id == webhook.id
+    assert again.job.state is JobState.SUCCEEDED
+    clock.advance(timedelta(hours=1))  # 24 h from the first enqueue: the hold has ended
+    [later] = await store.enqueue(
+        [JobSpec(kind="a", unique_key="hook:1", unique_for=timedelta(hours=24))]
+    )
+    assert not later.duplicate and later.job.id != webhook.id
+
+
+async def test_a_hold_covers_only_the_states_it_names(store: Store, clock: FakeClock) -> None:
+    dead_states = frozenset({JobState.DEAD})
+    failing = await add(store, unique_key="k", unique_states=dead_states, max_attempts=1)
+    claimed = await claim_one(store)
+    assert claimed is not None
+    await store.fail(claimed.lease, error="boom", retry_in=timedelta(0))
+    clock.advance(timedelta(days=400))  # unique_states alone: held for good
+    [held] = await store.enqueue([JobSpec(kind="a", unique_key="k", unique_states=dead_states)])
+    assert held.duplicate and held.job.id == failing.id
+    plain = await add(store, unique_key="k")  # a plain key only looks at active jobs
+    assert plain.id != failing.id
+    default = await add(store, unique_key="d", unique_for=timedelta(hours=1))
+    await store.cancel(default.id)  # by default succeeded holds, cancelled does not
+    [fresh] = await store.enqueue(
+        [JobSpec(kind="a", unique_key="d", unique_for=timedelta(hours=1))]
+    )
+    assert not fresh.duplicate
+
+
+async def test_concurrent_enqueues_of_a_held_key_insert_one_job(store: Store) -> None:
+    spec = JobSpec(kind="a", unique_key="once", unique_for=timedelta(hours=1))
+    results = await asyncio.gather(*(store.enqueue([spec]) for _ in range(8)))
+    inserted = [r for [r] in results if not r.duplicate]
+    assert len(inserted) == 1
+    assert {r.job.id for [r] in results} == {inserted[0].job.id}
+    await _complete_next(store)
+    again = await asyncio.gather(*(store.enqueue([spec]) for _ in range(8)))
+    assert all(r.duplicate and r.job.id == inserted[0].job.id for [r] in again)
+
+
+async def test_replace_updates_the_waiting_jobs_payload_and_run_at(
+    store: Store, clock: FakeClock
+) -> None:
+    first = await add(store, unique_key="debounce", payload={"n": 1}, delay=timedelta(seconds=30))
+    clock.advance(timedelta(seconds=10))
+    spec = JobSpec(
+        kind="a",
+        unique_key="debounce",
+        payload={"n": 2},
+        delay=timedelta(seconds=30),
+        on_conflict="replace",
+    )
+    [replaced] = await store.enqueue([spec])
+    assert (replaced.duplicate, replaced.replaced, replaced.job.id) == (True, True, first.id)
+    assert replaced.job.payload == {"n": 2}
+    assert replaced.job.run_at == clock.now() + timedelta(seconds=30)
+    assert await store.get(first.id) == replaced.job
+    clock.advance(timedelta(seconds=30))
+    running = await claim_one(store)
+    assert running is not None and running.payload == {"n": 2}
+    [kept] = await store.enqueue([spec])  # a running holder is not changed
+    assert (kept.duplicate, kept.replaced) == (True, False)
+    assert (await store.get(first.id)).payload == {"n": 2}
+
+
+def test_holds_and_replace_need_a_unique_key() -> None:
+    with pytest.raises(InvalidJob, match="unique_key"):
+        JobSpec(kind="a", unique_for=timedelta(hours=1))
+    with pytest.raises(InvalidJob, match="unique_key"):
+        JobSpec(kind="a", on_conflict="replace")
+    with pytest.raises(InvalidJob, match="on_conflict"):
+        JobSpec(kind="a", unique_key="k", on_conflict="merge")
+    with pytest.raises(InvalidJob, match="unique_for"):
+        JobSpec(kind="a", unique_key="k", unique_for=timedelta(0))
+    spec = JobSpec(kind="a", unique_key="k", unique_states=frozenset({JobState.DEAD}))
+    assert spec.unique_states == {JobState.PENDING, JobState.RUNNING, JobState.DEAD}

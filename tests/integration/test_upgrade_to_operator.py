@@ -47,8 +47,11 @@ async def test_sqlite_at_009_migrates_to_011_and_keeps_its_jobs(tmp_path: Path) 
 async def test_postgres_at_009_migrates_to_011_and_keeps_its_jobs(pg_url: str) -> None:
     # The test database comes migrated: take it back to 009 (undo 011), with a job in it.
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute("DROP INDEX rota_jobs_expiring")
-        conn.execute("ALTER TABLE rota_jobs DROP COLUMN expires_at")
+        conn.execute("DROP INDEX rota_jobs_expiring, rota_jobs_unique_held")
+        conn.execute(
+            "ALTER TABLE rota_jobs DROP COLUMN expires_at, DROP COLUMN unique_until, "
+            "DROP COLUMN unique_states"
+        )
         conn.execute("DELETE FROM rota_migrations WHERE version = '011_operator'")
         conn.execute(
             "INSERT INTO rota_jobs (kind, queue, payload, run_at, max_attempts, created_at) "

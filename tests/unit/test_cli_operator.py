@@ -137,3 +137,34 @@ def test_enqueue_expire_after_sets_the_expiry(tmp_path: Path) -> None:
     bad = rota("enqueue", "email", "--expire-after", "soon", url=sqlite_url(db))
     assert bad.code == 2 and len(bad.err_lines) == 1 and "--expire-after" in bad.err
     assert on_store(db, lambda store: store.counts()).total(JobState.PENDING) == 1
+
+
+def test_enqueue_unique_for_dedupes_a_succeeded_job_and_replace_updates_a_waiting_one(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "ops.db"
+    url = sqlite_url(db)
+    first = rota("enqueue", "hook", "--unique-key", "h", "--unique-for", "24h", "--json", url=url)
+    job_id = json.loads(first.out)["id"]
+
+    async def finish(store: Store) -> None:
+        [claimed] = await store.claim("w", queues=["default"], limit=1, lease=timedelta(seconds=30))
+        await store.complete(claimed.lease)
+
+    on_store(db, finish)
+    again = rota("enqueue", "hook", "--unique-key", "h", "--unique-for", "24h", url=url)
+    assert again.code == 0
+    assert again.out.startswith(f"job {job_id} succeeded") and "duplicate" in again.out
+    waiting = rota("enqueue", "sync", "--unique-key", "s", "--delay", "1m", "--json", url=url)
+    replaced = rota(
+        "enqueue", "sync", "--unique-key", "s", "--payload", '{"v": 2}', "--replace", "--json",
+        url=url,
+    )  # fmt: skip
+    shown = json.loads(replaced.out)
+    assert (shown["id"], shown["replaced"], shown["payload"]) == (
+        json.loads(waiting.out)["id"],
+        True,
+        {"v": 2},
+    )
+    bad = rota("enqueue", "sync", "--replace", url=url)
+    assert bad.code == 2 and bad.err_lines == ["error: on_conflict: needs a unique_key"]

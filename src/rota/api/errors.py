@@ -34,6 +34,7 @@ API_FIELD_NAMES = {
     "delay": "delay_seconds",
     "timeout": "timeout_seconds",
     "expire_after": "expire_after_seconds",
+    "unique_for": "unique_for_seconds",
 }
 STORE_RETRY_AFTER_SECONDS = 5
 

@@ -117,7 +117,11 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
         status_code=201,
         response_model=JobCreated | ScheduleOut,
         responses={
-            200: {"model": JobCreated, "description": "An active job held the unique key."},
+            200: {
+                "model": JobCreated,
+                "description": "A job held the unique key (and took this payload and run_at "
+                'with on_conflict "replace").',
+            },
             **errors(400, 401, 403, 409, 413, 415, 503),
         },
         openapi_extra=json_body(JobCreate),
@@ -148,10 +152,15 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
             if body.expires_at is None
             else parse_instant("expires_at", body.expires_at),
             expire_after=body.expire_after_seconds,
+            unique_for=body.unique_for_seconds,
+            unique_states=body.unique_states,
+            on_conflict=body.on_conflict or "skip",
         )
         if result.duplicate:
             response.status_code = 200
-        return JobCreated(**job_out(result.job), duplicate=result.duplicate)
+        return JobCreated(
+            **job_out(result.job), duplicate=result.duplicate, replaced=result.replaced
+        )
 
     @router.get("/api/jobs/count", response_model=JobCount, responses=errors(400, 401, 503))
     async def count_jobs(

@@ -67,6 +67,20 @@ class _Request(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
 
 
+#: Holding a key over time and replacing its holder need a unique_key to hold.
+_NEEDS_UNIQUE_KEY: list[Any] = [
+    {
+        "if": {"required": [field], "properties": {field: condition}},
+        "then": {"required": ["unique_key"], "properties": {"unique_key": {"type": "string"}}},
+    }
+    for field, condition in (
+        ("unique_for_seconds", {"type": "number"}),
+        ("unique_states", {"type": "array"}),
+        ("on_conflict", {"const": "replace"}),
+    )
+]
+
+
 class JobCreate(_Request):
     """POST /api/jobs: a job to enqueue. Omitted fields take the kind's defaults."""
 
@@ -84,6 +98,7 @@ class JobCreate(_Request):
                         },
                     }
                 },
+                *_NEEDS_UNIQUE_KEY,
                 {
                     "not": {
                         "required": ["expires_at", "expire_after_seconds"],
@@ -108,6 +123,9 @@ class JobCreate(_Request):
                                 "timeout_seconds",
                                 "expires_at",
                                 "expire_after_seconds",
+                                "unique_for_seconds",
+                                "unique_states",
+                                "on_conflict",
                             )
                         }
                     },
@@ -148,8 +166,24 @@ class JobCreate(_Request):
     )
     expire_after_seconds: float | None = Field(
         default=None,
-        description="Like expires_at, this many seconds from now (> 0, at most 100 years).",
-        json_schema_extra={"exclusiveMinimum": 0, "maximum": MAX_DELAY.total_seconds()},
+        description="Like expires_at, this many seconds from now (one microsecond to 100 years).",
+        json_schema_extra={"minimum": 1e-6, "maximum": MAX_DELAY.total_seconds()},
+    )
+    unique_for_seconds: float | None = Field(
+        default=None,
+        description="Hold unique_key for this many seconds from this enqueue, also in the "
+        "states of unique_states (by default pending, running and succeeded).",
+        json_schema_extra={"minimum": 1e-6, "maximum": MAX_DELAY.total_seconds()},
+    )
+    unique_states: list[StateName] | None = Field(
+        default=None,
+        description="The states in which a job holds unique_key (pending and running always); "
+        "without unique_for_seconds, for good.",
+    )
+    on_conflict: Literal["skip", "replace"] | None = Field(
+        default=None,
+        description='"replace": a job still pending that holds unique_key takes this payload '
+        "and run_at (200, replaced) instead of only being reported.",
     )
     every_seconds: float | None = Field(
         default=None,
@@ -288,9 +322,11 @@ class JobSummary(JobFields):
 
 
 class JobCreated(JobOut):
-    """The enqueued job; ``duplicate`` means an active job already held the unique key (200)."""
+    """The enqueued job; ``duplicate`` means a job already held the unique key (200), and
+    ``replaced`` that it took this payload and run_at (``on_conflict: "replace"``)."""
 
     duplicate: bool
+    replaced: bool = False
 
 
 class AttemptOut(BaseModel):

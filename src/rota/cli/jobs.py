@@ -40,6 +40,23 @@ from rota.store.base import WorkerInfo
 )
 @click.option("--tenant", envvar="ROTA_TENANT", help="Whose work this is (fairness, limits).")
 @click.option(
+    "--unique-for",
+    envvar="ROTA_UNIQUE_FOR",
+    help="Hold --unique-key this long from now, also once succeeded (24h: dedupe for a day).",
+)
+@click.option(
+    "--unique-state",
+    "unique_states",
+    type=click.Choice([s.value for s in JobState]),
+    multiple=True,
+    help="A state in which the job holds --unique-key (repeatable; pending, running always).",
+)
+@click.option(
+    "--replace",
+    is_flag=True,
+    help="If a pending job holds --unique-key, give it this payload and run time instead.",
+)
+@click.option(
     "--expire-after",
     envvar="ROTA_EXPIRE_AFTER",
     help="Never start it after this long (1h, 30m): still waiting then, it ends cancelled.",
@@ -61,6 +78,9 @@ def enqueue(
     priority: int | None,
     unique_key: str | None,
     tenant: str | None,
+    unique_for: str | None,
+    unique_states: tuple[str, ...],
+    replace: bool,
     expire_after: str | None,
     max_attempts: int | None,
     as_json: bool,
@@ -85,6 +105,9 @@ def enqueue(
         "expire_after": parse_duration(expire_after, what="--expire-after")
         if expire_after
         else None,
+        "unique_for": parse_duration(unique_for, what="--unique-for") if unique_for else None,
+        "unique_states": unique_states or None,
+        "on_conflict": "replace" if replace else "skip",
     }
     data = parse_json(payload)
     if target.app is not None:
@@ -98,11 +121,12 @@ def enqueue(
 
     result = with_client(target, go)
     if as_json:
-        click.echo(json.dumps({**job_json(result.job), "duplicate": result.duplicate}))
+        shown_job = {**job_json(result.job), "duplicate": result.duplicate}
+        click.echo(json.dumps({**shown_job, "replaced": result.replaced}))
     else:
-        note = (
-            " (duplicate: an active job already holds this unique key)" if result.duplicate else ""
-        )
+        note = " (duplicate: a job already holds this unique key)" if result.duplicate else ""
+        if result.replaced:
+            note = " (replaced: the pending job holding this unique key took this payload)"
         click.echo(
             f"job {result.job.id} {result.job.state} in queue {shown(result.job.queue)} at "
             f"{result.job.run_at.isoformat()}{note}"

@@ -89,6 +89,34 @@ class JobState(StrEnum):
 
 
 _TERMINAL = frozenset({JobState.SUCCEEDED, JobState.DEAD, JobState.CANCELLED})
+ACTIVE_STATES = frozenset({JobState.PENDING, JobState.RUNNING})
+#: The states a unique key is held in when ``unique_for`` is given without ``unique_states``.
+HELD_BY_DEFAULT = ACTIVE_STATES | {JobState.SUCCEEDED}
+#: One bit per state, for the stores' ``unique_states`` column.
+STATE_BITS = {
+    JobState.PENDING: 1,
+    JobState.RUNNING: 2,
+    JobState.SUCCEEDED: 4,
+    JobState.DEAD: 8,
+    JobState.CANCELLED: 16,
+}
+
+
+#: SQL for the bit of the row's ``state`` (a constant of ours, spliced into statements).
+STATE_BIT_SQL = (
+    "(CASE state WHEN 'pending' THEN 1 WHEN 'running' THEN 2 WHEN 'succeeded' THEN 4 "
+    "WHEN 'dead' THEN 8 WHEN 'cancelled' THEN 16 ELSE 0 END)"
+)
+
+
+def state_mask(states: frozenset[JobState]) -> int:
+    return sum(STATE_BITS[state] for state in states)
+
+
+def mask_states(mask: int) -> frozenset[JobState]:
+    return frozenset(state for state, bit in STATE_BITS.items() if mask & bit)
+
+
 #: Finished states: what a purge deletes.
 FINISHED_STATES = _TERMINAL
 #: States from which a manual retry is allowed.
@@ -284,6 +312,14 @@ class JobSpec:
     #: from the store's now.
     expires_at: datetime | None = None
     expire_after: timedelta | None = None
+    #: The unique key is held beyond the job's active states: for ``unique_for`` from this
+    #: enqueue (forever when only ``unique_states`` is given), while the job is in one of
+    #: ``unique_states`` (pending and running always; by default succeeded too).
+    unique_for: timedelta | None = None
+    unique_states: frozenset[JobState] | None = None
+    #: What a second enqueue of a held key does: ``"skip"`` (report the holder as a
+    #: duplicate) or ``"replace"`` (a holder still pending takes this payload and run_at).
+    on_conflict: str = "skip"
     payload_json: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -317,6 +353,13 @@ class JobSpec:
             object.__setattr__(self, "trace_context", valid_trace_context(self.trace_context))
         if self.expires_at is not None or self.expire_after is not None:
             self._check_expiry()
+        if self.unique_for is not None or self.unique_states is not None:
+            self._check_hold()
+        if self.on_conflict != "skip":
+            if self.on_conflict != "replace":
+                raise InvalidJob("on_conflict", 'must be "skip" or "replace"')
+            if self.unique_key is None:
+                raise InvalidJob("on_conflict", "needs a unique_key")
         object.__setattr__(self, "payload_json", encode_payload(self.payload))
 
     def _check_expiry(self) -> None:
@@ -336,6 +379,36 @@ class JobSpec:
         traced = copy.copy(self)
         object.__setattr__(traced, "trace_context", valid_trace_context(carrier))
         return traced
+
+    def _check_hold(self) -> None:
+        if self.unique_key is None:
+            given = "unique_for" if self.unique_for is not None else "unique_states"
+            raise InvalidJob(given, "needs a unique_key")
+        if self.unique_for is not None and (
+            not isinstance(self.unique_for, timedelta)
+            or not timedelta(0) < self.unique_for <= MAX_DELAY
+        ):
+            raise InvalidJob("unique_for", "must be a positive timedelta of at most 100 years")
+        states = self.unique_states
+        if states is None:
+            states = HELD_BY_DEFAULT
+        try:
+            held = frozenset(JobState(state) for state in states) | ACTIVE_STATES
+        except (TypeError, ValueError):
+            raise InvalidJob("unique_states", "must be job states") from None
+        object.__setattr__(self, "unique_states", held)
+
+    @property
+    def holds_beyond_active(self) -> bool:
+        """Whether the unique key is held beyond the active states, or replaces (both take
+        the serialised enqueue path)."""
+        return self.unique_states is not None or self.on_conflict == "replace"
+
+    def hold_until(self, now: datetime) -> datetime | None:
+        """Until when, by the store's ``now``, the key is held in ``unique_states``."""
+        if self.unique_states is None:
+            return None
+        return now + self.unique_for if self.unique_for is not None else LATEST_RUN_AT
 
     def expiry_at(self, now: datetime) -> datetime | None:
         """When the job expires unless started, given the store's ``now`` (None: never)."""
@@ -549,7 +622,10 @@ class Attempt:
 
 @dataclass(frozen=True, slots=True)
 class EnqueueResult:
-    """What enqueue did: the job, and whether an active job already held its unique key."""
+    """What enqueue did: the job, and whether a job already held its unique key (then
+    nothing was inserted; ``replaced`` says whether that holder was updated instead)."""
 
     job: Job
     duplicate: bool = False
+    #: With ``on_conflict="replace"``: the pending holder took the new payload and run_at.
+    replaced: bool = False

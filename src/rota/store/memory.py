@@ -82,6 +82,8 @@ class MemoryStore:
         self._history: dict[int, list[Attempt]] = {}
         self._active_keys: dict[str, int] = {}
         self._slots: dict[tuple[str, datetime], int] = {}
+        #: Jobs whose unique key is held beyond the active states: until when, in which.
+        self._holds: dict[int, tuple[datetime, frozenset[JobState]]] = {}
         self._workers: dict[str, WorkerInfo] = {}
         #: Stored without last_job_state, which is read from the job whenever asked.
         self._schedules: dict[str, Schedule] = {}
@@ -207,9 +209,16 @@ class MemoryStore:
         results: list[EnqueueResult] = []
         earliest: datetime | None = None
         for spec in specs:
-            existing = self._existing_for(spec)
+            existing = self._existing_for(spec, at)
             if existing is not None:
-                results.append(EnqueueResult(self._jobs[existing], duplicate=True))
+                holder = self._jobs[existing]
+                if spec.on_conflict == "replace" and holder.state is JobState.PENDING:
+                    holder = replace(holder, payload=spec.payload, run_at=spec.due_at(at))
+                    self._jobs[holder.id] = holder
+                    earliest = holder.run_at if earliest is None else min(earliest, holder.run_at)
+                    results.append(EnqueueResult(holder, duplicate=True, replaced=True))
+                else:
+                    results.append(EnqueueResult(holder, duplicate=True))
                 continue
             job = Job(
                 id=self._next_id,
@@ -235,20 +244,36 @@ class MemoryStore:
             self._history[job.id] = []
             if job.unique_key is not None:
                 self._active_keys[job.unique_key] = job.id
+            if spec.unique_states is not None:
+                until = spec.hold_until(at)
+                assert until is not None
+                self._holds[job.id] = (until, spec.unique_states)
             if job.schedule is not None and job.slot_at is not None:
                 self._slots[(job.schedule, job.slot_at)] = job.id
             earliest = job.run_at if earliest is None else min(earliest, job.run_at)
             results.append(EnqueueResult(job))
         return results, earliest
 
-    def _existing_for(self, spec: JobSpec) -> int | None:
+    def _existing_for(self, spec: JobSpec, at: datetime) -> int | None:
         if spec.schedule is not None and spec.slot_at is not None:
             slot_job = self._slots.get((spec.schedule, spec.slot_at))
             if slot_job is not None:
                 return slot_job
-        if spec.unique_key is not None:
-            return self._active_keys.get(spec.unique_key)
-        return None
+        if spec.unique_key is None:
+            return None
+        active = self._active_keys.get(spec.unique_key)
+        if active is not None or not spec.holds_beyond_active:
+            return active
+        # A key held beyond the active states: by a job in one of its states, in its period.
+        held = [
+            job_id
+            for job_id, (until, states) in self._holds.items()
+            if at < until
+            and (job := self._jobs.get(job_id)) is not None
+            and job.unique_key == spec.unique_key
+            and job.state in states
+        ]
+        return max(held, default=None)
 
     # ------------------------------------------------------------------ claim and leases
 
@@ -626,6 +651,7 @@ class MemoryStore:
         """Remove a job that no worker holds, with its history, key and slot (the lock held)."""
         del self._jobs[job.id]
         self._history.pop(job.id, None)
+        self._holds.pop(job.id, None)
         if job.unique_key is not None and self._active_keys.get(job.unique_key) == job.id:
             del self._active_keys[job.unique_key]
         if job.schedule is not None and job.slot_at is not None:
@@ -765,6 +791,7 @@ class MemoryStore:
             for job_id in doomed:
                 job = self._jobs.pop(job_id)
                 self._history.pop(job_id, None)
+                self._holds.pop(job_id, None)
                 if job.schedule is not None and job.slot_at is not None:
                     # Slot keys outlive their job only as long as the job itself: a pruned
                     # slot is long in the past and its schedule has moved beyond it.

@@ -141,3 +141,44 @@ async def test_enqueue_with_an_expiry_shows_it_and_refuses_both_forms(
     assert negative.status_code == 400
     assert negative.json()["error"].startswith("expire_after_seconds: must be positive")
     assert await total_jobs(store) == 2
+
+
+async def test_enqueue_holds_a_key_for_a_period_and_replaces_a_waiting_job(
+    api: httpx.AsyncClient, store: MemoryStore, clock: FakeClock
+) -> None:
+    hook = {"kind": "hook", "unique_key": "delivery:9", "unique_for_seconds": 86400}
+    first = await api.post("/api/jobs", json=hook)
+    assert first.status_code == 201
+    [claimed] = await store.claim("w", queues=["default"], limit=1, lease=timedelta(seconds=30))
+    await store.complete(claimed.lease)
+    again = await api.post("/api/jobs", json=hook)
+    assert again.status_code == 200
+    assert (again.json()["duplicate"], again.json()["state"]) == (True, "succeeded")
+
+    debounce = {"kind": "sync", "unique_key": "acct:1", "delay_seconds": 30}
+    await api.post("/api/jobs", json={**debounce, "payload": {"v": 1}})
+    clock.advance(10)
+    replaced = await api.post(
+        "/api/jobs", json={**debounce, "payload": {"v": 2}, "on_conflict": "replace"}
+    )
+    assert replaced.status_code == 200
+    body = replaced.json()
+    assert (body["duplicate"], body["replaced"], body["payload"]) == (True, True, {"v": 2})
+    assert body["run_at"] == (clock.now() + timedelta(seconds=30)).isoformat().replace(
+        "+00:00", "Z"
+    )
+
+
+async def test_holding_or_replacing_without_a_unique_key_is_refused(
+    api: httpx.AsyncClient, store: MemoryStore
+) -> None:
+    for body, field in (
+        ({"kind": "a", "unique_for_seconds": 60}, "unique_for_seconds"),
+        ({"kind": "a", "unique_states": ["succeeded"]}, "unique_states: needs a unique_key"),
+        ({"kind": "a", "on_conflict": "replace"}, "on_conflict"),
+        ({"kind": "a", "unique_key": "k", "unique_states": ["gone"]}, "unique_states"),
+    ):
+        refused = await api.post("/api/jobs", json=body)
+        assert refused.status_code == 400, body
+        assert refused.json()["error"].startswith(field), refused.json()
+    assert await total_jobs(store) == 0

@@ -38,7 +38,7 @@ async def test_enqueue_returns_the_job_with_every_field(api: httpx.AsyncClient) 
     )
     assert response.status_code == 201
     job = response.json()
-    assert set(job) == JOB_FIELDS | {"duplicate"}
+    assert set(job) == JOB_FIELDS | {"duplicate", "replaced"}
     assert job["duplicate"] is False
     assert job["state"] == "pending"
     assert job["queue"] == "mail" and job["tenant"] == "acme" and job["priority"] == 5

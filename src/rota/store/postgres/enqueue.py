@@ -16,7 +16,7 @@ import psycopg
 from psycopg.rows import TupleRow
 
 from rota.domain.errors import StoreUnavailable
-from rota.domain.job import EnqueueResult, Job, JobSpec, JobState
+from rota.domain.job import EnqueueResult, Job, JobSpec, JobState, state_mask
 from rota.store.postgres.queries import query
 from rota.store.postgres.rows import Row, row_to_job, us
 
@@ -81,6 +81,47 @@ def enqueue_flow(specs: Sequence[JobSpec], now: datetime | None) -> Flow:
     return results
 
 
+def enqueue_any_flow(specs: Sequence[JobSpec], now: datetime | None) -> Flow:
+    """``enqueue_flow``, or, when some spec holds its key beyond the active states or
+    replaces its holder, every spec in turn, each such spec serialised on its key (the caller
+    runs the flow in one transaction)."""
+    if not any(spec.holds_beyond_active for spec in specs):
+        return (yield from enqueue_flow(specs, now))
+    results: list[EnqueueResult] = []
+    for spec in specs:
+        if not spec.holds_beyond_active:
+            results += yield from enqueue_flow([spec], now)
+            continue
+        yield query("lock_unique_key"), {"key": spec.unique_key}
+        rows = yield query("held_unique_key"), {"key": spec.unique_key, "now": now}
+        if not rows:
+            [result] = yield from enqueue_flow([spec], now)
+            if not result.duplicate:
+                results.append(result)
+                continue
+            holder = result.job
+        else:
+            holder = row_to_job(rows[0])
+        if spec.on_conflict == "replace" and holder.state is JobState.PENDING:
+            replaced = yield (
+                query("replace_held"),
+                {
+                    "now": now,
+                    "id": holder.id,
+                    "payload": spec.payload_json,
+                    "run_at": spec.run_at,
+                    "delay_us": us(spec.delay) if spec.delay is not None else 0,
+                },
+            )
+            if replaced:
+                results.append(
+                    EnqueueResult(row_to_job(replaced[0]), duplicate=True, replaced=True)
+                )
+                continue
+        results.append(EnqueueResult(holder, duplicate=True))
+    return results
+
+
 def enqueue_params(specs: Sequence[JobSpec], now: datetime | None) -> dict[str, Any]:
     return {
         "now": now,
@@ -99,6 +140,10 @@ def enqueue_params(specs: Sequence[JobSpec], now: datetime | None) -> dict[str, 
         "trace_context": [trace_context_json(s) for s in specs],
         "expires_at": [s.expires_at for s in specs],
         "expire_after_us": [us(s.expire_after) if s.expire_after else None for s in specs],
+        "unique_for_us": [us(s.unique_for) if s.unique_for else None for s in specs],
+        "unique_states": [
+            state_mask(s.unique_states) if s.unique_states is not None else None for s in specs
+        ],
     }
 
 

@@ -7,7 +7,7 @@ from functools import cache
 from importlib import resources
 
 from rota.domain import blame
-from rota.domain.job import ALONE_AFTER_CRASHES
+from rota.domain.job import ALONE_AFTER_CRASHES, STATE_BIT_SQL
 
 #: The columns every statement returning a job selects, in the order ``row_to_job`` reads.
 JOB_COLUMNS = (
@@ -114,6 +114,7 @@ def queries() -> dict[str, str]:
             .replace("{tally}", _TALLY)
             .replace("{wake}", _WAKE)
             .replace("{schedule_columns}", SCHEDULE_COLUMNS)
+            .replace("{state_bit}", STATE_BIT_SQL)
         )
     return named
 

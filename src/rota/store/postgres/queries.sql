@@ -16,20 +16,25 @@ SELECT coalesce(%(now)s::timestamptz, now());
 -- schedule slot) into "not inserted"; the caller then looks up the job that holds it.
 INSERT INTO rota_jobs (kind, queue, payload, priority, run_at, max_attempts, tenant,
                        unique_key, timeout_us, schedule, slot_at, created_at, trace_context,
-                       expires_at)
+                       expires_at, unique_until, unique_states)
 SELECT i.kind, i.queue, i.payload::json, i.priority,
        coalesce(i.run_at, coalesce(%(now)s::timestamptz, now()) + i.delay_us * interval '1 microsecond'),
        i.max_attempts, i.tenant, i.unique_key, i.timeout_us, i.schedule, i.slot_at,
        coalesce(%(now)s::timestamptz, now()), i.trace_context::json,
-       coalesce(i.expires_at, coalesce(%(now)s::timestamptz, now()) + i.expire_after_us * interval '1 microsecond')
+       coalesce(i.expires_at, coalesce(%(now)s::timestamptz, now()) + i.expire_after_us * interval '1 microsecond'),
+       CASE WHEN i.unique_states IS NOT NULL
+            THEN coalesce(coalesce(%(now)s::timestamptz, now()) + i.unique_for_us * interval '1 microsecond',
+                          'infinity') END,
+       i.unique_states
 FROM unnest(%(kind)s::text[], %(queue)s::text[], %(payload)s::text[], %(priority)s::smallint[],
             %(run_at)s::timestamptz[], %(delay_us)s::bigint[], %(max_attempts)s::int[],
             %(tenant)s::text[], %(unique_key)s::text[], %(timeout_us)s::bigint[],
             %(schedule)s::text[], %(slot_at)s::timestamptz[], %(trace_context)s::text[],
-            %(expires_at)s::timestamptz[], %(expire_after_us)s::bigint[])
+            %(expires_at)s::timestamptz[], %(expire_after_us)s::bigint[],
+            %(unique_for_us)s::bigint[], %(unique_states)s::smallint[])
      WITH ORDINALITY AS i(kind, queue, payload, priority, run_at, delay_us, max_attempts,
                           tenant, unique_key, timeout_us, schedule, slot_at, trace_context,
-                          expires_at, expire_after_us, ord)
+                          expires_at, expire_after_us, unique_for_us, unique_states, ord)
 ORDER BY i.ord
 ON CONFLICT DO NOTHING
 RETURNING id, run_at, created_at, unique_key, schedule, slot_at, expires_at;
@@ -39,6 +44,33 @@ RETURNING id, run_at, created_at, unique_key, schedule, slot_at, expires_at;
 SELECT {job_columns} FROM rota_jobs
 WHERE (unique_key = ANY(%(unique_keys)s::text[]) AND state IN ('pending', 'running'))
    OR (schedule, slot_at) IN (SELECT * FROM unnest(%(schedules)s::text[], %(slots)s::timestamptz[]));
+
+-- name: lock_unique_key
+-- Enqueues of a key held beyond the active states take turns on it until they commit, so
+-- looking up its holder and inserting are one step: two enqueues never both find it free.
+SELECT pg_advisory_xact_lock(hashtextextended(%(key)s, 7261));
+
+-- name: held_unique_key
+-- The job holding the key: an active one, or one in a state its hold names, in its period.
+SELECT {job_columns} FROM rota_jobs
+WHERE unique_key = %(key)s
+  AND (state IN ('pending', 'running')
+       OR (unique_until IS NOT NULL AND unique_until > coalesce(%(now)s::timestamptz, now())
+           AND (unique_states & {state_bit}) <> 0))
+ORDER BY id DESC
+LIMIT 1;
+
+-- name: replace_held
+-- on_conflict="replace": a holder still pending takes the new payload and run_at; one
+-- claimed meanwhile is left alone (no row comes back).
+WITH done AS (
+UPDATE rota_jobs SET payload = %(payload)s::json,
+    run_at = coalesce(%(run_at)s::timestamptz,
+                      coalesce(%(now)s::timestamptz, now()) + %(delay_us)s * interval '1 microsecond')
+WHERE id = %(id)s AND state = 'pending'
+RETURNING {job_columns}
+), {wake}
+SELECT done.* FROM done, woke;
 
 -- name: reserve_ids
 -- Ids and the store's clock for a bulk COPY: identity values are taken up front, in order.

@@ -74,6 +74,7 @@ from rota.store.postgres.enqueue import (
     copy_jobs,
     drive_async,
     drive_sync,
+    enqueue_any_flow,
     enqueue_flow,
     is_keyed,
 )
@@ -251,7 +252,7 @@ class PostgresStore:
         at = self._now(now)
         if any(is_keyed(spec) for spec in specs):
             # Duplicates are looked up and raced inserts retried: one transaction for all.
-            results: list[EnqueueResult] = await self._run_flow(enqueue_flow(specs, at))
+            results: list[EnqueueResult] = await self._run_flow(enqueue_any_flow(specs, at))
             return results
         if len(specs) >= COPY_THRESHOLD:
             return await self._copy(specs, at)
@@ -271,7 +272,7 @@ class PostgresStore:
         the jobs exist only if and when that transaction commits."""
         if not specs:
             return []
-        flow = enqueue_flow(specs, self._now(None))
+        flow = enqueue_any_flow(specs, self._now(None))
         try:
             if connection.autocommit:
                 # No transaction of the caller's to join: the batch is atomic on its own.
@@ -291,7 +292,7 @@ class PostgresStore:
         """``enqueue_on`` for a synchronous psycopg connection (Django, Flask)."""
         if not specs:
             return []
-        flow = enqueue_flow(specs, self._now(None))
+        flow = enqueue_any_flow(specs, self._now(None))
         try:
             if connection.autocommit:
                 with connection.transaction():

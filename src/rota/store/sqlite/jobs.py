@@ -17,6 +17,7 @@ from rota.domain.job import (
     EXPIRED,
     FINISHED_STATES,
     RETRYABLE_STATES,
+    STATE_BIT_SQL,
     Attempt,
     EnqueueResult,
     Job,
@@ -24,6 +25,7 @@ from rota.domain.job import (
     JobSpec,
     JobState,
     Outcome,
+    state_mask,
 )
 from rota.store.base import (
     MAX_BULK,
@@ -57,14 +59,26 @@ _ACTIVE = frozenset({JobState.PENDING, JobState.RUNNING})
 _INSERT = f"""
 INSERT INTO rota_jobs (kind, queue, payload, state, priority, run_at, attempt, max_attempts,
                        tenant, unique_key, timeout_us, created_at, schedule, slot_at,
-                       trace_context, expires_at)
-VALUES (?, ?, ?, 'pending', ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                       trace_context, expires_at, unique_until, unique_states)
+VALUES (?, ?, ?, 'pending', ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT DO NOTHING
 RETURNING {JOB_COLUMNS}
 """
 _BY_SLOT = f"SELECT {JOB_COLUMNS} FROM rota_jobs WHERE schedule = ? AND slot_at = ?"
 _BY_ACTIVE_KEY = (
     f"SELECT {JOB_COLUMNS} FROM rota_jobs WHERE unique_key = ? AND state IN ('pending', 'running')"
+)
+# The job holding a key in any of its hold's states within its period, or while active.
+_BY_HELD_KEY = f"""
+SELECT {JOB_COLUMNS} FROM rota_jobs
+WHERE unique_key = :key
+  AND (state IN ('pending', 'running')
+       OR (unique_until > :now AND (unique_states & {STATE_BIT_SQL}) != 0))
+ORDER BY id DESC LIMIT 1
+"""
+_REPLACE = (
+    f"UPDATE rota_jobs SET payload = ?, run_at = ? WHERE id = ? AND state = 'pending' "
+    f"RETURNING {JOB_COLUMNS}"
 )
 
 
@@ -80,10 +94,11 @@ def enqueue(
         keyed = spec.unique_key is not None or (spec.schedule is not None and slot_us is not None)
         # Looking first (we are the only writer inside BEGIN IMMEDIATE) answers a duplicate
         # without burning an AUTOINCREMENT id on a conflicting insert.
-        existing = _holder(conn, spec, slot_us) if keyed else None
+        existing = _holder(conn, spec, slot_us, at_us) if keyed else None
         row = None
         if existing is None:
             expires_at = spec.expiry_at(at)
+            hold_until = spec.hold_until(at)
             row = conn.execute(
                 _INSERT,
                 (
@@ -101,6 +116,8 @@ def enqueue(
                     slot_us,
                     None if spec.trace_context is None else json.dumps(spec.trace_context),
                     None if expires_at is None else to_us(expires_at),
+                    None if hold_until is None else to_us(hold_until),
+                    None if spec.unique_states is None else state_mask(spec.unique_states),
                 ),
             ).fetchone()
         if row is not None:
@@ -108,22 +125,34 @@ def enqueue(
             earliest = job.run_at if earliest is None else min(earliest, job.run_at)
             results.append(EnqueueResult(job))
             continue
-        existing = existing or _holder(conn, spec, slot_us)
+        existing = existing or _holder(conn, spec, slot_us, at_us)
         if existing is None:
             raise RuntimeError("insert conflicted, yet no job holds the slot or unique key")
-        results.append(EnqueueResult(job_from_row(existing), duplicate=True))
+        holder = job_from_row(existing)
+        if spec.on_conflict == "replace" and holder.state is JobState.PENDING:
+            run_at = spec.due_at(at)
+            replaced = conn.execute(
+                _REPLACE, (spec.payload_json, to_us(run_at), holder.id)
+            ).fetchone()
+            earliest = run_at if earliest is None else min(earliest, run_at)
+            results.append(EnqueueResult(job_from_row(replaced), duplicate=True, replaced=True))
+            continue
+        results.append(EnqueueResult(holder, duplicate=True))
     return results, earliest
 
 
-def _holder(conn: sqlite3.Connection, spec: JobSpec, slot_us: int | None) -> Any:
+def _holder(conn: sqlite3.Connection, spec: JobSpec, slot_us: int | None, at_us: int) -> Any:
     """The row of the job holding ``spec``'s slot or else its unique key, or None.
 
-    The slot's job wins over the unique key's holder, as in the reference store.
+    The slot's job wins over the unique key's holder, as in the reference store. A spec that
+    holds its key beyond the active states looks for such holds too.
     """
     if spec.schedule is not None and slot_us is not None:
         row = conn.execute(_BY_SLOT, (spec.schedule, slot_us)).fetchone()
         if row is not None:
             return row
+    if spec.unique_key is not None and spec.holds_beyond_active:
+        return conn.execute(_BY_HELD_KEY, {"key": spec.unique_key, "now": at_us}).fetchone()
     if spec.unique_key is not None:
         return conn.execute(_BY_ACTIVE_KEY, (spec.unique_key,)).fetchone()
     return None

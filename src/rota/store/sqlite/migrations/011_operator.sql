@@ -11,3 +11,11 @@ DROP INDEX rota_jobs_due;
 CREATE INDEX rota_jobs_due
     ON rota_jobs (queue, tenant, priority DESC, kind, run_at, id, state, expires_at)
     WHERE state = 'pending';
+
+-- Unique keys held beyond the active states (JobSpec.unique_for / unique_states): until
+-- "unique_until", while the job's state is one of the bits of "unique_states" (pending 1,
+-- running 2, succeeded 4, dead 8, cancelled 16); NULL for keys held only while active.
+-- Enqueues are serialised by BEGIN IMMEDIATE, so looking the holder up before inserting is
+-- race-free; rota_jobs_unique_key finds it.
+ALTER TABLE rota_jobs ADD COLUMN unique_until INTEGER;
+ALTER TABLE rota_jobs ADD COLUMN unique_states INTEGER;
