@@ -273,3 +273,34 @@ async def test_a_middleware_that_swallows_the_shutdown_still_releases_the_job(
     await running
     released = await app.get(job.id)
     assert (released.state, released.attempt) == (JobState.PENDING, 0)
+
+
+async def test_a_hook_outliving_the_lease_deadline_is_not_taken_for_a_lost_lease(
+    app: App, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    in_hook = asyncio.Event()
+    release = asyncio.Event()
+    finished: list[int] = []
+
+    @app.on_success
+    async def slow_alert(ctx: JobContext, result: JobResult) -> None:
+        in_hook.set()
+        await release.wait()
+        finished.append(ctx.job_id)
+
+    @app.job("noop")
+    async def noop(ctx: JobContext, payload: Any) -> None:
+        return None
+
+    job = (await app.enqueue("noop")).job
+    worker = app.worker(settings(lease=timedelta(seconds=30), heartbeat=timedelta(seconds=10)))
+    await worker.claim_tick()
+    await in_hook.wait()
+    clock.advance(timedelta(seconds=29))  # past the local lease deadline, within the bound
+    with caplog.at_level(logging.WARNING, logger="rota.worker"):
+        assert await worker.heartbeater.tick() == []
+        release.set()
+        await worker.wait_for_running()
+    assert finished == [job.id]
+    assert "lease" not in caplog.text
+    assert (await app.get(job.id)).state is JobState.SUCCEEDED

@@ -373,8 +373,13 @@ class Worker:
             self._arm(execution)  # a test's clock, or a heartbeat that landed meanwhile
             return
         # Leases run out together (they were renewed together): stop them in one go.
+        # One already writing its outcome (or running its hooks after it) stops by itself.
         self.heartbeater.expire(
-            [e for e in self._held.values() if e.stop is None and e.deadline <= now]
+            [
+                e
+                for e in self._held.values()
+                if e.stop is None and e.deadline <= now and not e.reporting
+            ]
         )
 
     async def _execute(self, execution: Execution) -> None:
