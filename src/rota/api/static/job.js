@@ -125,6 +125,7 @@ export function renderJob(root, config, id) {
         field("schedule", job.schedule),
         field("slot", job.slot_at ? absolute(job.slot_at) : null),
         field("timeout", job.timeout_seconds === null ? null : duration(job.timeout_seconds)),
+        field("expires", at(job.expires_at, nowMs)),
         field("crashes", job.crashes ? String(job.crashes) : null)),
       job.quarantine ? h("p", { class: "error-text quarantine" }, job.quarantine) : null,
       job.last_error ? [h("h2", { text: "Last error" }), h("pre", { class: "error-text last-error" }, job.last_error)] : null,
