@@ -9,6 +9,7 @@ import psycopg
 import pytest
 
 from rota.domain.errors import InvalidJob, JobNotFound, JobRunning, StateConflict
+from rota.domain.flow import Limit, LimitScope
 from rota.domain.job import JobEdit, JobSpec, JobState, Outcome
 from rota.store import JobFilter, Store, open_store
 from rota.testing import FakeClock
@@ -414,3 +415,15 @@ def test_holds_and_replace_need_a_unique_key() -> None:
         JobSpec(kind="a", unique_key="k", unique_for=timedelta(0))
     spec = JobSpec(kind="a", unique_key="k", unique_states=frozenset({JobState.DEAD}))
     assert spec.unique_states == {JobState.PENDING, JobState.RUNNING, JobState.DEAD}
+
+
+async def test_an_expired_job_is_not_claimed_under_limits_either(
+    store: Store, clock: FakeClock
+) -> None:
+    await store.set_limit(Limit(LimitScope.KIND, "a", concurrency=5))
+    job = await add(store, expire_after=timedelta(seconds=10))
+    fresh = await add(store)
+    clock.advance(timedelta(seconds=10))
+    claimed = await store.claim("w", queues=["default"], limit=5, lease=timedelta(seconds=30))
+    assert [c.id for c in claimed] == [fresh.id]
+    assert await store.expire() == [job.id]
