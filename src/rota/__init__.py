@@ -14,6 +14,7 @@ from rota.domain.errors import (
     JobCancelled,
     JobFailed,
     JobNotFound,
+    JobRunning,
     LeaseLost,
     MigrationsPending,
     Permanent,
@@ -31,6 +32,7 @@ from rota.domain.retry import RetryPolicy
 from rota.domain.schedule import Misfire, Overlap, Rule, ScheduleSpec
 from rota.domain.schedule_state import Schedule
 from rota.runtime.context import JobContext
+from rota.runtime.hooks import JobResult
 from rota.runtime.worker import Worker, WorkerSettings
 from rota.store import JobFilter
 from rota.store.base import LimitInfo, QueueInfo
@@ -51,6 +53,8 @@ __all__ = [
     "JobFailed",
     "JobFilter",
     "JobNotFound",
+    "JobResult",
+    "JobRunning",
     "JobSpec",
     "JobState",
     "Lease",

@@ -12,7 +12,7 @@ from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
 from concurrent.futures import Future
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, Literal, Protocol, TypeVar, cast
 from urllib.parse import urlsplit
 
 from rota.client import (
@@ -32,21 +32,25 @@ from rota.domain.job import (
     EnqueueResult,
     Job,
     JobSpec,
+    JobState,
     check_known_kind,
 )
 from rota.domain.retry import RetryPolicy
 from rota.domain.schedule import Misfire, Overlap, Rule, ScheduleSpec
 from rota.observability.metrics import Metrics, serve_metrics
 from rota.results import ResultWaiter
+from rota.runtime.hooks import Hook, Hooks, Middleware
 from rota.runtime.registry import Handler, Registry
 from rota.runtime.scheduler import MAX_WAIT, PUSHED_MAX_WAIT, Scheduler
 from rota.runtime.services import Service
 from rota.runtime.signals import stop_signals
 from rota.runtime.worker import Worker, WorkerSettings
 from rota.store import JobFilter, Page, Store, open_store, redact_url
-from rota.store.base import LimitInfo, QueueInfo
+from rota.store.base import MAX_BULK, LimitInfo, QueueInfo
 
 H = TypeVar("H", bound=Handler)
+M = TypeVar("M", bound=Middleware)
+K = TypeVar("K", bound=Hook)
 
 log = logging.getLogger("rota")
 
@@ -81,6 +85,8 @@ class App:
             raise InvalidInput("give App a database URL (e.g. sqlite:///rota.db) or a store")
         self.database_url = database_url or "memory://"
         self.registry = Registry()
+        #: Middleware and outcome hooks (``@app.middleware``, ``@app.on_success``, ...).
+        self.hooks = Hooks()
         self.metrics = metrics or Metrics()
         self._clock = clock
         self._store = store
@@ -126,6 +132,33 @@ class App:
             return handler
 
         return register
+
+    def middleware(self, middleware: M) -> M:
+        """Register ``async def middleware(ctx, call_next)`` around every handler execution:
+        ``return await call_next()`` runs the rest (later middleware, then the handler) and
+        returns its value. The first registered is outermost. It may not keep a stopped job
+        running: a lease lost (or a shutdown) stops the job whatever it does with the
+        cancellation. See docs/concepts/hooks.md for the order and the rules."""
+        self.hooks.add_middleware(middleware)
+        return middleware
+
+    def on_success(self, hook: K) -> K:
+        """Register ``hook(ctx, result)`` (async or plain ``def``), run in the worker after a
+        job's success was recorded. A hook that raises is logged in one line; the outcome
+        stands."""
+        self.hooks.add("success", hook)
+        return hook
+
+    def on_failure(self, hook: K) -> K:
+        """Register ``hook(ctx, result)``, run after an attempt failed and the job will be
+        retried (``result.retry_in`` later): the retry hook."""
+        self.hooks.add("failure", hook)
+        return hook
+
+    def on_dead(self, hook: K) -> K:
+        """Register ``hook(ctx, result)``, run after a job failed for good (dead): alerting."""
+        self.hooks.add("dead", hook)
+        return hook
 
     def schedule(
         self,
@@ -373,9 +406,23 @@ class App:
         unique_key: str | None = None,
         max_attempts: int | None = None,
         timeout: timedelta | float | None = None,  # noqa: ASYNC109 (the job's timeout, not ours)
+        expires_at: datetime | None = None,
+        expire_after: timedelta | float | None = None,
+        unique_for: timedelta | float | None = None,
+        unique_states: Iterable[JobState | str] | None = None,
+        on_conflict: str = "skip",
         connection: Any = None,
     ) -> EnqueueResult:
         """Enqueue one job; returns it and whether an active job already held ``unique_key``.
+
+        ``expires_at`` (or ``expire_after``, from the store's now; seconds or a timedelta):
+        no attempt starts at or after it, and a job still waiting then ends cancelled with
+        last_error "expired".
+
+        ``unique_for`` (a period from this enqueue) and ``unique_states`` (by default pending,
+        running and succeeded) hold ``unique_key`` beyond the active states, say to dedupe a
+        webhook for a day; ``on_conflict="replace"`` makes a second enqueue update a holder
+        still pending (payload and run_at: a debounce) instead of only reporting it.
 
         With ``connection`` (a psycopg AsyncConnection on the same PostgreSQL database) the job
         is written inside that connection's transaction: it exists only if that commits.
@@ -392,6 +439,11 @@ class App:
             unique_key=unique_key,
             max_attempts=max_attempts,
             timeout=timeout,
+            expires_at=expires_at,
+            expire_after=expire_after,
+            unique_for=unique_for,
+            unique_states=unique_states,
+            on_conflict=on_conflict,
         )
         store = await self.open()
         if connection is not None:
@@ -516,6 +568,39 @@ class App:
         await self.open()
         return await self.client.cancel(job_id)
 
+    async def rerun(self, job_id: int) -> Job:
+        """Run a succeeded job again, now: its attempt counter starts over (the new series has
+        all of max_attempts) and its earlier attempts stay in its history. StateConflict for
+        any other state, or while another active job holds its unique key."""
+        await self.open()
+        return await self.client.rerun(job_id)
+
+    async def delete_job(self, job_id: int) -> Job:
+        """Remove a pending or finished job and its attempt history; returns the job as it
+        was. JobNotFound; JobRunning while a worker holds it: cancel it first."""
+        await self.open()
+        return await self.client.delete(job_id)
+
+    async def reschedule(
+        self,
+        job_id: int,
+        *,
+        run_at: datetime | Literal["now"] | None = None,
+        priority: int | None = None,
+        queue: str | None = None,
+    ) -> Job:
+        """Change a pending job's run_at (``"now"`` pulls it forward), priority and/or queue;
+        fenced against a concurrent claim: JobRunning if a worker took it first (nothing
+        changes). InvalidJob for bad values; StateConflict once it finished."""
+        await self.open()
+        return await self.client.reschedule(job_id, run_at=run_at, priority=priority, queue=queue)
+
+    async def purge_jobs(self, filter: JobFilter | None = None, *, limit: int = MAX_BULK) -> int:
+        """Delete up to ``limit`` finished (succeeded, dead, cancelled) jobs matching
+        ``filter`` (all finished jobs without one), with their history; returns how many."""
+        await self.open()
+        return await self.client.purge(filter or JobFilter(), limit=limit)
+
     # ------------------------------------------------------------------ flow control
 
     async def pause_queue(self, name: str) -> QueueInfo:
@@ -586,7 +671,14 @@ class App:
         ``options`` are WorkerSettings fields, with durations accepted as seconds."""
         store = store or self.store
         settings = settings or _settings(options, default_poll=POLL_BY_SCHEME.get(self.scheme))
-        worker = Worker(store, self.registry, settings, clock=self._clock, metrics=self.metrics)
+        worker = Worker(
+            store,
+            self.registry,
+            settings,
+            clock=self._clock,
+            metrics=self.metrics,
+            hooks=self.hooks,
+        )
         worker.add_service(self.scheduler(store))
         for factory in self._services:
             worker.add_service(factory(store, worker))

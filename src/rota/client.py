@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from rota.domain.errors import InvalidInput, InvalidJob
 from rota.domain.flow import EVERY_TENANT, Limit, LimitScope, validate_queue
@@ -15,6 +15,7 @@ from rota.domain.job import (
     Attempt,
     EnqueueResult,
     Job,
+    JobEdit,
     JobSpec,
     JobState,
     validate_name,
@@ -134,6 +135,41 @@ class Client:
     async def bulk_cancel(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
         return await self.store.bulk_cancel(filter, limit=limit)
 
+    async def rerun(self, job_id: int) -> Job:
+        """Run a succeeded job again: a new attempt series, earlier attempts kept in its
+        history. JobNotFound; StateConflict in any other state or while another active job
+        holds its unique key."""
+        return await self.store.rerun(job_id)
+
+    async def delete(self, job_id: int) -> Job:
+        """Remove a pending or finished job with its history; returns it as it was.
+        JobNotFound; JobRunning while a worker holds it (cancel first)."""
+        return await self.store.delete(job_id)
+
+    async def reschedule(
+        self,
+        job_id: int,
+        *,
+        run_at: datetime | Literal["now"] | None = None,
+        priority: int | None = None,
+        queue: str | None = None,
+    ) -> Job:
+        """Change a pending job's run_at (``"now"``: due at once), priority and/or queue; what
+        is not given is kept. InvalidJob naming the field (nothing changes); JobNotFound;
+        JobRunning when a worker claimed it, even a moment before; StateConflict once it
+        finished."""
+        edit = JobEdit(
+            run_at=None if run_at == "now" else run_at,
+            run_now=run_at == "now",
+            priority=priority,
+            queue=queue,
+        )
+        return await self.store.reschedule(job_id, edit)
+
+    async def purge(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
+        """Delete up to ``limit`` finished jobs matching ``filter``; returns how many."""
+        return await self.store.purge(filter, limit=limit)
+
     async def counts(self) -> Counts:
         return await self.store.counts()
 
@@ -209,10 +245,16 @@ def job_spec(
     unique_key: str | None = None,
     max_attempts: int | None = None,
     timeout: timedelta | float | None = None,
+    expires_at: datetime | None = None,
+    expire_after: timedelta | float | None = None,
+    unique_for: timedelta | float | None = None,
+    unique_states: Iterable[JobState | str] | None = None,
+    on_conflict: str = "skip",
 ) -> JobSpec:
     """A validated JobSpec; ``defaults`` fill what is not given (None payload means {}).
 
-    ``delay`` and ``timeout`` accept seconds as a number. Raises InvalidJob naming the field.
+    ``delay``, ``timeout``, ``expire_after`` and ``unique_for`` accept seconds as a number.
+    Raises InvalidJob naming the field.
     """
     base = defaults or KindDefaults()
     spec = JobSpec(
@@ -226,6 +268,11 @@ def job_spec(
         tenant=tenant,
         unique_key=unique_key,
         timeout=base.timeout if timeout is None else _seconds(timeout, "timeout"),
+        expires_at=expires_at,
+        expire_after=_seconds(expire_after, "expire_after"),
+        unique_for=_seconds(unique_for, "unique_for"),
+        unique_states=_states(unique_states),
+        on_conflict=on_conflict,
     )
     return tracing.created(spec)
 
@@ -291,6 +338,18 @@ def limit_target(scope: LimitScope | str, key: str) -> tuple[LimitScope, str]:
         except InvalidJob as error:
             raise InvalidInput(f"limit key: {error.reason}") from None
     return target, key
+
+
+def _states(states: Iterable[JobState | str] | None) -> frozenset[JobState] | None:
+    if states is None:
+        return None
+    if isinstance(states, str):
+        raise InvalidJob("unique_states", "must be a collection of job states")
+    try:
+        return frozenset(JobState(state) for state in states)
+    except (TypeError, ValueError):
+        names = ", ".join(state.value for state in JobState)
+        raise InvalidJob("unique_states", f"must be job states ({names})") from None
 
 
 def _seconds(value: timedelta | float | None, field: str) -> timedelta | None:

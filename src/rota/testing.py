@@ -167,7 +167,11 @@ async def run_job(
     await store.migrate()
     [enqueued] = await store.enqueue([spec])
     worker = Worker(
-        store, app.registry, WorkerSettings(name="rota-testing", concurrency=1), clock=app.clock
+        store,
+        app.registry,
+        WorkerSettings(name="rota-testing", concurrency=1),
+        clock=app.clock,
+        hooks=app.hooks,
     )
     await worker.run_until_idle(max_jobs=1)
     return await store.get(enqueued.job.id)

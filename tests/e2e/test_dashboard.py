@@ -11,7 +11,7 @@ import pytest
 from playwright.async_api import Browser, ConsoleMessage, Page, expect
 
 from rota.api import ApiSettings
-from rota.domain.job import JobSpec
+from rota.domain.job import JobSpec, JobState
 from rota.store.memory import MemoryStore
 from tests.e2e.conftest import Served
 
@@ -223,4 +223,34 @@ async def test_read_only_dashboard_hides_every_mutating_button(
     await page.page.goto(served.url + f"/#/jobs/{job_id}")
     await expect(page.page.locator("h1 .badge")).to_have_text("dead")
     assert await page.page.locator("button[data-action]").count() == 0
+    await page.assert_clean()
+
+
+async def test_a_job_is_run_now_rerun_and_deleted_from_its_detail_page(
+    page: Watched, served: Served
+) -> None:
+    [delayed] = await served.store.enqueue([JobSpec(kind="report", delay=timedelta(hours=1))])
+    await page.page.goto(served.url + f"/#/jobs/{delayed.job.id}")
+    await page.page.click("button[data-action=run-now]")
+    await expect(page.page.locator("button[data-action=run-now]")).to_have_count(0)
+    now = await served.store.now()
+    assert (await served.store.get(delayed.job.id)).run_at <= now
+
+    [claimed] = await served.store.claim(
+        "worker-1", queues=["default"], limit=1, lease=timedelta(seconds=30)
+    )
+    await served.store.complete(claimed.lease)
+    await expect(page.page.locator("h1 .badge")).to_have_text("succeeded")
+    await page.page.click("button[data-action=rerun]")
+    await expect(page.page.locator("h1 .badge")).to_have_text("pending")
+    assert (await served.store.get(claimed.id)).attempt == 0
+
+    await page.page.click("button[data-action=delete]")
+    dialog = page.page.locator("dialog.confirm")
+    await expect(dialog).to_contain_text(f"Delete job {claimed.id} (pending) and its history?")
+    await dialog.locator("button.danger").click()
+    await expect(dialog).to_contain_text(f"Deleted job {claimed.id}.")
+    await dialog.get_by_role("button", name="Close").click()
+    await expect(page.page.get_by_role("heading", name="Jobs")).to_be_visible()
+    assert (await served.store.counts()).total(JobState.PENDING) == 0
     await page.assert_clean()

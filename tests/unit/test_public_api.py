@@ -18,6 +18,8 @@ PUBLIC = [
     "JobFailed",
     "JobFilter",
     "JobNotFound",
+    "JobResult",
+    "JobRunning",
     "JobSpec",
     "JobState",
     "Lease",

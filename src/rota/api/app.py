@@ -19,7 +19,7 @@ from rota.api.routes_pages import login_page, pages_router
 from rota.api.routes_queues import queues_router
 from rota.api.routes_schedules import schedules_router
 from rota.api.schedule_models import ScheduleCreate
-from rota.api.schemas import JobCreate, JobFilterBody
+from rota.api.schemas import JobCreate, JobFilterBody, JobReschedule
 from rota.api.security import Authenticator, SecurityMiddleware
 from rota.api.settings import ApiSettings
 from rota.client import Client
@@ -28,7 +28,7 @@ from rota.observability.metrics import Metrics
 from rota.store.replica import ReadReplica
 
 #: Request bodies the routes parse themselves; their schemas are added to the document.
-_REQUEST_MODELS = (JobCreate, JobFilterBody, ScheduleCreate, LimitCreate)
+_REQUEST_MODELS = (JobCreate, JobFilterBody, JobReschedule, ScheduleCreate, LimitCreate)
 
 
 def create_app(

@@ -30,7 +30,12 @@ from rota.domain.errors import (
 log = logging.getLogger("rota.api")
 
 #: The API's names for JobSpec fields that it receives under another name.
-API_FIELD_NAMES = {"delay": "delay_seconds", "timeout": "timeout_seconds"}
+API_FIELD_NAMES = {
+    "delay": "delay_seconds",
+    "timeout": "timeout_seconds",
+    "expire_after": "expire_after_seconds",
+    "unique_for": "unique_for_seconds",
+}
 STORE_RETRY_AFTER_SECONDS = 5
 
 
@@ -75,14 +80,20 @@ def job_error_message(error: InvalidJob) -> str:
 
 def allowed_methods(app: FastAPI, scope: Mapping[str, Any]) -> list[str]:
     """Every method some route serves at the request's path (HEAD wherever GET is), sorted."""
-    methods = {
-        method
-        for method in ("GET", "POST", "PUT", "PATCH", "DELETE")
-        if any(
-            route.matches({**scope, "method": method})[0] is Match.FULL
-            for route in app.router.routes
-        )
-    }
+    # A path the API documents as it is (``/api/jobs/count``) allows what it documents: a
+    # route with a parameter there (``DELETE /api/jobs/{job_id}``) only matches it by accident.
+    documented = app.openapi().get("paths", {}).get(scope.get("path"))
+    if documented is not None:
+        methods = {method.upper() for method in documented}
+    else:
+        methods = {
+            method
+            for method in ("GET", "POST", "PUT", "PATCH", "DELETE")
+            if any(
+                route.matches({**scope, "method": method})[0] is Match.FULL
+                for route in app.router.routes
+            )
+        }
     if "GET" in methods:
         methods.add("HEAD")
     return sorted(methods)

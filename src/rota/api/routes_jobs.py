@@ -1,11 +1,13 @@
-"""The /api/jobs routes: list, count, enqueue, read, retry, cancel, and the bulk verbs."""
+"""The /api/jobs routes: list, count, enqueue, read, retry, cancel, delete, and the bulk verbs."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query, Request, Response
 from pydantic import StringConstraints
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rota.api.body import read_json_object
 from rota.api.context import ApiContext
@@ -23,6 +25,7 @@ from rota.api.schemas import (
     JobFilterBody,
     JobList,
     JobOut,
+    JobReschedule,
     attempt_out,
     errors,
     job_out,
@@ -30,6 +33,7 @@ from rota.api.schemas import (
 )
 from rota.client import Client
 from rota.domain.job import (
+    FINISHED_STATES,
     MAX_NAME_LENGTH,
     NAME_PATTERN,
     RETRYABLE_STATES,
@@ -113,7 +117,11 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
         status_code=201,
         response_model=JobCreated | ScheduleOut,
         responses={
-            200: {"model": JobCreated, "description": "An active job held the unique key."},
+            200: {
+                "model": JobCreated,
+                "description": "A job held the unique key (and took this payload and run_at "
+                'with on_conflict "replace").',
+            },
             **errors(400, 401, 403, 409, 413, 415, 503),
         },
         openapi_extra=json_body(JobCreate),
@@ -140,10 +148,19 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
             unique_key=body.unique_key,
             max_attempts=body.max_attempts,
             timeout=body.timeout_seconds,
+            expires_at=None
+            if body.expires_at is None
+            else parse_instant("expires_at", body.expires_at),
+            expire_after=body.expire_after_seconds,
+            unique_for=body.unique_for_seconds,
+            unique_states=body.unique_states,
+            on_conflict=body.on_conflict or "skip",
         )
         if result.duplicate:
             response.status_code = 200
-        return JobCreated(**job_out(result.job), duplicate=result.duplicate)
+        return JobCreated(
+            **job_out(result.job), duplicate=result.duplicate, replaced=result.replaced
+        )
 
     @router.get("/api/jobs/count", response_model=JobCount, responses=errors(400, 401, 503))
     async def count_jobs(
@@ -153,7 +170,7 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
         tenant: Name = None,
         q: Search = None,
         action: Annotated[
-            Literal["retry", "cancel"] | None,
+            Literal["retry", "cancel", "delete"] | None,
             Query(description="Count only the jobs this bulk verb would act on."),
         ] = None,
     ) -> JobCount:
@@ -185,6 +202,18 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
         """Cancel up to the bulk cap of pending or running jobs matching the filter."""
         job_filter = await _filter_body(request)
         return BulkResult(count=await client.bulk_cancel(job_filter, limit=MAX_BULK))
+
+    @router.post(
+        "/api/jobs/bulk/delete",
+        response_model=BulkResult,
+        responses=errors(400, 401, 403, 413, 415, 503),
+        openapi_extra=json_body(JobFilterBody),
+    )
+    async def bulk_delete(request: Request) -> BulkResult:
+        """Delete (purge) up to the bulk cap of finished jobs matching the filter, with their
+        history; confirm the scope first with ``GET /api/jobs/count?action=delete``."""
+        job_filter = await _filter_body(request)
+        return BulkResult(count=await client.purge(job_filter, limit=MAX_BULK))
 
     @router.get(
         "/api/jobs/{job_id}", response_model=JobDetail, responses=errors(400, 401, 404, 503)
@@ -220,6 +249,58 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
         """A pending or running job becomes cancelled (409 when it already finished)."""
         return JobOut(**job_out(await client.cancel(job_id)))
 
+    @router.post(
+        "/api/jobs/{job_id}/rerun",
+        response_model=JobOut,
+        responses=errors(400, 401, 403, 404, 409, 415, 503),
+    )
+    async def rerun_job(job_id: JobId) -> JobOut:
+        """Run a succeeded job again now: a new attempt series (attempt back to 0), its earlier
+        attempts kept (409 in any other state, or while an active job holds its unique key)."""
+        return JobOut(**job_out(await client.rerun(job_id)))
+
+    @router.post(
+        "/api/jobs/{job_id}/reschedule",
+        response_model=JobOut,
+        responses=errors(400, 401, 403, 404, 409, 413, 415, 503),
+        openapi_extra=json_body(JobReschedule),
+    )
+    async def reschedule_job(job_id: JobId, request: Request) -> JobOut:
+        """Change a pending job's run_at (``"now"``: due at once), priority or queue; 409 when
+        it is running (a claim that came first wins: the job is reported, not changed) or
+        finished."""
+        raw = await read_json_object(
+            request, max_bytes=settings.max_body_bytes, max_depth=settings.max_json_depth
+        )
+        body = JobReschedule.model_validate(raw)
+        run_at: datetime | Literal["now"] | None = None
+        if body.run_at == "now":
+            run_at = "now"
+        elif body.run_at is not None:
+            run_at = parse_instant("run_at", body.run_at)
+        job = await client.reschedule(
+            job_id, run_at=run_at, priority=body.priority, queue=body.queue
+        )
+        return JobOut(**job_out(job))
+
+    @router.delete("/api/jobs/count", include_in_schema=False)
+    async def delete_count() -> None:
+        """Starlette would route this to ``DELETE /api/jobs/{job_id}`` (a 400 for the id
+        "count"); the count's path allows GET only, so its answer is 405."""
+        raise StarletteHTTPException(405)
+
+    @router.delete(
+        "/api/jobs/{job_id}",
+        status_code=204,
+        response_class=Response,
+        responses=errors(400, 401, 403, 404, 409, 503),
+    )
+    async def delete_job(job_id: JobId) -> Response:
+        """Delete a pending or finished job and its attempt history (409 while it runs:
+        cancel it first)."""
+        await client.delete(job_id)
+        return Response(status_code=204)
+
     async def _filter_body(request: Request) -> JobFilter:
         raw = await read_json_object(
             request, max_bytes=settings.max_body_bytes, max_depth=settings.max_json_depth
@@ -229,5 +310,7 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
     return router
 
 
-def _acted_on(action: Literal["retry", "cancel"]) -> frozenset[JobState]:
+def _acted_on(action: Literal["retry", "cancel", "delete"]) -> frozenset[JobState]:
+    if action == "delete":
+        return FINISHED_STATES
     return RETRYABLE_STATES if action == "retry" else ACTIVE_STATES

@@ -69,6 +69,20 @@ class _Request(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
 
 
+#: Holding a key over time and replacing its holder need a unique_key to hold.
+_NEEDS_UNIQUE_KEY: list[Any] = [
+    {
+        "if": {"required": [field], "properties": {field: condition}},
+        "then": {"required": ["unique_key"], "properties": {"unique_key": {"type": "string"}}},
+    }
+    for field, condition in (
+        ("unique_for_seconds", {"type": "number"}),
+        ("unique_states", {"type": "array"}),
+        ("on_conflict", {"const": "replace"}),
+    )
+]
+
+
 class JobCreate(_Request):
     """POST /api/jobs: a job to enqueue. Omitted fields take the kind's defaults."""
 
@@ -86,6 +100,16 @@ class JobCreate(_Request):
                         },
                     }
                 },
+                *_NEEDS_UNIQUE_KEY,
+                {
+                    "not": {
+                        "required": ["expires_at", "expire_after_seconds"],
+                        "properties": {
+                            "expires_at": {"type": "string"},
+                            "expire_after_seconds": {"type": "number"},
+                        },
+                    }
+                },
                 {
                     "if": {
                         "required": ["every_seconds"],
@@ -99,6 +123,11 @@ class JobCreate(_Request):
                                 "run_at",
                                 "unique_key",
                                 "timeout_seconds",
+                                "expires_at",
+                                "expire_after_seconds",
+                                "unique_for_seconds",
+                                "unique_states",
+                                "on_conflict",
                             )
                         }
                     },
@@ -126,6 +155,37 @@ class JobCreate(_Request):
             "pattern": "^" + SAFE_YEARS_PATTERN + INSTANT_PATTERN.pattern[len("[0-9]{4}") :] + "$",
             "maxLength": MAX_INSTANT_LENGTH,
         },
+    )
+    expires_at: str | None = Field(
+        default=None,
+        description="Never start the job at or after this ISO 8601 instant (an explicit UTC "
+        'offset): if it is still waiting then, it ends cancelled with last_error "expired".',
+        json_schema_extra={
+            "format": "date-time",
+            "pattern": "^" + SAFE_YEARS_PATTERN + INSTANT_PATTERN.pattern[len("[0-9]{4}") :] + "$",
+            "maxLength": MAX_INSTANT_LENGTH,
+        },
+    )
+    expire_after_seconds: float | None = Field(
+        default=None,
+        description="Like expires_at, this many seconds from now (one microsecond to 100 years).",
+        json_schema_extra={"minimum": 1e-6, "maximum": MAX_DELAY.total_seconds()},
+    )
+    unique_for_seconds: float | None = Field(
+        default=None,
+        description="Hold unique_key for this many seconds from this enqueue, also in the "
+        "states of unique_states (by default pending, running and succeeded).",
+        json_schema_extra={"minimum": 1e-6, "maximum": MAX_DELAY.total_seconds()},
+    )
+    unique_states: list[StateName] | None = Field(
+        default=None,
+        description="The states in which a job holds unique_key (pending and running always); "
+        "without unique_for_seconds, for good.",
+    )
+    on_conflict: Literal["skip", "replace"] | None = Field(
+        default=None,
+        description='"replace": a job still pending that holds unique_key takes this payload '
+        "and run_at (200, replaced) instead of only being reported.",
     )
     every_seconds: float | None = Field(
         default=None,
@@ -159,6 +219,44 @@ class JobCreate(_Request):
         default=None,
         description="Stop the handler after this long (one microsecond to 100 years).",
         json_schema_extra={"minimum": 1e-6, "maximum": MAX_DELAY.total_seconds()},
+    )
+
+
+def _instant_or_now(schema: dict[str, Any]) -> None:
+    """The schema of a run_at that may also be "now": the instant's (as JobCreate.run_at)
+    or that word."""
+    schema.pop("type", None)
+    schema["anyOf"] = [
+        {"type": "string", "enum": ["now"]},
+        {
+            "type": "string",
+            "format": "date-time",
+            "pattern": "^" + SAFE_YEARS_PATTERN + INSTANT_PATTERN.pattern[len("[0-9]{4}") :] + "$",
+            "maxLength": MAX_INSTANT_LENGTH,
+        },
+    ]
+
+
+class JobReschedule(_Request):
+    """POST /api/jobs/{job_id}/reschedule: what to change on a pending job; omitted fields
+    are kept, and at least one is given."""
+
+    model_config = ConfigDict(json_schema_extra={"minProperties": 1})
+
+    run_at: str = Field(
+        default=None,  # type: ignore[assignment]  # omitted: kept (null is refused)
+        description='Due at this ISO 8601 instant (an explicit UTC offset), or "now".',
+        json_schema_extra=_instant_or_now,
+    )
+    priority: JsonInt = Field(
+        default=None,  # type: ignore[assignment]
+        description="Higher runs first.",
+        json_schema_extra={"minimum": MIN_PRIORITY, "maximum": MAX_PRIORITY},
+    )
+    queue: str = Field(
+        default=None,  # type: ignore[assignment]
+        description="Move the job to this queue.",
+        json_schema_extra=_NAME_SCHEMA,
     )
 
 
@@ -198,6 +296,8 @@ class JobFields(BaseModel):
     schedule: str | None
     slot_at: datetime | None
     timeout_seconds: float | None
+    #: No attempt starts at or after this instant (null: the job never expires).
+    expires_at: datetime | None = None
     #: Expired leases under which its handler had started; above 0 it is a crash suspect.
     crashes: int
     #: Why the job is a crash suspect and when it runs alone, or null.
@@ -242,9 +342,11 @@ class JobSummary(JobFields):
 
 
 class JobCreated(JobOut):
-    """The enqueued job; ``duplicate`` means an active job already held the unique key (200)."""
+    """The enqueued job; ``duplicate`` means a job already held the unique key (200), and
+    ``replaced`` that it took this payload and run_at (``on_conflict: "replace"``)."""
 
     duplicate: bool
+    replaced: bool = False
 
 
 class AttemptOut(BaseModel):
@@ -383,6 +485,7 @@ def job_out(job: Job) -> dict[str, Any]:
         "schedule": job.schedule,
         "slot_at": job.slot_at,
         "timeout_seconds": job.timeout.total_seconds() if job.timeout is not None else None,
+        "expires_at": job.expires_at,
         "crashes": job.crashes,
         "quarantine": blame.quarantine(job),
         "progress": job.progress,

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import sys
+from collections.abc import Awaitable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 import click
 
@@ -13,7 +15,7 @@ from rota.cli.terminal import console, shown, table
 from rota.config import parse_duration, parse_instant, parse_json
 from rota.domain import blame
 from rota.domain.errors import InvalidInput, InvalidJob
-from rota.domain.job import Attempt, Job, JobState, validate_name
+from rota.domain.job import FINISHED_STATES, Attempt, Job, JobState, validate_name
 from rota.store.base import WorkerInfo
 
 # ---------------------------------------------------------------------- enqueue and jobs
@@ -38,6 +40,28 @@ from rota.store.base import WorkerInfo
 )
 @click.option("--tenant", envvar="ROTA_TENANT", help="Whose work this is (fairness, limits).")
 @click.option(
+    "--unique-for",
+    envvar="ROTA_UNIQUE_FOR",
+    help="Hold --unique-key this long from now, also once succeeded (24h: dedupe for a day).",
+)
+@click.option(
+    "--unique-state",
+    "unique_states",
+    type=click.Choice([s.value for s in JobState]),
+    multiple=True,
+    help="A state in which the job holds --unique-key (repeatable; pending, running always).",
+)
+@click.option(
+    "--replace",
+    is_flag=True,
+    help="If a pending job holds --unique-key, give it this payload and run time instead.",
+)
+@click.option(
+    "--expire-after",
+    envvar="ROTA_EXPIRE_AFTER",
+    help="Never start it after this long (1h, 30m): still waiting then, it ends cancelled.",
+)
+@click.option(
     "--max-attempts",
     envvar="ROTA_MAX_ATTEMPTS",
     type=int,
@@ -54,6 +78,10 @@ def enqueue(
     priority: int | None,
     unique_key: str | None,
     tenant: str | None,
+    unique_for: str | None,
+    unique_states: tuple[str, ...],
+    replace: bool,
+    expire_after: str | None,
     max_attempts: int | None,
     as_json: bool,
 ) -> None:
@@ -74,6 +102,12 @@ def enqueue(
         "unique_key": unique_key,
         "tenant": tenant,
         "max_attempts": max_attempts,
+        "expire_after": parse_duration(expire_after, what="--expire-after")
+        if expire_after
+        else None,
+        "unique_for": parse_duration(unique_for, what="--unique-for") if unique_for else None,
+        "unique_states": unique_states or None,
+        "on_conflict": "replace" if replace else "skip",
     }
     data = parse_json(payload)
     if target.app is not None:
@@ -87,11 +121,12 @@ def enqueue(
 
     result = with_client(target, go)
     if as_json:
-        click.echo(json.dumps({**job_json(result.job), "duplicate": result.duplicate}))
+        shown_job = {**job_json(result.job), "duplicate": result.duplicate}
+        click.echo(json.dumps({**shown_job, "replaced": result.replaced}))
     else:
-        note = (
-            " (duplicate: an active job already holds this unique key)" if result.duplicate else ""
-        )
+        note = " (duplicate: a job already holds this unique key)" if result.duplicate else ""
+        if result.replaced:
+            note = " (replaced: the pending job holding this unique key took this payload)"
         click.echo(
             f"job {result.job.id} {result.job.state} in queue {shown(result.job.queue)} at "
             f"{result.job.run_at.isoformat()}{note}"
@@ -100,7 +135,7 @@ def enqueue(
 
 @cli.group()
 def jobs() -> None:
-    """List, show, retry and cancel jobs."""
+    """List, show, retry, re-run, cancel, reschedule, delete and purge jobs."""
 
 
 def name_filter(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -240,6 +275,121 @@ def jobs_cancel(job_id: int, target: Target) -> None:
     click.echo(f"job {job.id} cancelled")
 
 
+@jobs.command("delete")
+@click.argument("job_id", type=int)
+@uses_database(creates=False)
+def jobs_delete(job_id: int, target: Target) -> None:
+    """Delete a pending or finished job and its history (a running job: cancel it first)."""
+    job = with_client(target, lambda c: c.delete(job_id))
+    click.echo(f"job {job.id} deleted (it was {job.state})")
+
+
+@jobs.command("rerun")
+@click.argument("job_id", type=int)
+@uses_database(creates=False)
+def jobs_rerun(job_id: int, target: Target) -> None:
+    """Run a succeeded job again: a new attempt series, its earlier attempts kept."""
+    job = with_client(target, lambda c: c.rerun(job_id))
+    click.echo(f"job {job.id} is pending again (a new attempt series)")
+
+
+@jobs.command("reschedule")
+@click.argument("job_id", type=int)
+@uses_database(creates=False)
+@click.option("--at", "at", help='Run at an ISO 8601 time with offset, or "now".')
+@click.option("--priority", type=int, help="Higher runs first (-100..100).")
+@click.option("--queue", callback=name_filter, help="Move the job to this queue.")
+@json_option
+def jobs_reschedule(
+    job_id: int,
+    target: Target,
+    at: str | None,
+    priority: int | None,
+    queue: str | None,
+    as_json: bool,
+) -> None:
+    """Change a pending job's run time, priority or queue (a job a worker claimed meanwhile
+    is reported, not changed)."""
+    run_at: datetime | Literal["now"] | None = None
+    if at is not None:
+        run_at = "now" if at.strip() == "now" else parse_instant(at, what="--at")
+    job = with_client(
+        target, lambda c: c.reschedule(job_id, run_at=run_at, priority=priority, queue=queue)
+    )
+    if as_json:
+        click.echo(json.dumps(job_json(job)))
+        return
+    click.echo(
+        f"job {job.id} pending in queue {shown(job.queue)} at {job.run_at.isoformat()} "
+        f"(priority {job.priority})"
+    )
+
+
+@jobs.command("purge")
+@uses_database(creates=False)
+@click.option(
+    "--state",
+    envvar="ROTA_STATE",
+    type=click.Choice([s.value for s in sorted(FINISHED_STATES)]),
+    multiple=True,
+    help="Only finished jobs in this state (repeatable; default: every finished state).",
+)
+@click.option("--kind", envvar="ROTA_KIND", callback=name_filter, help="Only jobs of this kind.")
+@click.option("--queue", envvar="ROTA_QUEUE", callback=name_filter, help="Only jobs in this queue.")
+@click.option(
+    "--tenant", envvar="ROTA_TENANT", callback=name_filter, help="Only this tenant's jobs."
+)
+@click.option("--yes", is_flag=True, help="Delete without asking (needed without a terminal).")
+def jobs_purge(
+    target: Target,
+    state: tuple[str, ...],
+    kind: str | None,
+    queue: str | None,
+    tenant: str | None,
+    yes: bool,
+) -> None:
+    """Delete finished jobs matching the filters, with their history, after confirming how
+    many (at most 10,000 per run)."""
+    from rota.client import Client
+    from rota.store import JobFilter
+    from rota.store.base import MAX_BULK
+
+    states = frozenset(JobState(s) for s in state) if state else FINISHED_STATES
+    filter = JobFilter(states=states, kind=kind, queue=queue, tenant=tenant)
+    scope = describe_filter(filter)
+
+    matching = with_client(target, lambda c: c.store.count_jobs(filter, limit=MAX_BULK + 1))
+    if matching == 0:
+        click.echo(f"no finished jobs match {scope}; nothing to delete")
+        return
+    amount = f"the first {MAX_BULK} of the" if matching > MAX_BULK else str(matching)
+    scope_text = f"{amount} finished job(s) matching {scope}"
+    if not yes:
+        if not sys.stdin.isatty():
+            raise InvalidInput(f"would delete {scope_text}: pass --yes to confirm")
+        if not click.confirm(f"Delete {scope_text}?", default=False):
+            click.echo("nothing deleted", err=True)
+            return
+
+    def purge(client: Client) -> Awaitable[int]:
+        return client.purge(filter, limit=MAX_BULK)
+
+    deleted = with_client(target, purge)
+    click.echo(f"deleted {deleted} finished job(s) matching {scope}")
+
+
+def describe_filter(filter: Any) -> str:
+    """The filter in words, for a confirmation: ``state dead, kind email``."""
+    parts = []
+    if filter.states is not None:
+        parts.append("state " + "|".join(sorted(state.value for state in filter.states)))
+    for name in ("kind", "queue", "tenant"):
+        value = getattr(filter, name)
+        if value is not None:
+            parts.append(f"{name} {value}")
+    return ", ".join(parts) or "every job"
+
+
 @cli.command()
 @uses_database(creates=False)
 @heartbeat_option("The workers' heartbeat interval: alive means a beat within 3 of them.")
@@ -318,6 +468,7 @@ def job_json(job: Job) -> dict[str, Any]:
         "schedule": job.schedule,
         "slot_at": _iso(job.slot_at),
         "timeout_seconds": job.timeout.total_seconds() if job.timeout else None,
+        "expires_at": _iso(job.expires_at),
         "last_error": job.last_error,
         "crashes": job.crashes,
         "quarantine": blame.quarantine(job),

@@ -11,6 +11,7 @@
     │   ├── JobNotFound
     │   └── ScheduleNotFound
     ├── StateConflict                        the verb does not apply in the job's state
+    │   └── JobRunning                       a worker holds the job (delete, edit): cancel first
     ├── JobFailed                            awaited job ended dead (``.error``: its last error)
     ├── JobCancelled                         awaited job was cancelled
     ├── ResultTimeout (also TimeoutError)    awaited job did not finish in time; it carries on
@@ -117,6 +118,15 @@ class ResultTimeout(RotaError, TimeoutError):
         super().__init__(f"job(s) {listed}{more} not finished after {timeout_s:g}s")
         self.job_ids = job_ids
         self.timeout_s = timeout_s
+
+
+class JobRunning(StateConflict):
+    """The job is running (claimed by a worker): it cannot be deleted or edited now, and an
+    edit fenced against a concurrent claim reports that claim with this error. Cancel first."""
+
+    def __init__(self, job_id: int, verb: str) -> None:
+        super().__init__(f"job {job_id} is running: cannot {verb} it (cancel it first)")
+        self.job_id = job_id
 
 
 class LeaseLost(RotaError):

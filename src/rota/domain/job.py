@@ -8,6 +8,7 @@ A job moves through one state machine (docs/architecture.md draws it)::
        │  └──snooze / release / lease expired (see rota.domain.blame)──┘
        │                  └──lease expired on the last attempt, running alone──> dead
        └──retry── dead, cancelled <──cancel── pending, running
+    pending ──expires_at passed──> cancelled ("expired")      succeeded ──rerun──> pending
 """
 
 from __future__ import annotations
@@ -93,6 +94,36 @@ class JobState(StrEnum):
 
 
 _TERMINAL = frozenset({JobState.SUCCEEDED, JobState.DEAD, JobState.CANCELLED})
+ACTIVE_STATES = frozenset({JobState.PENDING, JobState.RUNNING})
+#: The states a unique key is held in when ``unique_for`` is given without ``unique_states``.
+HELD_BY_DEFAULT = ACTIVE_STATES | {JobState.SUCCEEDED}
+#: One bit per state, for the stores' ``unique_states`` column.
+STATE_BITS = {
+    JobState.PENDING: 1,
+    JobState.RUNNING: 2,
+    JobState.SUCCEEDED: 4,
+    JobState.DEAD: 8,
+    JobState.CANCELLED: 16,
+}
+
+
+#: SQL for the bit of the row's ``state`` (a constant of ours, spliced into statements).
+STATE_BIT_SQL = (
+    "(CASE state WHEN 'pending' THEN 1 WHEN 'running' THEN 2 WHEN 'succeeded' THEN 4 "
+    "WHEN 'dead' THEN 8 WHEN 'cancelled' THEN 16 ELSE 0 END)"
+)
+
+
+def state_mask(states: frozenset[JobState]) -> int:
+    return sum(STATE_BITS[state] for state in states)
+
+
+def mask_states(mask: int) -> frozenset[JobState]:
+    return frozenset(state for state, bit in STATE_BITS.items() if mask & bit)
+
+
+#: Finished states: what a purge deletes.
+FINISHED_STATES = _TERMINAL
 #: States from which a manual retry is allowed.
 RETRYABLE_STATES = frozenset({JobState.DEAD, JobState.CANCELLED})
 
@@ -108,6 +139,9 @@ class Outcome(StrEnum):
     LEASE_EXPIRED = "lease_expired"  #: the worker went silent past its lease
     CANCELLED = "cancelled"
 
+
+#: The last_error of a job cancelled because it expired before it could start.
+EXPIRED = "expired"
 
 #: A job whose worker died this often while running it runs alone from then on.
 ALONE_AFTER_CRASHES = 2
@@ -327,6 +361,19 @@ class JobSpec:
     #: The trace context of the code that enqueued the job (propagation headers such as
     #: ``traceparent``), for the execution's span to join that trace; None outside a trace.
     trace_context: Mapping[str, str] | None = field(default=None, repr=False)
+    #: No attempt starts at or after this instant: a job still pending then is cancelled
+    #: (last_error "expired"), even one that was due later. ``expire_after`` says the same
+    #: from the store's now.
+    expires_at: datetime | None = None
+    expire_after: timedelta | None = None
+    #: The unique key is held beyond the job's active states: for ``unique_for`` from this
+    #: enqueue (forever when only ``unique_states`` is given), while the job is in one of
+    #: ``unique_states`` (pending and running always; by default succeeded too).
+    unique_for: timedelta | None = None
+    unique_states: frozenset[JobState] | None = None
+    #: What a second enqueue of a held key does: ``"skip"`` (report the holder as a
+    #: duplicate) or ``"replace"`` (a holder still pending takes this payload and run_at).
+    on_conflict: str = "skip"
     payload_json: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -358,7 +405,27 @@ class JobSpec:
             object.__setattr__(self, "slot_at", _valid_instant("slot_at", self.slot_at))
         if self.trace_context is not None:
             object.__setattr__(self, "trace_context", valid_trace_context(self.trace_context))
+        if self.expires_at is not None or self.expire_after is not None:
+            self._check_expiry()
+        if self.unique_for is not None or self.unique_states is not None:
+            self._check_hold()
+        if self.on_conflict != "skip":
+            if self.on_conflict != "replace":
+                raise InvalidJob("on_conflict", 'must be "skip" or "replace"')
+            if self.unique_key is None:
+                raise InvalidJob("on_conflict", "needs a unique_key")
         object.__setattr__(self, "payload_json", encode_payload(self.payload))
+
+    def _check_expiry(self) -> None:
+        if self.expires_at is not None and self.expire_after is not None:
+            raise InvalidJob("expires_at", "give expires_at or expire_after, not both")
+        if self.expires_at is not None:
+            object.__setattr__(self, "expires_at", _valid_instant("expires_at", self.expires_at))
+        if self.expire_after is not None:
+            if not isinstance(self.expire_after, timedelta):
+                raise InvalidJob("expire_after", "must be a timedelta")
+            if self.expire_after <= timedelta(0) or self.expire_after > MAX_DELAY:
+                raise InvalidJob("expire_after", "must be positive and at most 100 years")
 
     def with_trace_context(self, carrier: Mapping[str, str]) -> JobSpec:
         """This spec carrying ``carrier`` as its trace context (checked as on construction;
@@ -367,6 +434,42 @@ class JobSpec:
         object.__setattr__(traced, "trace_context", valid_trace_context(carrier))
         return traced
 
+    def _check_hold(self) -> None:
+        if self.unique_key is None:
+            given = "unique_for" if self.unique_for is not None else "unique_states"
+            raise InvalidJob(given, "needs a unique_key")
+        if self.unique_for is not None and (
+            not isinstance(self.unique_for, timedelta)
+            or not timedelta(0) < self.unique_for <= MAX_DELAY
+        ):
+            raise InvalidJob("unique_for", "must be a positive timedelta of at most 100 years")
+        states = self.unique_states
+        if states is None:
+            states = HELD_BY_DEFAULT
+        try:
+            held = frozenset(JobState(state) for state in states) | ACTIVE_STATES
+        except (TypeError, ValueError):
+            raise InvalidJob("unique_states", "must be job states") from None
+        object.__setattr__(self, "unique_states", held)
+
+    @property
+    def holds_beyond_active(self) -> bool:
+        """Whether the unique key is held beyond the active states, or replaces (both take
+        the serialised enqueue path)."""
+        return self.unique_states is not None or self.on_conflict == "replace"
+
+    def hold_until(self, now: datetime) -> datetime | None:
+        """Until when, by the store's ``now``, the key is held in ``unique_states``."""
+        if self.unique_states is None:
+            return None
+        return now + self.unique_for if self.unique_for is not None else LATEST_RUN_AT
+
+    def expiry_at(self, now: datetime) -> datetime | None:
+        """When the job expires unless started, given the store's ``now`` (None: never)."""
+        if self.expire_after is not None:
+            return now + self.expire_after
+        return self.expires_at
+
     def due_at(self, now: datetime) -> datetime:
         """When the job becomes due, given the store's ``now``."""
         if self.run_at is not None:
@@ -374,6 +477,35 @@ class JobSpec:
         if self.delay is not None:
             return now + self.delay
         return now
+
+
+@dataclass(frozen=True, slots=True)
+class JobEdit:
+    """What an operator changes on a pending job (``Store.reschedule``): each field left None
+    is kept; ``run_now`` makes the job due at the store's now. Validated on construction
+    (InvalidJob naming the field); an edit that changes nothing is refused too."""
+
+    run_at: datetime | None = None
+    run_now: bool = False
+    priority: int | None = None
+    queue: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.run_at is not None and self.run_now:
+            raise InvalidJob("run_at", "give a time or now, not both")
+        if self.run_at is not None:
+            object.__setattr__(self, "run_at", _valid_instant("run_at", self.run_at))
+        if self.priority is not None:
+            _int_in_range("priority", self.priority, MIN_PRIORITY, MAX_PRIORITY)
+        if self.queue is not None:
+            validate_name("queue", self.queue)
+        if (
+            self.run_at is None
+            and not self.run_now
+            and self.priority is None
+            and self.queue is None
+        ):
+            raise InvalidJob("run_at", "give at least one of run_at (or now), priority, queue")
 
 
 def valid_trace_context(carrier: object) -> dict[str, str]:
@@ -496,6 +628,8 @@ class Job:
     #: cleared when an attempt starts.
     progress: float | None = None
     progress_message: str | None = None
+    #: No attempt starts at or after this instant (see JobSpec.expires_at).
+    expires_at: datetime | None = None
 
     @property
     def is_terminal(self) -> bool:
@@ -513,6 +647,10 @@ class Job:
 
     def is_due(self, now: datetime) -> bool:
         return self.state is JobState.PENDING and self.run_at <= now
+
+    def is_expired(self, now: datetime) -> bool:
+        """Whether no attempt may start at ``now``: its expires_at has come."""
+        return self.expires_at is not None and self.expires_at <= now
 
     @property
     def lease(self) -> Lease:
@@ -544,7 +682,10 @@ class Attempt:
 
 @dataclass(frozen=True, slots=True)
 class EnqueueResult:
-    """What enqueue did: the job, and whether an active job already held its unique key."""
+    """What enqueue did: the job, and whether a job already held its unique key (then
+    nothing was inserted; ``replaced`` says whether that holder was updated instead)."""
 
     job: Job
     duplicate: bool = False
+    #: With ``on_conflict="replace"``: the pending holder took the new payload and run_at.
+    replaced: bool = False

@@ -33,7 +33,7 @@ from rota.domain.errors import (
     Snooze,
     StoreUnavailable,
 )
-from rota.domain.job import Job, Outcome, encode_result
+from rota.domain.job import Job, JobState, Outcome, encode_result
 from rota.domain.lease import Lease
 from rota.domain.retry import RetryPolicy
 from rota.observability import tracing
@@ -41,7 +41,8 @@ from rota.observability.logging import job_context
 from rota.observability.metrics import Metrics
 from rota.runtime.completions import Completer
 from rota.runtime.context import JobContext
-from rota.runtime.registry import Registry
+from rota.runtime.hooks import Hooks, JobResult
+from rota.runtime.registry import KindConfig, Registry
 from rota.runtime.services import bounded
 from rota.store.base import Store
 
@@ -110,6 +111,7 @@ class Executor:
         lease: timedelta,
         on_abandon: Callable[[], None] = lambda: None,
         until_alone: Callable[[Execution], Awaitable[None]] | None = None,
+        hooks: Hooks | None = None,
     ) -> None:
         self._store = store
         self._registry = registry
@@ -122,6 +124,9 @@ class Executor:
         self._until_alone = until_alone
         self._lease_s = lease.total_seconds()
         self._by_kind: dict[str, _KindMetrics] = {}
+        #: Read on every job (registrations may come after the worker is made); with none
+        #: registered the path is as before: two list checks, nothing allocated.
+        self._hooks = hooks or Hooks()
 
     def _kind_metrics(self, kind: str) -> _KindMetrics:
         found = self._by_kind.get(kind)
@@ -170,11 +175,11 @@ class Executor:
         execution.started = self._clock.monotonic()
         outcome = Outcome.SUCCEEDED
         try:
-            if config.is_async:
-                call = config.handler(execution.ctx, job.payload)
+            if self._hooks.middleware:
+                work = self._through_middleware(execution, config, timeout)
             else:
-                call = self._call_sync(config.handler, execution)
-            value = await tracing.execution(_with_timeout(call, timeout), job, self._worker)
+                work = _with_timeout(self._call(config, execution), timeout)
+            value = await tracing.execution(work, job, self._worker)
         except Snooze as snooze:
             outcome = Outcome.SNOOZED
             delay = snooze.delay
@@ -187,7 +192,12 @@ class Executor:
         except Permanent as error:
             outcome = Outcome.FAILED
             await self._report_failure(
-                execution, _describe(error), _trace(error), permanent=True, retry=config.retry
+                execution,
+                _describe(error),
+                _trace(error),
+                permanent=True,
+                retry=config.retry,
+                exception=error,
             )
         except _HandlerTimeout:
             outcome = Outcome.FAILED
@@ -215,7 +225,12 @@ class Executor:
         except Exception as error:
             outcome = Outcome.FAILED
             await self._report_failure(
-                execution, _describe(error), _trace(error), permanent=False, retry=config.retry
+                execution,
+                _describe(error),
+                _trace(error),
+                permanent=False,
+                retry=config.retry,
+                exception=error,
             )
         else:
             try:
@@ -234,6 +249,68 @@ class Executor:
         finally:
             metrics.running.dec()
             metrics.duration(outcome).observe(max(0.0, self._clock.monotonic() - execution.started))
+
+    def _call(self, config: KindConfig, execution: Execution) -> Awaitable[Any]:
+        if config.is_async:
+            return config.handler(execution.ctx, execution.job.payload)  # type: ignore[no-any-return]
+        return self._call_sync(config.handler, execution)
+
+    async def _through_middleware(
+        self, execution: Execution, config: KindConfig, limit: timedelta | None
+    ) -> Any:
+        """The handler inside the middleware chain. Once the worker stopped the job (its lease
+        lost, a release at shutdown), the job ends as stopped whatever a middleware made of
+        the cancellation: swallowed, turned into a return or into another error. LeaseLost
+        raised through the chain is a lost lease too, never a handler failure."""
+        try:
+            result = await self._hooks.around(
+                execution.ctx, lambda: _with_timeout(self._call(config, execution), limit)
+            )
+        except asyncio.CancelledError:
+            raise
+        except LeaseLost:
+            if execution.stop is None:
+                execution.stop = Stop.LEASE_LOST
+            raise asyncio.CancelledError from None
+        except BaseException:
+            if execution.stop is not None:
+                raise asyncio.CancelledError from None
+            raise
+        if execution.stop is not None:
+            raise asyncio.CancelledError
+        return result
+
+    async def _fire(
+        self,
+        execution: Execution,
+        state: JobState,
+        *,
+        error: str | None = None,
+        exception: BaseException | None = None,
+        retry_in: timedelta | None = None,
+    ) -> None:
+        """Run the outcome hooks registered for ``state``, if any (after the store accepted
+        the outcome)."""
+        if not self._hooks.hooks_for(state):
+            return
+        result = JobResult(
+            job=execution.job,
+            outcome=Outcome.SUCCEEDED if state is JobState.SUCCEEDED else Outcome.FAILED,
+            state=state,
+            error=error,
+            exception=exception,
+            retry_in=retry_in if state is JobState.PENDING else None,
+            duration_s=max(0.0, self._clock.monotonic() - execution.started)
+            if execution.started
+            else 0.0,
+        )
+        loop = asyncio.get_running_loop()
+
+        def run_sync(call: Callable[[], Any]) -> Awaitable[Any]:
+            context = contextvars.copy_context()
+            return loop.run_in_executor(self._threads, context.run, call)
+
+        await self._hooks.fire(execution.ctx, result, run_sync=run_sync, within_s=self._lease_s)
 
     async def _begin(self, execution: Execution) -> bool:
         """Record the start of an attempt that runs alone before its handler runs; False if
@@ -284,6 +361,8 @@ class Executor:
             accepted = False
         if accepted:
             self._kind_metrics(job.kind).finished(Outcome.SUCCEEDED).inc()
+            if self._hooks.on_success:
+                await self._fire(execution, JobState.SUCCEEDED)
         elif accepted is False:
             self._lost(execution, "completion")
 
@@ -295,10 +374,11 @@ class Executor:
         *,
         permanent: bool,
         retry: RetryPolicy,
+        exception: BaseException | None = None,
     ) -> None:
         job = execution.job
         delay = retry.delay(job.attempt)
-        await self._report(
+        state = await self._report(
             execution,
             lambda: self._store.fail(
                 job.lease, error=error, traceback=trace, retry_in=delay, permanent=permanent
@@ -309,13 +389,17 @@ class Executor:
             log.warning("job failed for good (dead): %s", error)
         else:
             log.info("job failed, retrying in %.1fs: %s", delay.total_seconds(), error)
+        if isinstance(state, JobState) and (self._hooks.on_failure or self._hooks.on_dead):
+            await self._fire(execution, state, error=error, exception=exception, retry_in=delay)
 
-    async def _report(self, execution: Execution, write: Callable[[], Awaitable[Any]]) -> None:
+    async def _report(self, execution: Execution, write: Callable[[], Awaitable[Any]]) -> Any:
+        """The fenced write's result; None when the lease was lost or the store unreachable."""
         execution.reporting = True
         try:
-            await self._retrying(execution, write)
+            return await self._retrying(execution, write)
         except LeaseLost:
             self._lost(execution, "report")
+            return None
 
     async def _retrying(
         self, execution: Execution, write: Callable[[], Awaitable[Any]], *, bound: bool = True

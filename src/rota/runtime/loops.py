@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import logging
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+log = logging.getLogger("rota.runtime")
 
 
 def loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
@@ -22,7 +25,9 @@ def loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
     try:
         uvloop = importlib.import_module("uvloop")
     except ImportError:
+        log.debug("event loop: asyncio's (install rota[speed] for uvloop)")
         return asyncio.new_event_loop
+    log.debug("event loop: uvloop %s", getattr(uvloop, "__version__", ""))
     factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
     return factory
 

@@ -1,8 +1,10 @@
-"""Rescuer: expired leases become pending again, or dead (rota.domain.blame decides)."""
+"""Rescuer: expired leases become pending again, or dead (rota.domain.blame decides); pending
+jobs past their expires_at are cancelled as expired."""
 
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from datetime import timedelta
 
 from rota.store.base import RescueResult, Store
@@ -25,6 +27,14 @@ class Rescuer:
 
     async def tick(self) -> RescueResult:
         result = await self._store.rescue(limit=self._batch)
+        expired = await self._store.expire(limit=self._batch)
+        if expired:
+            result = replace(result, expired=expired)
+            log.info(
+                "%d job(s) cancelled as expired: not started by their expires_at (ids %s)",
+                len(expired),
+                ", ".join(map(str, expired[:20])),
+            )
         if result.dead:
             log.warning(
                 "%d job(s) dead: their worker died while each ran alone on its last attempt "

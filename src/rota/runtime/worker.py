@@ -34,6 +34,7 @@ from rota.observability.metrics import Metrics
 from rota.runtime.completions import Completer
 from rota.runtime.context import JobContext
 from rota.runtime.executor import Execution, Executor, Stop
+from rota.runtime.hooks import Hooks
 from rota.runtime.pruner import Pruner
 from rota.runtime.registry import Registry
 from rota.runtime.rescuer import Rescuer
@@ -122,6 +123,7 @@ class Worker:
         clock: Clock | None = None,
         metrics: Metrics | None = None,
         services: Sequence[Service] = (),
+        hooks: Hooks | None = None,
     ) -> None:
         self.settings = (settings or WorkerSettings()).validated()
         self.name = self.settings.name or default_worker_name()
@@ -150,6 +152,7 @@ class Worker:
             lease=self.settings.lease,
             on_abandon=self._simulate_restart,
             until_alone=self._until_alone,
+            hooks=hooks,
         )
         self._resume_claims_at = 0.0
         self.heartbeater = Heartbeater(self)
@@ -404,8 +407,13 @@ class Worker:
                 overdue = True
         if overdue:
             # Leases run out together (they were renewed together): stop them in one go.
+            # One already writing its outcome (or running its hooks after it) stops by itself.
             self.heartbeater.expire(
-                [e for e in self._held.values() if e.stop is None and e.deadline <= now]
+                [
+                    e
+                    for e in self._held.values()
+                    if e.stop is None and e.deadline <= now and not e.reporting
+                ]
             )
 
     async def _execute(self, execution: Execution) -> None:

@@ -20,6 +20,7 @@ from rota.domain.job import (
     Attempt,
     EnqueueResult,
     Job,
+    JobEdit,
     JobSpec,
     JobState,
     Progress,
@@ -193,6 +194,8 @@ class RescueResult:
 
     dead: list[int] = field(default_factory=list)
     requeued: list[int] = field(default_factory=list)
+    #: Pending jobs cancelled as expired (``Store.expire``), by the rescuer that called both.
+    expired: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,7 +265,8 @@ class Store(Protocol):
         A spec whose ``unique_key`` is held by an active (pending or running) job is not
         inserted: its result is that job with ``duplicate=True``. A (schedule, slot_at) pair is
         unique across all states. Jobs due now wake sleeping workers. Every field of a spec
-        is kept, its ``trace_context`` included, and comes back from get, list and claim.
+        is kept, its ``trace_context`` and ``expires_at`` (from ``expire_after``: now + it)
+        included, and comes back from get, list and claim.
         """
         ...
 
@@ -276,8 +280,8 @@ class Store(Protocol):
         fair: bool = True,
         now: datetime | None = None,
     ) -> list[Job]:
-        """Lease up to ``limit`` jobs: due pending jobs and running jobs whose lease expired
-        with attempts left, highest priority first, then earliest run_at, then id; with
+        """Lease up to ``limit`` jobs: due pending jobs not expired (``expires_at`` unset or
+        after now) and running jobs whose lease expired with attempts left, highest priority first, then earliest run_at, then id; with
         ``fair``, tenants take turns (rota.domain.flow.interleave). Paused queues give nothing,
         and no job starts past a concurrency or rate limit of its queue, kind or tenant,
         however many workers claim at once.
@@ -365,10 +369,38 @@ class Store(Protocol):
         """
         ...
 
+    async def rerun(self, job_id: int, *, now: datetime | None = None) -> Job:
+        """A succeeded job runs again: pending now, a new attempt series (attempt back to 0,
+        so it has its whole max_attempts; last_error cleared), every earlier attempt kept in
+        its history. JobNotFound; StateConflict in any other state, or while another active
+        job holds its unique key (nothing changes)."""
+        ...
+
     async def cancel(self, job_id: int, *, now: datetime | None = None) -> Job:
         """A pending or running job becomes cancelled; a running one's lease is thereby lost,
         so its worker stops the handler at its next heartbeat and any late write is fenced.
         JobNotFound; StateConflict when the job is already terminal.
+        """
+        ...
+
+    async def delete(self, job_id: int) -> Job:
+        """Remove a pending or finished job and its attempt history at once; return the job
+        as it was. JobNotFound; JobRunning (nothing changes) while a worker holds it: cancel
+        it first. A deleted job's unique key and schedule slot are free again."""
+        ...
+
+    async def purge(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
+        """Delete up to ``limit`` finished (succeeded, dead or cancelled) jobs matching
+        ``filter``, oldest id first, with their history; return how many."""
+        ...
+
+    async def reschedule(self, job_id: int, edit: JobEdit, *, now: datetime | None = None) -> Job:
+        """Apply ``edit`` (run_at or now, priority, queue) to a pending job and return it.
+
+        One conditional write, fenced against a concurrent claim: it changes the job only if
+        it is still pending when written, so a job claimed meanwhile is reported, never
+        changed. JobNotFound; JobRunning while (or once) a worker holds it; StateConflict for
+        a finished job. Nothing changes on any error. A job made due wakes workers.
         """
         ...
 
@@ -415,6 +447,12 @@ class Store(Protocol):
         Each row is rewritten only if it still carries the token the rescuer observed, so a
         rescue never overwrites a job that completed or was re-claimed meanwhile.
         """
+        ...
+
+    async def expire(self, *, now: datetime | None = None, limit: int = 1000) -> list[int]:
+        """Cancel up to ``limit`` pending jobs whose ``expires_at`` has come (<= now), with
+        last_error "expired" (rota.domain.job.EXPIRED); return their ids, ascending. Claims
+        never take such a job, whether or not this ran yet."""
         ...
 
     async def prune(self, *, older_than: datetime, limit: int = 10_000) -> int:

@@ -15,7 +15,13 @@ from datetime import datetime, timedelta
 
 from rota.domain import blame
 from rota.domain.clock import Clock, SystemClock, utc
-from rota.domain.errors import JobNotFound, LeaseLost, ScheduleNotFound, StateConflict
+from rota.domain.errors import (
+    JobNotFound,
+    JobRunning,
+    LeaseLost,
+    ScheduleNotFound,
+    StateConflict,
+)
 from rota.domain.flow import (
     EVERY_TENANT,
     Budget,
@@ -28,12 +34,15 @@ from rota.domain.flow import (
     validate_queue,
 )
 from rota.domain.job import (
+    EXPIRED,
+    FINISHED_STATES,
     MAX_ERROR_LENGTH,
     MAX_TRACEBACK_LENGTH,
     RETRYABLE_STATES,
     Attempt,
     EnqueueResult,
     Job,
+    JobEdit,
     JobSpec,
     JobState,
     Outcome,
@@ -76,6 +85,8 @@ class MemoryStore:
         self._history: dict[int, list[Attempt]] = {}
         self._active_keys: dict[str, int] = {}
         self._slots: dict[tuple[str, datetime], int] = {}
+        #: Jobs whose unique key is held beyond the active states: until when, in which.
+        self._holds: dict[int, tuple[datetime, frozenset[JobState]]] = {}
         self._workers: dict[str, WorkerInfo] = {}
         #: Stored without last_job_state, which is read from the job whenever asked.
         self._schedules: dict[str, Schedule] = {}
@@ -216,9 +227,16 @@ class MemoryStore:
         results: list[EnqueueResult] = []
         earliest: datetime | None = None
         for spec in specs:
-            existing = self._existing_for(spec)
+            existing = self._existing_for(spec, at)
             if existing is not None:
-                results.append(EnqueueResult(self._jobs[existing], duplicate=True))
+                holder = self._jobs[existing]
+                if spec.on_conflict == "replace" and holder.state is JobState.PENDING:
+                    holder = replace(holder, payload=spec.payload, run_at=spec.due_at(at))
+                    self._jobs[holder.id] = holder
+                    earliest = holder.run_at if earliest is None else min(earliest, holder.run_at)
+                    results.append(EnqueueResult(holder, duplicate=True, replaced=True))
+                else:
+                    results.append(EnqueueResult(holder, duplicate=True))
                 continue
             job = Job(
                 id=self._next_id,
@@ -237,26 +255,43 @@ class MemoryStore:
                 schedule=spec.schedule,
                 slot_at=spec.slot_at,
                 trace_context=None if spec.trace_context is None else dict(spec.trace_context),
+                expires_at=spec.expiry_at(at),
             )
             self._next_id += 1
             self._jobs[job.id] = job
             self._history[job.id] = []
             if job.unique_key is not None:
                 self._active_keys[job.unique_key] = job.id
+            if spec.unique_states is not None:
+                until = spec.hold_until(at)
+                assert until is not None
+                self._holds[job.id] = (until, spec.unique_states)
             if job.schedule is not None and job.slot_at is not None:
                 self._slots[(job.schedule, job.slot_at)] = job.id
             earliest = job.run_at if earliest is None else min(earliest, job.run_at)
             results.append(EnqueueResult(job))
         return results, earliest
 
-    def _existing_for(self, spec: JobSpec) -> int | None:
+    def _existing_for(self, spec: JobSpec, at: datetime) -> int | None:
         if spec.schedule is not None and spec.slot_at is not None:
             slot_job = self._slots.get((spec.schedule, spec.slot_at))
             if slot_job is not None:
                 return slot_job
-        if spec.unique_key is not None:
-            return self._active_keys.get(spec.unique_key)
-        return None
+        if spec.unique_key is None:
+            return None
+        active = self._active_keys.get(spec.unique_key)
+        if active is not None or not spec.holds_beyond_active:
+            return active
+        # A key held beyond the active states: by a job in one of its states, in its period.
+        held = [
+            job_id
+            for job_id, (until, states) in self._holds.items()
+            if at < until
+            and (job := self._jobs.get(job_id)) is not None
+            and job.unique_key == spec.unique_key
+            and job.state in states
+        ]
+        return max(held, default=None)
 
     # ------------------------------------------------------------------ claim and leases
 
@@ -349,7 +384,7 @@ class MemoryStore:
 
     def _is_claimable(self, job: Job, at: datetime) -> bool:
         if job.state is JobState.PENDING:
-            return job.run_at <= at
+            return job.run_at <= at and not job.is_expired(at)
         return (
             job.state is JobState.RUNNING
             and job.lease_until is not None
@@ -563,6 +598,31 @@ class MemoryStore:
             self._active_keys[job.unique_key] = job.id
         self._announce(at)
 
+    async def rerun(self, job_id: int, *, now: datetime | None = None) -> Job:
+        with self._lock:
+            job = self._get(job_id)
+            if job.state is not JobState.SUCCEEDED:
+                raise StateConflict(f"job {job_id} is {job.state}; only succeeded jobs re-run")
+            if job.unique_key is not None and job.unique_key in self._active_keys:
+                raise StateConflict(
+                    f"job {job_id}: another active job holds unique key {job.unique_key!r}"
+                )
+            at = self._now(now)
+            rerun = replace(
+                job,
+                state=JobState.PENDING,
+                run_at=at,
+                attempt=0,
+                lease_until=None,
+                finished_at=None,
+                last_error=None,
+            )
+            self._jobs[job_id] = rerun
+            if job.unique_key is not None:
+                self._active_keys[job.unique_key] = job_id
+            self._announce(at)
+            return rerun
+
     async def cancel(self, job_id: int, *, now: datetime | None = None) -> Job:
         with self._lock:
             job = self._get(job_id)
@@ -595,6 +655,49 @@ class MemoryStore:
             for job in chosen:
                 self._cancel(job, at)
             return len(chosen)
+
+    async def delete(self, job_id: int) -> Job:
+        with self._lock:
+            job = self._get(job_id)
+            if job.state is JobState.RUNNING:
+                raise JobRunning(job_id, "delete")
+            self._forget(job)
+            return job
+
+    async def purge(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
+        with self._lock:
+            chosen = self._matching(filter, FINISHED_STATES, limit)
+            for job in chosen:
+                self._forget(job)
+            return len(chosen)
+
+    async def reschedule(self, job_id: int, edit: JobEdit, *, now: datetime | None = None) -> Job:
+        with self._lock:
+            job = self._get(job_id)
+            if job.state is JobState.RUNNING:
+                raise JobRunning(job_id, "edit")
+            if job.state is not JobState.PENDING:
+                raise StateConflict(f"job {job_id} is {job.state}; only pending jobs can be edited")
+            at = self._now(now)
+            edited = replace(
+                job,
+                run_at=at if edit.run_now else edit.run_at or job.run_at,
+                priority=job.priority if edit.priority is None else edit.priority,
+                queue=edit.queue or job.queue,
+            )
+            self._jobs[job_id] = edited
+        self._announce(edited.run_at)
+        return edited
+
+    def _forget(self, job: Job) -> None:
+        """Remove a job that no worker holds, with its history, key and slot (the lock held)."""
+        del self._jobs[job.id]
+        self._history.pop(job.id, None)
+        self._holds.pop(job.id, None)
+        if job.unique_key is not None and self._active_keys.get(job.unique_key) == job.id:
+            del self._active_keys[job.unique_key]
+        if job.schedule is not None and job.slot_at is not None:
+            self._slots.pop((job.schedule, job.slot_at), None)
 
     def _matching(self, filter: JobFilter, allowed: frozenset[JobState], limit: int) -> list[Job]:
         states = allowed if filter.states is None else allowed & filter.states
@@ -707,6 +810,19 @@ class MemoryStore:
                 self._announce(at)
         return RescueResult(dead=dead, requeued=requeued)
 
+    async def expire(self, *, now: datetime | None = None, limit: int = 1000) -> list[int]:
+        with self._lock:
+            at = self._now(now)
+            expired = sorted(
+                job.id
+                for job in self._jobs.values()
+                if job.state is JobState.PENDING and job.is_expired(at)
+            )[: max(0, limit)]
+            for job_id in expired:
+                job = replace(self._jobs[job_id], last_error=EXPIRED)
+                self._finish(job, at, JobState.CANCELLED, Outcome.CANCELLED)
+            return expired
+
     async def prune(self, *, older_than: datetime, limit: int = 10_000) -> int:
         cutoff = utc(older_than)
         with self._lock:
@@ -721,6 +837,7 @@ class MemoryStore:
             for job_id in doomed:
                 job = self._jobs.pop(job_id)
                 self._history.pop(job_id, None)
+                self._holds.pop(job_id, None)
                 if job.schedule is not None and job.slot_at is not None:
                     # Slot keys outlive their job only as long as the job itself: a pruned
                     # slot is long in the past and its schedule has moved beyond it.

@@ -18,7 +18,7 @@ JOB_FIELDS = {
     "id", "kind", "queue", "state", "priority", "run_at", "attempt", "max_attempts", "tenant",
     "unique_key", "worker", "lease_until", "lease_token", "created_at", "started_at",
     "finished_at", "last_error", "schedule", "slot_at", "timeout_seconds", "crashes",
-    "quarantine", "payload", "result", "progress", "progress_message",
+    "quarantine", "payload", "result", "progress", "progress_message", "expires_at",
 }  # fmt: skip
 
 
@@ -38,7 +38,7 @@ async def test_enqueue_returns_the_job_with_every_field(api: httpx.AsyncClient) 
     )
     assert response.status_code == 201
     job = response.json()
-    assert set(job) == JOB_FIELDS | {"duplicate"}
+    assert set(job) == JOB_FIELDS | {"duplicate", "replaced"}
     assert job["duplicate"] is False
     assert job["state"] == "pending"
     assert job["queue"] == "mail" and job["tenant"] == "acme" and job["priority"] == 5

@@ -187,7 +187,8 @@ async def test_get_on_a_mutating_route_is_405(app: FastAPI, store: MemoryStore) 
         ("PUT", "/api/jobs", "GET, HEAD, POST"),
         ("DELETE", "/api/schedules", "GET, HEAD, POST"),
         ("OPTIONS", "/api/limits", "GET, HEAD, POST"),
-        ("PATCH", "/api/jobs/1", "GET, HEAD"),
+        ("PATCH", "/api/jobs/1", "DELETE, GET, HEAD"),
+        ("DELETE", "/api/jobs/count", "GET, HEAD"),
         ("GET", "/api/jobs/1/retry", "POST"),
     ],
 )

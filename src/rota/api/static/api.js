@@ -40,6 +40,7 @@ async function request(method, path, body) {
 
 export const getJSON = (path) => request("GET", path);
 export const postJSON = (path, body) => request("POST", path, body);
+export const deleteJSON = (path) => request("DELETE", path);
 
 // A query string from an object, leaving out empty values.
 export function query(params) {

@@ -1,11 +1,12 @@
 // Job detail: fields, progress, payload and result as text, a timeline, every attempt with its
-// error and traceback.
+// error and traceback, and the operator verbs: run a delayed job now, re-run a succeeded one,
+// delete one.
 
-import { ApiError, getJSON } from "./api.js";
+import { ApiError, deleteJSON, getJSON, postJSON } from "./api.js";
 import { h, replaceChildren } from "./dom.js";
 import { absolute, badge, displayState, duration, parseTime, progressBar, relative } from "./format.js";
 import { actionButtons } from "./jobs.js";
-import { poller } from "./ui.js";
+import { confirmDialog, notify, poller, reportError } from "./ui.js";
 
 function field(label, value) {
   return [h("dt", { text: label }), h("dd", {}, value === null || value === undefined || value === "" ? "—" : value)];
@@ -48,6 +49,39 @@ function attemptsTable(job) {
     })));
 }
 
+// Buttons for the verbs only the job page offers; a running job has none (cancel it first).
+function operatorButtons(job, config, nowMs, onDone) {
+  if (config.read_only) return [];
+  const post = (verb, body, done) => async () => {
+    try {
+      await postJSON(`/api/jobs/${job.id}/${verb}`, body);
+      notify(`Job ${job.id}: ${done}.`);
+    } catch (error) {
+      reportError(error);
+    }
+    onDone();
+  };
+  const buttons = [];
+  if (job.state === "pending" && parseTime(job.run_at) > nowMs) {
+    buttons.push(h("button", { type: "button", class: "small", "data-action": "run-now",
+      on: { click: post("reschedule", { run_at: "now" }, "due now") } }, "run now"));
+  }
+  if (job.state === "succeeded") {
+    buttons.push(h("button", { type: "button", class: "small", "data-action": "rerun",
+      on: { click: post("rerun", undefined, "pending again") } }, "re-run"));
+  }
+  if (job.state !== "running") {
+    const remove = () => confirmDialog("Delete job", `Delete job ${job.id} (${job.state}) and its history? This cannot be undone.`,
+      "Delete it", true, async () => {
+        await deleteJSON(`/api/jobs/${job.id}`);
+        location.hash = "#/jobs"; // the page of a job that is gone has nothing left to show
+        return `Deleted job ${job.id}.`;
+      });
+    buttons.push(h("button", { type: "button", class: "small danger", "data-action": "delete", on: { click: remove } }, "delete"));
+  }
+  return buttons;
+}
+
 export function renderJob(root, config, id) {
   const head = h("div", { class: "job-head" });
   const body = h("div");
@@ -71,7 +105,8 @@ export function renderJob(root, config, id) {
     openTraces = new Set([...body.querySelectorAll("details")].map((d, i) => (d.open ? i : -1)).filter((i) => i >= 0));
     replaceChildren(head,
       h("h1", {}, `Job `, h("span", { class: "mono" }, String(job.id)), " ", badge(displayState(job, nowMs))),
-      h("div", { class: "actions" }, actionButtons(job, config, () => loop.refresh())));
+      h("div", { class: "actions" }, actionButtons(job, config, () => loop.refresh()),
+        operatorButtons(job, config, nowMs, () => loop.refresh())));
     replaceChildren(body,
       h("dl", { class: "fields" },
         field("kind", job.kind),
@@ -92,6 +127,7 @@ export function renderJob(root, config, id) {
         field("schedule", job.schedule),
         field("slot", job.slot_at ? absolute(job.slot_at) : null),
         field("timeout", job.timeout_seconds === null ? null : duration(job.timeout_seconds)),
+        field("expires", at(job.expires_at, nowMs)),
         field("crashes", job.crashes ? String(job.crashes) : null)),
       job.quarantine ? h("p", { class: "error-text quarantine" }, job.quarantine) : null,
       job.last_error ? [h("h2", { text: "Last error" }), h("pre", { class: "error-text last-error" }, job.last_error)] : null,

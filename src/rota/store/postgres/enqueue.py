@@ -16,7 +16,7 @@ import psycopg
 from psycopg.rows import TupleRow
 
 from rota.domain.errors import StoreUnavailable
-from rota.domain.job import EnqueueResult, Job, JobSpec, JobState
+from rota.domain.job import EnqueueResult, Job, JobSpec, JobState, state_mask
 from rota.store.postgres.queries import query
 from rota.store.postgres.rows import Row, row_to_job, us
 
@@ -49,7 +49,8 @@ def enqueue_flow(specs: Sequence[JobSpec], now: datetime | None) -> Flow:
             spec = specs[index]
             if row is not None and (not is_keyed(spec) or row_matches_key(row, spec)):
                 job_id, run_at, created_at = row[0], row[1], row[2]
-                results[index] = EnqueueResult(new_job(spec, job_id, run_at, created_at))
+                job = new_job(spec, job_id, run_at, created_at, row[6])
+                results[index] = EnqueueResult(job)
                 row = next(inserted, None)
             else:
                 duplicates.append(index)
@@ -80,6 +81,47 @@ def enqueue_flow(specs: Sequence[JobSpec], now: datetime | None) -> Flow:
     return results
 
 
+def enqueue_any_flow(specs: Sequence[JobSpec], now: datetime | None) -> Flow:
+    """``enqueue_flow``, or, when some spec holds its key beyond the active states or
+    replaces its holder, every spec in turn, each such spec serialised on its key (the caller
+    runs the flow in one transaction)."""
+    if not any(spec.holds_beyond_active for spec in specs):
+        return (yield from enqueue_flow(specs, now))
+    results: list[EnqueueResult] = []
+    for spec in specs:
+        if not spec.holds_beyond_active:
+            results += yield from enqueue_flow([spec], now)
+            continue
+        yield query("lock_unique_key"), {"key": spec.unique_key}
+        rows = yield query("held_unique_key"), {"key": spec.unique_key, "now": now}
+        if not rows:
+            [result] = yield from enqueue_flow([spec], now)
+            if not result.duplicate:
+                results.append(result)
+                continue
+            holder = result.job
+        else:
+            holder = row_to_job(rows[0])
+        if spec.on_conflict == "replace" and holder.state is JobState.PENDING:
+            replaced = yield (
+                query("replace_held"),
+                {
+                    "now": now,
+                    "id": holder.id,
+                    "payload": spec.payload_json,
+                    "run_at": spec.run_at,
+                    "delay_us": us(spec.delay) if spec.delay is not None else 0,
+                },
+            )
+            if replaced:
+                results.append(
+                    EnqueueResult(row_to_job(replaced[0]), duplicate=True, replaced=True)
+                )
+                continue
+        results.append(EnqueueResult(holder, duplicate=True))
+    return results
+
+
 def enqueue_params(specs: Sequence[JobSpec], now: datetime | None) -> dict[str, Any]:
     return {
         "now": now,
@@ -96,6 +138,12 @@ def enqueue_params(specs: Sequence[JobSpec], now: datetime | None) -> dict[str, 
         "schedule": [s.schedule for s in specs],
         "slot_at": [s.slot_at for s in specs],
         "trace_context": [trace_context_json(s) for s in specs],
+        "expires_at": [s.expires_at for s in specs],
+        "expire_after_us": [us(s.expire_after) if s.expire_after else None for s in specs],
+        "unique_for_us": [us(s.unique_for) if s.unique_for else None for s in specs],
+        "unique_states": [
+            state_mask(s.unique_states) if s.unique_states is not None else None for s in specs
+        ],
     }
 
 
@@ -125,7 +173,13 @@ def row_matches_key(row: Row, spec: JobSpec) -> bool:
     return bool(row[3] == spec.unique_key)
 
 
-def new_job(spec: JobSpec, job_id: int, run_at: datetime, created_at: datetime) -> Job:
+def new_job(
+    spec: JobSpec,
+    job_id: int,
+    run_at: datetime,
+    created_at: datetime,
+    expires_at: datetime | None,
+) -> Job:
     """The job just inserted for ``spec``: everything else is what the spec said."""
     return Job(
         id=job_id,
@@ -144,6 +198,7 @@ def new_job(spec: JobSpec, job_id: int, run_at: datetime, created_at: datetime) 
         schedule=spec.schedule,
         slot_at=spec.slot_at,
         trace_context=None if spec.trace_context is None else dict(spec.trace_context),
+        expires_at=expires_at,
     )
 
 
@@ -156,6 +211,7 @@ def copy_line(job_id: int, spec: JobSpec, now: datetime, now_text: str) -> str:
     tenant = spec.tenant if spec.tenant is not None else COPY_NULL
     timeout = str(us(spec.timeout)) if spec.timeout is not None else COPY_NULL
     due = now_text if spec.run_at is None and spec.delay is None else spec.due_at(now).isoformat()
+    expires = spec.expiry_at(now)
     fields = (
         str(job_id),
         spec.kind,
@@ -168,6 +224,7 @@ def copy_line(job_id: int, spec: JobSpec, now: datetime, now_text: str) -> str:
         timeout,
         now_text,
         traced.replace("\\", "\\\\") if traced is not None else COPY_NULL,
+        expires.isoformat() if expires is not None else COPY_NULL,
     )
     return "\t".join(fields) + "\n"
 
@@ -187,7 +244,7 @@ async def copy_jobs(
             chunk = zip(ids[start : start + 5_000], specs[start : start + 5_000], strict=True)
             await copy.write("".join(copy_line(i, spec, at, at_text) for i, spec in chunk))
     return [
-        EnqueueResult(new_job(spec, job_id, spec.due_at(at), at))
+        EnqueueResult(new_job(spec, job_id, spec.due_at(at), at, spec.expiry_at(at)))
         for job_id, spec in zip(ids, specs, strict=True)
     ]
 

@@ -7,14 +7,14 @@ from functools import cache
 from importlib import resources
 
 from rota.domain import blame
-from rota.domain.job import ALONE_AFTER_CRASHES
+from rota.domain.job import ALONE_AFTER_CRASHES, STATE_BIT_SQL
 
 #: The columns every statement returning a job selects, in the order ``row_to_job`` reads.
 JOB_COLUMNS = (
     "id, kind, queue, payload, state, priority, run_at, attempt, max_attempts, created_at, "
     "tenant, unique_key, timeout_us, lease_token, lease_until, worker, started_at, "
     "finished_at, last_error, schedule, slot_at, crashes, trace_context, result, progress, "
-    "progress_message"
+    "progress_message, expires_at"
 )
 
 #: A schedule's columns (alias s) and its last job's state (alias j), in the order
@@ -130,6 +130,7 @@ def queries() -> dict[str, str]:
             .replace("{wake}", _WAKE)
             .replace("{finished}", _FINISHED)
             .replace("{schedule_columns}", SCHEDULE_COLUMNS)
+            .replace("{state_bit}", STATE_BIT_SQL)
         )
     return named
 

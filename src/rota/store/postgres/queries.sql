@@ -17,27 +17,62 @@ SELECT coalesce(%(now)s::timestamptz, now());
 -- One statement for a whole batch. ON CONFLICT DO NOTHING turns a duplicate unique key (or
 -- schedule slot) into "not inserted"; the caller then looks up the job that holds it.
 INSERT INTO rota_jobs (kind, queue, payload, priority, run_at, max_attempts, tenant,
-                       unique_key, timeout_us, schedule, slot_at, created_at, trace_context)
+                       unique_key, timeout_us, schedule, slot_at, created_at, trace_context,
+                       expires_at, unique_until, unique_states)
 SELECT i.kind, i.queue, i.payload::json, i.priority,
        coalesce(i.run_at, coalesce(%(now)s::timestamptz, now()) + i.delay_us * interval '1 microsecond'),
        i.max_attempts, i.tenant, i.unique_key, i.timeout_us, i.schedule, i.slot_at,
-       coalesce(%(now)s::timestamptz, now()), i.trace_context::json
+       coalesce(%(now)s::timestamptz, now()), i.trace_context::json,
+       coalesce(i.expires_at, coalesce(%(now)s::timestamptz, now()) + i.expire_after_us * interval '1 microsecond'),
+       CASE WHEN i.unique_states IS NOT NULL
+            THEN coalesce(coalesce(%(now)s::timestamptz, now()) + i.unique_for_us * interval '1 microsecond',
+                          'infinity') END,
+       i.unique_states
 FROM unnest(%(kind)s::text[], %(queue)s::text[], %(payload)s::text[], %(priority)s::smallint[],
             %(run_at)s::timestamptz[], %(delay_us)s::bigint[], %(max_attempts)s::int[],
             %(tenant)s::text[], %(unique_key)s::text[], %(timeout_us)s::bigint[],
-            %(schedule)s::text[], %(slot_at)s::timestamptz[], %(trace_context)s::text[])
+            %(schedule)s::text[], %(slot_at)s::timestamptz[], %(trace_context)s::text[],
+            %(expires_at)s::timestamptz[], %(expire_after_us)s::bigint[],
+            %(unique_for_us)s::bigint[], %(unique_states)s::smallint[])
      WITH ORDINALITY AS i(kind, queue, payload, priority, run_at, delay_us, max_attempts,
                           tenant, unique_key, timeout_us, schedule, slot_at, trace_context,
-                          ord)
+                          expires_at, expire_after_us, unique_for_us, unique_states, ord)
 ORDER BY i.ord
 ON CONFLICT DO NOTHING
-RETURNING id, run_at, created_at, unique_key, schedule, slot_at;
+RETURNING id, run_at, created_at, unique_key, schedule, slot_at, expires_at;
 
 -- name: existing_for_keys
 -- The active job holding each unique key, and the job of each schedule slot.
 SELECT {job_columns} FROM rota_jobs
 WHERE (unique_key = ANY(%(unique_keys)s::text[]) AND state IN ('pending', 'running'))
    OR (schedule, slot_at) IN (SELECT * FROM unnest(%(schedules)s::text[], %(slots)s::timestamptz[]));
+
+-- name: lock_unique_key
+-- Enqueues of a key held beyond the active states take turns on it until they commit, so
+-- looking up its holder and inserting are one step: two enqueues never both find it free.
+SELECT pg_advisory_xact_lock(hashtextextended(%(key)s, 7261));
+
+-- name: held_unique_key
+-- The job holding the key: an active one, or one in a state its hold names, in its period.
+SELECT {job_columns} FROM rota_jobs
+WHERE unique_key = %(key)s
+  AND (state IN ('pending', 'running')
+       OR (unique_until IS NOT NULL AND unique_until > coalesce(%(now)s::timestamptz, now())
+           AND (unique_states & {state_bit}) <> 0))
+ORDER BY id DESC
+LIMIT 1;
+
+-- name: replace_held
+-- on_conflict="replace": a holder still pending takes the new payload and run_at; one
+-- claimed meanwhile is left alone (no row comes back).
+WITH done AS (
+UPDATE rota_jobs SET payload = %(payload)s::json,
+    run_at = coalesce(%(run_at)s::timestamptz,
+                      coalesce(%(now)s::timestamptz, now()) + %(delay_us)s * interval '1 microsecond')
+WHERE id = %(id)s AND state = 'pending'
+RETURNING {job_columns}
+), {wake}
+SELECT done.* FROM done, woke;
 
 -- name: reserve_ids
 -- Ids and the store's clock for a bulk COPY: identity values are taken up front, in order.
@@ -47,7 +82,7 @@ SELECT coalesce(%(now)s::timestamptz, now()),
 
 -- name: copy_jobs
 COPY rota_jobs (id, kind, queue, payload, priority, run_at, max_attempts, tenant, timeout_us,
-                created_at, trace_context) FROM STDIN;
+                created_at, trace_context, expires_at) FROM STDIN;
 
 -- name: _candidates
 -- The jobs a claim may take, locked, as the CTE "chosen" (ids, in claim order) over
@@ -118,6 +153,8 @@ WITH RECURSIVE open_queues AS MATERIALIZED (
         WHERE j.state = 'pending' AND j.queue = g.queue AND coalesce(j.tenant, '') = g.tenant
           AND j.priority = g.priority
           AND j.run_at <= coalesce(%(now)s::timestamptz, now())
+          -- An expired job is never started, whether or not the rescuer cancelled it yet.
+          AND (j.expires_at IS NULL OR j.expires_at > coalesce(%(now)s::timestamptz, now()))
           AND j.kind <> ALL(%(blocked_kinds)s::text[])
           AND coalesce(j.tenant, '') <> ALL(%(blocked_tenants)s::text[])
         ORDER BY j.run_at, j.id
@@ -368,6 +405,22 @@ RETURNING {job_columns}
 ), {wake}
 SELECT done.* FROM done, woke;
 
+-- name: rerun
+-- The succeeded attempt was described by the row itself: it joins the history before the
+-- row starts a new attempt series, so every earlier attempt is kept.
+WITH done AS (
+UPDATE rota_jobs SET state = 'pending', run_at = coalesce(%(now)s::timestamptz, now()),
+    attempt = 0, lease_until = NULL, finished_at = NULL, last_error = NULL,
+    history = coalesce(history, '[]'::jsonb) || jsonb_build_array(jsonb_build_object(
+        'attempt', attempt, 'token', lease_token, 'worker', worker,
+        'started_us', (extract(epoch FROM started_at) * 1000000)::bigint,
+        'finished_us', (extract(epoch FROM finished_at) * 1000000)::bigint,
+        'outcome', 'succeeded'))
+WHERE id = %(id)s AND state = 'succeeded'
+RETURNING {job_columns}
+), {wake}
+SELECT done.* FROM done, woke;
+
 -- name: cancel
 WITH done AS (
 UPDATE rota_jobs SET state = 'cancelled', lease_until = NULL,
@@ -383,6 +436,32 @@ WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('pending', 'running')
 RETURNING {job_columns}
 ), tally AS ({tally}), {finished}
 SELECT done.* FROM done, told;
+
+-- name: delete
+-- A running job is never deleted: its worker would write to a row that is gone. The attempt
+-- history lives in the row (history), so it goes with it.
+DELETE FROM rota_jobs WHERE id = %(id)s AND state <> 'running'
+RETURNING {job_columns};
+
+-- name: reschedule
+-- Conditional on the job still being pending: a claim that locked the row first makes this
+-- wait, then find it running (READ COMMITTED re-checks the WHERE on the new row version),
+-- so a job claimed meanwhile is reported, never changed.
+WITH done AS (
+UPDATE rota_jobs SET
+    run_at = CASE WHEN %(run_now)s THEN coalesce(%(now)s::timestamptz, now())
+                  ELSE coalesce(%(run_at)s::timestamptz, run_at) END,
+    priority = coalesce(%(priority)s::smallint, priority),
+    queue = coalesce(%(queue)s::text, queue)
+WHERE id = %(id)s AND state = 'pending'
+RETURNING {job_columns}
+), {wake}
+SELECT done.* FROM done, woke;
+
+-- name: purge
+DELETE FROM rota_jobs
+WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('succeeded', 'dead', 'cancelled')
+RETURNING id;
 
 -- name: get
 SELECT {job_columns} FROM rota_jobs WHERE id = %(id)s;
@@ -434,6 +513,24 @@ WHERE j.id = expired.id AND j.state = 'running' AND j.lease_token = expired.leas
 RETURNING j.id, j.state, j.queue, j.run_at
 ), tally AS ({tally}), {wake}, {finished}
 SELECT id, state FROM done, woke, told;
+
+-- name: expire
+-- Pending jobs past their expires_at, by its partial index: cancelled, never started.
+WITH expiring AS MATERIALIZED (
+    SELECT id FROM rota_jobs
+    WHERE state = 'pending' AND expires_at IS NOT NULL
+      AND expires_at <= coalesce(%(now)s::timestamptz, now())
+    ORDER BY expires_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), done AS (
+UPDATE rota_jobs j SET state = 'cancelled', finished_at = coalesce(%(now)s::timestamptz, now()),
+    last_error = %(reason)s
+FROM expiring
+WHERE j.id = expiring.id AND j.state = 'pending'
+RETURNING j.id, j.state
+), tally AS ({tally})
+SELECT id FROM done;
 
 -- name: prune
 -- Oldest ids first, at most %(limit)s. The per-minute tally says whether any job finished

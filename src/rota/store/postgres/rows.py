@@ -41,6 +41,7 @@ def row_to_job(row: Row) -> Job:
         result=row[23],
         progress=row[24],
         progress_message=row[25],
+        expires_at=row[26],
     )
 
 

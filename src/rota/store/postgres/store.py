@@ -21,6 +21,7 @@ from psycopg import sql
 from rota.domain.clock import Clock, utc
 from rota.domain.errors import (
     JobNotFound,
+    JobRunning,
     LeaseLost,
     ScheduleNotFound,
     StateConflict,
@@ -33,11 +34,13 @@ from rota.domain.flow import (
     validate_queue,
 )
 from rota.domain.job import (
+    EXPIRED,
     MAX_ERROR_LENGTH,
     MAX_TRACEBACK_LENGTH,
     Attempt,
     EnqueueResult,
     Job,
+    JobEdit,
     JobSpec,
     JobState,
     Outcome,
@@ -72,6 +75,7 @@ from rota.store.postgres.enqueue import (
     copy_jobs,
     drive_async,
     drive_sync,
+    enqueue_any_flow,
     enqueue_flow,
     is_keyed,
 )
@@ -252,7 +256,7 @@ class PostgresStore:
         at = self._now(now)
         if any(is_keyed(spec) for spec in specs):
             # Duplicates are looked up and raced inserts retried: one transaction for all.
-            results: list[EnqueueResult] = await self._run_flow(enqueue_flow(specs, at))
+            results: list[EnqueueResult] = await self._run_flow(enqueue_any_flow(specs, at))
             return results
         if len(specs) >= COPY_THRESHOLD:
             return await self._copy(specs, at)
@@ -272,7 +276,7 @@ class PostgresStore:
         the jobs exist only if and when that transaction commits."""
         if not specs:
             return []
-        flow = enqueue_flow(specs, self._now(None))
+        flow = enqueue_any_flow(specs, self._now(None))
         try:
             if connection.autocommit:
                 # No transaction of the caller's to join: the batch is atomic on its own.
@@ -292,7 +296,7 @@ class PostgresStore:
         """``enqueue_on`` for a synchronous psycopg connection (Django, Flask)."""
         if not specs:
             return []
-        flow = enqueue_flow(specs, self._now(None))
+        flow = enqueue_any_flow(specs, self._now(None))
         try:
             if connection.autocommit:
                 with connection.transaction():
@@ -475,6 +479,15 @@ class PostgresStore:
             return row_to_job(rows[0])
         raise await self._conflict(job_id, "only dead or cancelled jobs retry")
 
+    async def rerun(self, job_id: int, *, now: datetime | None = None) -> Job:
+        try:
+            rows = await self._fetch("rerun", {"now": self._now(now), "id": job_id})
+        except psycopg.errors.UniqueViolation:
+            raise StateConflict(f"job {job_id}: another active job holds its unique key") from None
+        if rows:
+            return row_to_job(rows[0])
+        raise await self._conflict(job_id, "only succeeded jobs re-run")
+
     async def cancel(self, job_id: int, *, now: datetime | None = None) -> Job:
         rows = await self._fetch("cancel", {"now": self._now(now), "ids": [job_id]})
         if rows:
@@ -510,6 +523,41 @@ class PostgresStore:
         if not ids:
             return 0
         return len(await self._fetch("cancel", {"now": self._now(None), "ids": ids}))
+
+    async def delete(self, job_id: int) -> Job:
+        rows = await self._fetch("delete", {"id": job_id})
+        if rows:
+            return row_to_job(rows[0])
+        if not await self._fetch("state_of", {"id": job_id}):
+            raise JobNotFound(job_id)
+        raise JobRunning(job_id, "delete")
+
+    async def reschedule(self, job_id: int, edit: JobEdit, *, now: datetime | None = None) -> Job:
+        rows = await self._fetch(
+            "reschedule",
+            {
+                "now": self._now(now),
+                "id": job_id,
+                "run_now": edit.run_now,
+                "run_at": edit.run_at,
+                "priority": edit.priority,
+                "queue": edit.queue,
+            },
+        )
+        if rows:
+            return row_to_job(rows[0])
+        state = await self._fetch("state_of", {"id": job_id})
+        if not state:
+            raise JobNotFound(job_id)
+        if state[0][0] == JobState.RUNNING:
+            raise JobRunning(job_id, "edit")
+        raise StateConflict(f"job {job_id} is {state[0][0]}; only pending jobs can be edited")
+
+    async def purge(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
+        ids = await self._matching_ids(filter, ("succeeded", "dead", "cancelled"), limit)
+        if not ids:
+            return 0
+        return len(await self._fetch("purge", {"ids": ids}))
 
     async def _matching_ids(
         self, filter: JobFilter, allowed: tuple[str, ...], limit: int
@@ -640,6 +688,12 @@ class PostgresStore:
         dead = sorted(job_id for job_id, state in rows if state == "dead")
         requeued = sorted(job_id for job_id, state in rows if state == "pending")
         return RescueResult(dead=dead, requeued=requeued)
+
+    async def expire(self, *, now: datetime | None = None, limit: int = 1000) -> list[int]:
+        rows = await self._fetch(
+            "expire", {"now": self._now(now), "limit": limit, "reason": EXPIRED}
+        )
+        return sorted(row[0] for row in rows)
 
     async def prune(self, *, older_than: datetime, limit: int = 10_000) -> int:
         async with self._connection() as conn:

@@ -125,7 +125,7 @@ _GROUP_READ = """
 SELECT * FROM (
     SELECT id, queue, tenant, priority, run_at, kind, NULL FROM rota_jobs INDEXED BY rota_jobs_due
     WHERE state = 'pending' AND queue = ? AND tenant IS ? AND priority = ? AND kind = ?
-      AND run_at <= ?
+      AND run_at <= ? AND (expires_at IS NULL OR expires_at > ?)
     ORDER BY run_at, id LIMIT ?
 )"""
 
@@ -330,7 +330,7 @@ def _read_groups(
     for part in chunks(groups, _READS_PER_STATEMENT):
         params: list[object] = []
         for queue, tenant, priority, kind in part:
-            params += [queue, tenant, priority, kind, at_us, quota]
+            params += [queue, tenant, priority, kind, at_us, at_us, quota]
         sql = "\nUNION ALL\n".join([_GROUP_READ] * len(part))
         rows += conn.execute(sql, params).fetchall()
     return rows

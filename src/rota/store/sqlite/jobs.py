@@ -12,15 +12,20 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from rota.domain.errors import JobNotFound, StateConflict
+from rota.domain.errors import JobNotFound, JobRunning, StateConflict
 from rota.domain.job import (
+    EXPIRED,
+    FINISHED_STATES,
     RETRYABLE_STATES,
+    STATE_BIT_SQL,
     Attempt,
     EnqueueResult,
     Job,
+    JobEdit,
     JobSpec,
     JobState,
     Outcome,
+    state_mask,
 )
 from rota.store.base import (
     MAX_BULK,
@@ -54,14 +59,26 @@ _ACTIVE = frozenset({JobState.PENDING, JobState.RUNNING})
 _INSERT = f"""
 INSERT INTO rota_jobs (kind, queue, payload, state, priority, run_at, attempt, max_attempts,
                        tenant, unique_key, timeout_us, created_at, schedule, slot_at,
-                       trace_context)
-VALUES (?, ?, ?, 'pending', ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?)
+                       trace_context, expires_at, unique_until, unique_states)
+VALUES (?, ?, ?, 'pending', ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT DO NOTHING
 RETURNING {JOB_COLUMNS}
 """
 _BY_SLOT = f"SELECT {JOB_COLUMNS} FROM rota_jobs WHERE schedule = ? AND slot_at = ?"
 _BY_ACTIVE_KEY = (
     f"SELECT {JOB_COLUMNS} FROM rota_jobs WHERE unique_key = ? AND state IN ('pending', 'running')"
+)
+# The job holding a key in any of its hold's states within its period, or while active.
+_BY_HELD_KEY = f"""
+SELECT {JOB_COLUMNS} FROM rota_jobs
+WHERE unique_key = :key
+  AND (state IN ('pending', 'running')
+       OR (unique_until > :now AND (unique_states & {STATE_BIT_SQL}) != 0))
+ORDER BY id DESC LIMIT 1
+"""
+_REPLACE = (
+    f"UPDATE rota_jobs SET payload = ?, run_at = ? WHERE id = ? AND state = 'pending' "
+    f"RETURNING {JOB_COLUMNS}"
 )
 
 
@@ -77,9 +94,11 @@ def enqueue(
         keyed = spec.unique_key is not None or (spec.schedule is not None and slot_us is not None)
         # Looking first (we are the only writer inside BEGIN IMMEDIATE) answers a duplicate
         # without burning an AUTOINCREMENT id on a conflicting insert.
-        existing = _holder(conn, spec, slot_us) if keyed else None
+        existing = _holder(conn, spec, slot_us, at_us) if keyed else None
         row = None
         if existing is None:
+            expires_at = spec.expiry_at(at)
+            hold_until = spec.hold_until(at)
             row = conn.execute(
                 _INSERT,
                 (
@@ -96,6 +115,9 @@ def enqueue(
                     spec.schedule,
                     slot_us,
                     None if spec.trace_context is None else json.dumps(spec.trace_context),
+                    None if expires_at is None else to_us(expires_at),
+                    None if hold_until is None else to_us(hold_until),
+                    None if spec.unique_states is None else state_mask(spec.unique_states),
                 ),
             ).fetchone()
         if row is not None:
@@ -103,22 +125,34 @@ def enqueue(
             earliest = job.run_at if earliest is None else min(earliest, job.run_at)
             results.append(EnqueueResult(job))
             continue
-        existing = existing or _holder(conn, spec, slot_us)
+        existing = existing or _holder(conn, spec, slot_us, at_us)
         if existing is None:
             raise RuntimeError("insert conflicted, yet no job holds the slot or unique key")
-        results.append(EnqueueResult(job_from_row(existing), duplicate=True))
+        holder = job_from_row(existing)
+        if spec.on_conflict == "replace" and holder.state is JobState.PENDING:
+            run_at = spec.due_at(at)
+            replaced = conn.execute(
+                _REPLACE, (spec.payload_json, to_us(run_at), holder.id)
+            ).fetchone()
+            earliest = run_at if earliest is None else min(earliest, run_at)
+            results.append(EnqueueResult(job_from_row(replaced), duplicate=True, replaced=True))
+            continue
+        results.append(EnqueueResult(holder, duplicate=True))
     return results, earliest
 
 
-def _holder(conn: sqlite3.Connection, spec: JobSpec, slot_us: int | None) -> Any:
+def _holder(conn: sqlite3.Connection, spec: JobSpec, slot_us: int | None, at_us: int) -> Any:
     """The row of the job holding ``spec``'s slot or else its unique key, or None.
 
-    The slot's job wins over the unique key's holder, as in the reference store.
+    The slot's job wins over the unique key's holder, as in the reference store. A spec that
+    holds its key beyond the active states looks for such holds too.
     """
     if spec.schedule is not None and slot_us is not None:
         row = conn.execute(_BY_SLOT, (spec.schedule, slot_us)).fetchone()
         if row is not None:
             return row
+    if spec.unique_key is not None and spec.holds_beyond_active:
+        return conn.execute(_BY_HELD_KEY, {"key": spec.unique_key, "now": at_us}).fetchone()
     if spec.unique_key is not None:
         return conn.execute(_BY_ACTIVE_KEY, (spec.unique_key,)).fetchone()
     return None
@@ -139,6 +173,22 @@ def retry(conn: sqlite3.Connection, job_id: int, max_attempts: int | None, at: d
         "max_attempts = max(max_attempts, ?), lease_until = NULL, finished_at = NULL "
         f"WHERE id = ? RETURNING {JOB_COLUMNS}",
         (to_us(at), max_attempts or 0, job_id),
+    ).fetchone()
+    return job_from_row(row)
+
+
+def rerun(conn: sqlite3.Connection, job_id: int, at: datetime) -> Job:
+    """A succeeded job pending again now, a new attempt series; see ``Store.rerun``. Its
+    history rows stay (they are keyed by token, which keeps increasing)."""
+    state, unique_key = _state_of(conn, job_id, "state, unique_key")
+    if state is not JobState.SUCCEEDED:
+        raise StateConflict(f"job {job_id} is {state}; only succeeded jobs re-run")
+    if unique_key is not None and conn.execute(_BY_ACTIVE_KEY, (unique_key,)).fetchone():
+        raise StateConflict(f"job {job_id}: another active job holds unique key {unique_key!r}")
+    row = conn.execute(
+        "UPDATE rota_jobs SET state = 'pending', run_at = ?, attempt = 0, lease_until = NULL, "
+        f"finished_at = NULL, last_error = NULL WHERE id = ? RETURNING {JOB_COLUMNS}",
+        (to_us(at), job_id),
     ).fetchone()
     return job_from_row(row)
 
@@ -193,6 +243,45 @@ def bulk_cancel(conn: sqlite3.Connection, filter: JobFilter, limit: int, at: dat
     tokens = [token for _, state, token in chosen if state == JobState.RUNNING]
     end_attempts(conn, tokens, at_us, Outcome.CANCELLED)
     return len(chosen)
+
+
+def delete(conn: sqlite3.Connection, job_id: int) -> Job:
+    """Remove a job no worker holds, with its attempt history; see ``Store.delete``."""
+    job = job_from_row(_row(conn, JOB_COLUMNS, job_id))
+    if job.state is JobState.RUNNING:
+        raise JobRunning(job_id, "delete")
+    _delete_ids(conn, [job_id])
+    return job
+
+
+def reschedule(conn: sqlite3.Connection, job_id: int, edit: JobEdit, at: datetime) -> Job:
+    """Edit a pending job; see ``Store.reschedule``. Inside BEGIN IMMEDIATE no claim can run
+    between the state check and the write, and the write checks the state again anyway."""
+    state, _ = _state_of(conn, job_id, "state, id")
+    if state is JobState.RUNNING:
+        raise JobRunning(job_id, "edit")
+    if state is not JobState.PENDING:
+        raise StateConflict(f"job {job_id} is {state}; only pending jobs can be edited")
+    run_at = at if edit.run_now else edit.run_at
+    row = conn.execute(
+        "UPDATE rota_jobs SET run_at = coalesce(?, run_at), priority = coalesce(?, priority), "
+        f"queue = coalesce(?, queue) WHERE id = ? AND state = 'pending' RETURNING {JOB_COLUMNS}",
+        (None if run_at is None else to_us(run_at), edit.priority, edit.queue, job_id),
+    ).fetchone()
+    return job_from_row(row)
+
+
+def purge(conn: sqlite3.Connection, filter: JobFilter, limit: int) -> int:
+    """Delete up to ``limit`` matching finished jobs, oldest id first, with their history."""
+    chosen = [job_id for (job_id,) in _matching(conn, filter, FINISHED_STATES, limit, "id")]
+    _delete_ids(conn, chosen)
+    return len(chosen)
+
+
+def _delete_ids(conn: sqlite3.Connection, ids: Sequence[int]) -> None:
+    for part in chunks(ids):
+        conn.execute(f"DELETE FROM rota_attempts WHERE job_id IN ({marks(len(part))})", part)
+        conn.execute(f"DELETE FROM rota_jobs WHERE id IN ({marks(len(part))})", part)
 
 
 def _matching(
@@ -396,6 +485,21 @@ def attempts(conn: sqlite3.Connection, job_id: int) -> list[Attempt]:
 # ------------------------------------------------------------------ maintenance
 
 
+def expire(conn: sqlite3.Connection, limit: int, at: datetime) -> list[int]:
+    """Cancel up to ``limit`` pending jobs whose expires_at has come; see ``Store.expire``."""
+    if limit <= 0:
+        return []
+    at_us = to_us(at)
+    rows = conn.execute(
+        "UPDATE rota_jobs SET state = 'cancelled', finished_at = ?, last_error = ? "
+        "WHERE id IN (SELECT id FROM rota_jobs INDEXED BY rota_jobs_expiring "
+        "WHERE state = 'pending' AND expires_at IS NOT NULL AND expires_at <= ? "
+        "ORDER BY expires_at, id LIMIT ?) RETURNING id",
+        (at_us, EXPIRED, at_us, clamp(limit)),
+    ).fetchall()
+    return sorted(job_id for (job_id,) in rows)
+
+
 def prune(conn: sqlite3.Connection, older_than: datetime, limit: int) -> int:
     """Delete up to ``limit`` terminal jobs finished before ``older_than``, with their history."""
     if limit <= 0:
@@ -411,9 +515,7 @@ def prune(conn: sqlite3.Connection, older_than: datetime, limit: int) -> int:
             (to_us(older_than), clamp(limit)),
         )
     ]
-    for part in chunks(doomed):
-        conn.execute(f"DELETE FROM rota_attempts WHERE job_id IN ({marks(len(part))})", part)
-        conn.execute(f"DELETE FROM rota_jobs WHERE id IN ({marks(len(part))})", part)
+    _delete_ids(conn, doomed)
     # Seconds whose every job is gone no longer count for anything.
     conn.execute(
         "DELETE FROM rota_finished_per_second WHERE second < ? AND n <= 0", (to_us(older_than),)

@@ -20,7 +20,16 @@ from functools import partial
 from rota.domain.clock import Clock, SystemClock, utc
 from rota.domain.errors import LeaseLost, RotaError
 from rota.domain.flow import Limit, LimitScope
-from rota.domain.job import Attempt, EnqueueResult, Job, JobSpec, JobState, Outcome, Progress
+from rota.domain.job import (
+    Attempt,
+    EnqueueResult,
+    Job,
+    JobEdit,
+    JobSpec,
+    JobState,
+    Outcome,
+    Progress,
+)
 from rota.domain.lease import Lease
 from rota.domain.schedule import ScheduleSpec
 from rota.domain.schedule_state import Firing, Schedule
@@ -294,6 +303,11 @@ class SqliteStore:
         self._woken(job.run_at)
         return job
 
+    async def rerun(self, job_id: int, *, now: datetime | None = None) -> Job:
+        job: Job = await self._db.write(lambda conn: jobs.rerun(conn, job_id, self._at(now)))
+        self._woken(job.run_at)
+        return job
+
     async def cancel(self, job_id: int, *, now: datetime | None = None) -> Job:
         return await self._db.write(lambda conn: jobs.cancel(conn, job_id, self._at(now)))
 
@@ -309,6 +323,19 @@ class SqliteStore:
         return await self._db.write(
             lambda conn: jobs.bulk_cancel(conn, filter, limit, self._at(None))
         )
+
+    async def delete(self, job_id: int) -> Job:
+        return await self._db.write(lambda conn: jobs.delete(conn, job_id))
+
+    async def reschedule(self, job_id: int, edit: JobEdit, *, now: datetime | None = None) -> Job:
+        job: Job = await self._db.write(
+            lambda conn: jobs.reschedule(conn, job_id, edit, self._at(now))
+        )
+        self._woken(job.run_at)
+        return job
+
+    async def purge(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
+        return await self._db.write(lambda conn: jobs.purge(conn, filter, limit))
 
     # ------------------------------------------------------------------ queries
 
@@ -357,6 +384,9 @@ class SqliteStore:
         if result.requeued:
             self._woken(self._at(now))
         return result
+
+    async def expire(self, *, now: datetime | None = None, limit: int = 1000) -> list[int]:
+        return await self._db.write(lambda conn: jobs.expire(conn, limit, self._at(now)))
 
     async def prune(self, *, older_than: datetime, limit: int = 10_000) -> int:
         cutoff = utc(older_than)
