@@ -27,6 +27,7 @@ PUBLIC = [
     "LimitScope",
     "MigrationsPending",
     "Misfire",
+    "Node",
     "Overlap",
     "Permanent",
     "QueueInfo",
@@ -43,7 +44,13 @@ PUBLIC = [
     "StoreUnavailable",
     "Worker",
     "WorkerSettings",
+    "Workflow",
+    "WorkflowNotFound",
+    "WorkflowRun",
     "__version__",
+    "chain",
+    "chord",
+    "group",
 ]
 
 

@@ -43,7 +43,7 @@ from rota.store.base import JOB_CURSOR_PATTERN, MAX_BULK, MAX_PAGE_SIZE, JobFilt
 
 #: Job ids are PostgreSQL bigints; anything larger cannot name a job.
 MAX_JOB_ID = 2**63 - 1
-ACTIVE_STATES = frozenset({JobState.PENDING, JobState.RUNNING})
+ACTIVE_STATES = frozenset({JobState.WAITING, JobState.PENDING, JobState.RUNNING})
 
 
 def json_body(model: type[Any]) -> dict[str, Any]:

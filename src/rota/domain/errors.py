@@ -9,7 +9,8 @@
     │   └── InvalidCursor                    a list cursor was not one we issued
     ├── NotFound (also LookupError)
     │   ├── JobNotFound
-    │   └── ScheduleNotFound
+    │   ├── ScheduleNotFound
+    │   └── WorkflowNotFound
     ├── StateConflict                        the verb does not apply in the job's state
     ├── JobFailed                            awaited job ended dead (``.error``: its last error)
     ├── JobCancelled                         awaited job was cancelled
@@ -72,6 +73,14 @@ class JobNotFound(NotFound):
     def __init__(self, job_id: int) -> None:
         super().__init__(f"job {job_id} not found")
         self.job_id = job_id
+
+
+class WorkflowNotFound(NotFound):
+    """No job belongs to a workflow with this id."""
+
+    def __init__(self, workflow_id: int) -> None:
+        super().__init__(f"workflow {workflow_id} not found")
+        self.workflow_id = workflow_id
 
 
 class ScheduleNotFound(NotFound):

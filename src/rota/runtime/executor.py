@@ -170,6 +170,9 @@ class Executor:
         execution.started = self._clock.monotonic()
         outcome = Outcome.SUCCEEDED
         try:
+            if job.workflow is not None:
+                # Inside the try: a store that cannot answer fails the attempt (and retries).
+                execution.ctx.parent_results = await self._store.parent_results(job.id)
             if config.is_async:
                 call = config.handler(execution.ctx, job.payload)
             else:

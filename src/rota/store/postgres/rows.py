@@ -41,6 +41,8 @@ def row_to_job(row: Row) -> Job:
         result=row[23],
         progress=row[24],
         progress_message=row[25],
+        workflow=row[26],
+        waiting_on=row[27],
     )
 
 

@@ -24,6 +24,7 @@ from rota.domain.job import Attempt, EnqueueResult, Job, JobSpec, JobState, Outc
 from rota.domain.lease import Lease
 from rota.domain.schedule import ScheduleSpec
 from rota.domain.schedule_state import Firing, Schedule
+from rota.domain.workflow import Workflow
 from rota.store.base import (
     MAX_BULK,
     Beat,
@@ -38,7 +39,7 @@ from rota.store.base import (
     check_schedule_listing,
     decode_cursor,
 )
-from rota.store.sqlite import claims, flow, jobs, migrations, schedules, workers
+from rota.store.sqlite import claims, flow, jobs, migrations, schedules, workers, workflows
 from rota.store.sqlite.connection import Database
 from rota.store.sqlite.rows import to_us
 from rota.store.sqlite.url import DEFAULT_BUSY_TIMEOUT_MS, SqliteOptions, parse_url
@@ -308,6 +309,27 @@ class SqliteStore:
     async def bulk_cancel(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
         return await self._db.write(
             lambda conn: jobs.bulk_cancel(conn, filter, limit, self._at(None))
+        )
+
+    # ------------------------------------------------------------------ workflows
+
+    async def enqueue_workflow(self, graph: Workflow, *, now: datetime | None = None) -> list[Job]:
+        graph.check()
+        written, earliest = await self._db.write(
+            lambda conn: workflows.enqueue_workflow(conn, graph, self._at(now))
+        )
+        self._woken(earliest)
+        return written
+
+    async def parent_results(self, job_id: int) -> dict[int, object]:
+        return await self._db.read(lambda conn: workflows.parent_results(conn, job_id))
+
+    async def workflow(self, workflow_id: int) -> tuple[list[Job], list[tuple[int, int, str]]]:
+        return await self._db.read(lambda conn: workflows.workflow(conn, workflow_id))
+
+    async def cancel_workflow(self, workflow_id: int, *, now: datetime | None = None) -> int:
+        return await self._db.write(
+            lambda conn: workflows.cancel_workflow(conn, workflow_id, self._at(now))
         )
 
     # ------------------------------------------------------------------ queries
