@@ -5,13 +5,18 @@ retrying the parent re-arms them; a graph is checked before anything is written.
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
 from rota.domain.errors import InvalidJob
 from rota.domain.job import Job, JobSpec, JobState
 from rota.domain.workflow import MAX_WORKFLOW_JOBS, Workflow, chain, chord, group
+from rota.runtime.context import JobContext
+from rota.runtime.registry import Registry
+from rota.runtime.worker import Worker, WorkerSettings
 from rota.store import JobFilter, Store
+from rota.testing import FakeClock
 from tests.contract.helpers import LEASE, add, claim_one
 
 
@@ -236,3 +241,34 @@ async def test_cancelling_a_workflow_cancels_every_unfinished_job(store: Store) 
     states = [await state_of(store, job.id) for job in jobs]
     assert states == [JobState.SUCCEEDED, JobState.CANCELLED, JobState.CANCELLED]
     assert await store.complete_many([running.lease]) == [running.lease]
+
+
+# ------------------------------------------------------------------ with a worker
+
+
+async def test_a_worker_runs_a_chord_and_the_callback_reads_its_parents_results(
+    store: Store, clock: FakeClock
+) -> None:
+    registry = Registry()
+    seen: list[dict[int, Any]] = []
+
+    async def part(ctx: JobContext, payload: Any) -> Any:
+        return payload["n"] * 10
+
+    async def total(ctx: JobContext, payload: Any) -> Any:
+        seen.append(dict(ctx.parent_results))
+        return sum(ctx.parent_results.values())
+
+    registry.register("part", part)
+    registry.register("total", total)
+    header = [JobSpec("part", payload={"n": n}) for n in (1, 2, 3)]
+    jobs = await store.enqueue_workflow(chord(header, JobSpec("total")))
+    worker = Worker(store, registry, WorkerSettings(name="w", concurrency=4), clock=clock)
+    done = 0
+    while done < 4:  # the callback becomes claimable only after the parts' completions
+        ran = await worker.run_until_idle()
+        assert ran > 0
+        done += ran
+    callback = await store.get(jobs[-1].id)
+    assert (callback.state, callback.result) == (JobState.SUCCEEDED, 60)
+    assert seen == [{jobs[0].id: 10, jobs[1].id: 20, jobs[2].id: 30}]
