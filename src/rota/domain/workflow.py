@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from rota.domain.errors import InvalidJob
+from rota.domain.errors import InvalidJob, ParentNotFound
 from rota.domain.job import JobSpec, JobState
 
 #: The most jobs one workflow call may write (and the most parents one job may have).
@@ -170,11 +170,11 @@ def satisfied_at_start(edge: Edge, parent: JobState) -> bool:
 
 def plan(graph: Workflow, parents: Mapping[int, JobState]) -> tuple[list[Planned], list[bool]]:
     """Each node's starting state and each edge's ``satisfied`` flag, given the states of the
-    existing parents (every id in ``graph.parent_ids``; InvalidJob names one that is missing).
+    existing parents (every id in ``graph.parent_ids``; ParentNotFound names one missing).
     Nodes are planned in order, so a node cancelled at the start cancels its own children."""
     missing = [job_id for job_id in graph.parent_ids if job_id not in parents]
     if missing:
-        raise InvalidJob("depends_on", f"unknown parent job {missing[0]}")
+        raise ParentNotFound(missing[0])
     by_child: dict[int, list[int]] = {}
     for number, edge in enumerate(graph.edges):
         by_child.setdefault(edge.child, []).append(number)
