@@ -29,6 +29,7 @@ PUBLIC = [
     "Misfire",
     "Node",
     "Overlap",
+    "ParentNotFound",
     "Permanent",
     "QueueInfo",
     "QueueStatus",
