@@ -34,7 +34,7 @@ from rota.domain.job import (
     preview,
 )
 from rota.domain.schedule import MAX_INTERVAL, MIN_INTERVAL
-from rota.domain.workflow import MAX_WORKFLOW_JOBS
+from rota.domain.workflow import MAX_PARENTS
 from rota.store.base import ThroughputBucket, WorkerInfo
 
 #: JobState's values, spelled out so the schema can enumerate them (a test pins the match).
@@ -193,7 +193,7 @@ class JobCreate(_Request):
         "until every one of them succeeded. An unknown id is refused (404); nothing is "
         "written then.",
         min_length=1,
-        max_length=MAX_WORKFLOW_JOBS,
+        max_length=MAX_PARENTS,
     )
     on_parent_failure: Literal["cancel", "run"] | None = Field(
         default=None,

@@ -17,8 +17,11 @@ from dataclasses import dataclass, field
 from rota.domain.errors import InvalidJob, ParentNotFound
 from rota.domain.job import JobSpec, JobState
 
-#: The most jobs one workflow call may write (and the most parents one job may have).
-MAX_WORKFLOW_JOBS = 10_000
+#: The most jobs one workflow call may write: a fan-in of MAX_PARENTS and its callback fit
+#: twice over, and the call stays one transaction of bounded size.
+MAX_WORKFLOW_JOBS = 20_000
+#: The most parents one job may have.
+MAX_PARENTS = 10_000
 #: What a child does when a parent ends dead or cancelled.
 ON_PARENT_FAILURE = ("cancel", "run")
 
@@ -63,8 +66,8 @@ class Workflow:
 
     ``add`` a spec with the parents it runs ``after`` (nodes added before it, or ids of jobs
     that exist); a node can only name nodes added earlier, so a graph has no cycle by
-    construction. ``check`` refuses (InvalidJob) an empty graph, more than
-    MAX_WORKFLOW_JOBS jobs, and jobs with a unique key or a schedule (a dependent job is not
+    construction, and a node has at most MAX_PARENTS parents. ``check`` refuses (InvalidJob)
+    an empty graph, more than MAX_WORKFLOW_JOBS jobs, and jobs with a unique key or a schedule (a dependent job is not
     deduplicated).
     """
 
@@ -98,8 +101,8 @@ class Workflow:
             if ident not in seen:
                 seen.add(ident)
                 edges.append(edge)
-        if len(edges) > MAX_WORKFLOW_JOBS:
-            raise InvalidJob("depends_on", f"a job may have at most {MAX_WORKFLOW_JOBS} parents")
+        if len(edges) > MAX_PARENTS:
+            raise InvalidJob("depends_on", f"a job may have at most {MAX_PARENTS} parents")
         self.specs.append(spec)
         self.edges.extend(edges)
         return Node(index)
