@@ -110,6 +110,7 @@ class Executor:
         lease: timedelta,
         on_abandon: Callable[[], None] = lambda: None,
         until_alone: Callable[[Execution], Awaitable[None]] | None = None,
+        on_parent_finished: Callable[[], None] = lambda: None,
     ) -> None:
         self._store = store
         self._registry = registry
@@ -120,6 +121,10 @@ class Executor:
         self._completer = completer
         self._on_abandon = on_abandon
         self._until_alone = until_alone
+        #: Called after a workflow job's success or failure was written: its children may
+        #: have become pending in that write, and no store pushes that to its own process
+        #: (only PostgreSQL notifies, and not through every pooler).
+        self._on_parent_finished = on_parent_finished
         self._lease_s = lease.total_seconds()
         self._by_kind: dict[str, _KindMetrics] = {}
 
@@ -285,6 +290,8 @@ class Executor:
             accepted = False
         if accepted:
             self._metrics.jobs_finished.labels(job.kind, Outcome.SUCCEEDED.value).inc()
+            if job.workflow is not None:
+                self._on_parent_finished()
         elif accepted is False:
             self._lost(execution, "completion")
 
@@ -306,6 +313,8 @@ class Executor:
             ),
         )
         self._metrics.jobs_finished.labels(job.kind, Outcome.FAILED.value).inc()
+        if job.workflow is not None:
+            self._on_parent_finished()  # a dead parent may release its "run" children
         if permanent or job.attempt >= job.max_attempts:
             log.warning("job failed for good (dead): %s", error)
         else:

@@ -150,6 +150,7 @@ class Worker:
             lease=self.settings.lease,
             on_abandon=self._simulate_restart,
             until_alone=self._until_alone,
+            on_parent_finished=lambda: self._wake_soon(None),
         )
         self._resume_claims_at = 0.0
         self.heartbeater = Heartbeater(self)
