@@ -272,3 +272,15 @@ async def test_a_worker_runs_a_chord_and_the_callback_reads_its_parents_results(
     callback = await store.get(jobs[-1].id)
     assert (callback.state, callback.result) == (JobState.SUCCEEDED, 60)
     assert seen == [{jobs[0].id: 10, jobs[1].id: 20, jobs[2].id: 30}]
+
+
+async def test_retention_prunes_a_job_with_its_edges(store: Store, clock: FakeClock) -> None:
+    parent = await add(store)
+    child = await after(store, [parent.id])
+    await run(store, parent.id, result='"kept?"')
+    clock.advance(timedelta(days=2))
+    assert await store.prune(older_than=clock.now() - timedelta(days=1)) == 1
+    assert await store.parent_results(child.id) == {}
+    jobs, edges = await store.workflow(parent.id)
+    assert ([job.id for job in jobs], edges) == ([child.id], [])
+    await run(store, child.id)

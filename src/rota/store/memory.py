@@ -634,6 +634,14 @@ class MemoryStore:
                     child, at, JobState.CANCELLED, Outcome.CANCELLED, cancel_reason(parent, state)
                 )
 
+    def _forget_edges(self, job_id: int) -> None:
+        """Drop a pruned job's edges, both ways (what ON DELETE CASCADE does in SQL)."""
+        for edge in self._children.pop(job_id, []):
+            self._parents[edge.child].remove(edge)
+        for edge in self._parents.pop(job_id, []):
+            self._children[edge.parent].remove(edge)
+        self._blocked_by.pop(job_id, None)
+
     def _rearm_children(self, parent: int) -> None:
         """``parent`` was retried: the jobs its end cancelled wait again, unless another of
         their parents has ended dead or cancelled too (then that one blocks them)."""
@@ -871,6 +879,8 @@ class MemoryStore:
             for job_id in doomed:
                 job = self._jobs.pop(job_id)
                 self._history.pop(job_id, None)
+                if job.workflow is not None:
+                    self._forget_edges(job_id)
                 if job.schedule is not None and job.slot_at is not None:
                     # Slot keys outlive their job only as long as the job itself: a pruned
                     # slot is long in the past and its schedule has moved beyond it.
