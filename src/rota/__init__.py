@@ -17,6 +17,7 @@ from rota.domain.errors import (
     JobRunning,
     LeaseLost,
     MigrationsPending,
+    ParentNotFound,
     Permanent,
     ResultTimeout,
     RotaError,
@@ -24,6 +25,7 @@ from rota.domain.errors import (
     Snooze,
     StateConflict,
     StoreUnavailable,
+    WorkflowNotFound,
 )
 from rota.domain.flow import Limit, LimitScope
 from rota.domain.job import Attempt, EnqueueResult, Job, JobSpec, JobState
@@ -31,11 +33,13 @@ from rota.domain.lease import Lease
 from rota.domain.retry import RetryPolicy
 from rota.domain.schedule import Misfire, Overlap, Rule, ScheduleSpec
 from rota.domain.schedule_state import Schedule
+from rota.domain.workflow import Node, Workflow, chain, chord, group
 from rota.runtime.context import JobContext
 from rota.runtime.hooks import JobResult
 from rota.runtime.worker import Worker, WorkerSettings
 from rota.store import JobFilter
 from rota.store.base import LimitInfo, QueueInfo
+from rota.workflows import WorkflowRun
 
 __version__ = "0.1.0"
 
@@ -64,7 +68,9 @@ __all__ = [
     "LimitScope",
     "MigrationsPending",
     "Misfire",
+    "Node",
     "Overlap",
+    "ParentNotFound",
     "Permanent",
     "QueueInfo",
     "QueueStatus",
@@ -80,5 +86,11 @@ __all__ = [
     "StoreUnavailable",
     "Worker",
     "WorkerSettings",
+    "Workflow",
+    "WorkflowNotFound",
+    "WorkflowRun",
     "__version__",
+    "chain",
+    "chord",
+    "group",
 ]

@@ -15,6 +15,7 @@ from types import TracebackType
 from typing import Any, Literal, Protocol, TypeVar, cast
 from urllib.parse import urlsplit
 
+from rota import workflows
 from rota.client import (
     Client,
     KindDefaults,
@@ -37,6 +38,7 @@ from rota.domain.job import (
 )
 from rota.domain.retry import RetryPolicy
 from rota.domain.schedule import Misfire, Overlap, Rule, ScheduleSpec
+from rota.domain.workflow import Workflow
 from rota.observability.metrics import Metrics, serve_metrics
 from rota.results import ResultWaiter
 from rota.runtime.hooks import Hook, Hooks, Middleware
@@ -47,6 +49,7 @@ from rota.runtime.signals import stop_signals
 from rota.runtime.worker import Worker, WorkerSettings
 from rota.store import JobFilter, Page, Store, open_store, redact_url
 from rota.store.base import MAX_BULK, LimitInfo, QueueInfo
+from rota.workflows import WorkflowRun
 
 H = TypeVar("H", bound=Handler)
 M = TypeVar("M", bound=Middleware)
@@ -412,6 +415,8 @@ class App:
         unique_states: Iterable[JobState | str] | None = None,
         on_conflict: str = "skip",
         connection: Any = None,
+        depends_on: Iterable[int] | None = None,
+        on_parent_failure: str = "cancel",
     ) -> EnqueueResult:
         """Enqueue one job; returns it and whether an active job already held ``unique_key``.
 
@@ -426,7 +431,10 @@ class App:
 
         With ``connection`` (a psycopg AsyncConnection on the same PostgreSQL database) the job
         is written inside that connection's transaction: it exists only if that commits.
-        Raises InvalidJob naming the field for bad input; nothing is written then.
+        With ``depends_on`` (job ids) the job waits until every one of them succeeded; when
+        one ends dead or cancelled it is cancelled too, or runs anyway with
+        ``on_parent_failure="run"`` (rota.domain.workflow). Raises InvalidJob naming the field
+        for bad input, an unknown parent included; nothing is written then.
         """
         spec = self.spec(
             kind,
@@ -446,11 +454,33 @@ class App:
             on_conflict=on_conflict,
         )
         store = await self.open()
+        if depends_on is not None:
+            if connection is not None:
+                raise InvalidInput("depends_on cannot be combined with connection")
+            return await workflows.enqueue_after(store, spec, depends_on, on_parent_failure)
         if connection is not None:
             [result] = await _transactional(store).enqueue_on(connection, [spec])
             return result
         [result] = await store.enqueue([spec])
         return result
+
+    async def enqueue_workflow(self, graph: Workflow) -> WorkflowRun:
+        """Write a whole graph of jobs (``rota.Workflow``, ``chain``, ``group``, ``chord``)
+        in one transaction, checked before anything is written: at most MAX_WORKFLOW_JOBS
+        jobs, no unique keys, parents known (InvalidJob otherwise). Returns its workflow id,
+        jobs and edges."""
+        accepted = self.registry.accepted_kinds()
+        for spec in graph.specs:
+            check_known_kind(spec.kind, accepted)
+        return await workflows.enqueue_workflow(await self.open(), graph)
+
+    async def workflow(self, workflow_id: int) -> WorkflowRun:
+        """The workflow's jobs (with their states) and edges. WorkflowNotFound."""
+        return await workflows.get_workflow(await self.open(), workflow_id)
+
+    async def cancel_workflow(self, workflow_id: int) -> int:
+        """Cancel every job of the workflow that has not finished; how many. WorkflowNotFound."""
+        return await workflows.cancel_workflow(await self.open(), workflow_id)
 
     async def enqueue_many(
         self, specs: Iterable[JobSpec], *, connection: Any = None

@@ -88,7 +88,7 @@ async def test_dashboard_loads_every_view_without_errors(page: Watched, served: 
     assert response is not None and response.ok
     csp = response.headers["content-security-policy"]
     assert "script-src 'self'" in csp and "unsafe-inline" not in csp
-    await expect(page.page.locator(".cards .card")).to_have_count(7)
+    await expect(page.page.locator(".cards .card")).to_have_count(8)
     await expect(page.page.locator("svg.chart")).to_be_visible()
     await expect(page.page.locator("#status")).to_have_text("live")
 

@@ -60,6 +60,7 @@ def test_pause_list_and_resume_a_queue(tmp_path: Path) -> None:
     mail = queues["mail"]
     assert (mail["paused"], mail["concurrency"], mail["limit_running"]) == (True, 2, 0)
     assert mail["counts"] == {
+        "waiting": 0,
         "pending": 2,
         "running": 0,
         "succeeded": 0,

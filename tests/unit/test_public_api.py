@@ -29,7 +29,9 @@ PUBLIC = [
     "LimitScope",
     "MigrationsPending",
     "Misfire",
+    "Node",
     "Overlap",
+    "ParentNotFound",
     "Permanent",
     "QueueInfo",
     "QueueStatus",
@@ -45,7 +47,13 @@ PUBLIC = [
     "StoreUnavailable",
     "Worker",
     "WorkerSettings",
+    "Workflow",
+    "WorkflowNotFound",
+    "WorkflowRun",
     "__version__",
+    "chain",
+    "chord",
+    "group",
 ]
 
 

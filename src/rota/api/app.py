@@ -18,6 +18,7 @@ from rota.api.routes_misc import misc_router
 from rota.api.routes_pages import login_page, pages_router
 from rota.api.routes_queues import queues_router
 from rota.api.routes_schedules import schedules_router
+from rota.api.routes_workflows import workflows_router
 from rota.api.schedule_models import ScheduleCreate
 from rota.api.schemas import JobCreate, JobFilterBody, JobReschedule
 from rota.api.security import Authenticator, SecurityMiddleware
@@ -67,6 +68,7 @@ def create_app(
     app.include_router(jobs_router(ctx))
     app.include_router(schedules_router(ctx))
     app.include_router(queues_router(ctx))
+    app.include_router(workflows_router(ctx))
     app.include_router(misc_router(ctx))
     app.include_router(pages_router(ctx))
     app.add_middleware(

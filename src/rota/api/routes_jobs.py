@@ -9,6 +9,7 @@ from fastapi import APIRouter, Path, Query, Request, Response
 from pydantic import StringConstraints
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from rota import workflows
 from rota.api.body import read_json_object
 from rota.api.context import ApiContext
 from rota.api.filters import filter_from_body, filter_from_query, restrict
@@ -32,6 +33,7 @@ from rota.api.schemas import (
     job_summary,
 )
 from rota.client import Client
+from rota.domain.errors import InvalidJob
 from rota.domain.job import (
     FINISHED_STATES,
     MAX_NAME_LENGTH,
@@ -47,7 +49,7 @@ from rota.store.base import JOB_CURSOR_PATTERN, MAX_BULK, MAX_PAGE_SIZE, JobFilt
 
 #: Job ids are PostgreSQL bigints; anything larger cannot name a job.
 MAX_JOB_ID = 2**63 - 1
-ACTIVE_STATES = frozenset({JobState.PENDING, JobState.RUNNING})
+ACTIVE_STATES = frozenset({JobState.WAITING, JobState.PENDING, JobState.RUNNING})
 
 
 def json_body(model: type[Any]) -> dict[str, Any]:
@@ -122,7 +124,7 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
                 "description": "A job held the unique key (and took this payload and run_at "
                 'with on_conflict "replace").',
             },
-            **errors(400, 401, 403, 409, 413, 415, 503),
+            **errors(400, 401, 403, 404, 409, 413, 415, 503),
         },
         openapi_extra=json_body(JobCreate),
     )
@@ -135,9 +137,13 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
         )
         body = JobCreate.model_validate(raw)
         check_known_kind(body.kind, ctx.kinds)
+        if body.on_parent_failure is not None and body.depends_on is None:
+            raise InvalidJob("on_parent_failure", "is only meaningful with depends_on")
         if body.every_seconds is not None:
+            if body.depends_on is not None:
+                raise InvalidJob("depends_on", "a schedule's jobs cannot depend on other jobs")
             return await create_every_schedule(client, body)
-        result = await client.enqueue(
+        spec = client.spec(
             body.kind,
             body.payload,
             delay=body.delay_seconds,
@@ -156,6 +162,12 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
             unique_states=body.unique_states,
             on_conflict=body.on_conflict or "skip",
         )
+        if body.depends_on is not None:
+            result = await workflows.enqueue_after(
+                client.store, spec, body.depends_on, body.on_parent_failure or "cancel"
+            )
+        else:
+            [result] = await client.enqueue_many([spec])
         if result.duplicate:
             response.status_code = 200
         return JobCreated(
@@ -199,7 +211,7 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
         openapi_extra=json_body(JobFilterBody),
     )
     async def bulk_cancel(request: Request) -> BulkResult:
-        """Cancel up to the bulk cap of pending or running jobs matching the filter."""
+        """Cancel up to the bulk cap of waiting, pending or running jobs matching the filter."""
         job_filter = await _filter_body(request)
         return BulkResult(count=await client.bulk_cancel(job_filter, limit=MAX_BULK))
 
@@ -236,7 +248,9 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
         responses=errors(400, 401, 403, 404, 409, 415, 503),
     )
     async def retry_job(job_id: JobId) -> Response:
-        """A dead or cancelled job becomes pending now with its attempts reset (409 otherwise)."""
+        """A dead or cancelled job becomes pending now with its attempts reset (waiting, if its
+        parents have not all succeeded), and the dependents its end cancelled wait again
+        (409 otherwise)."""
         await client.retry(job_id)
         return Response(status_code=204)
 
@@ -246,7 +260,8 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
         responses=errors(400, 401, 403, 404, 409, 415, 503),
     )
     async def cancel_job(job_id: JobId) -> JobOut:
-        """A pending or running job becomes cancelled (409 when it already finished)."""
+        """A waiting, pending or running job becomes cancelled (409 when it already finished);
+        its waiting dependents are cancelled with it."""
         return JobOut(**job_out(await client.cancel(job_id)))
 
     @router.post(

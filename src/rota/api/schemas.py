@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
 
+from annotated_types import Ge, Le
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from rota.domain import blame
@@ -33,10 +34,11 @@ from rota.domain.job import (
     preview,
 )
 from rota.domain.schedule import MAX_INTERVAL, MIN_INTERVAL
+from rota.domain.workflow import MAX_PARENTS
 from rota.store.base import ThroughputBucket, WorkerInfo
 
 #: JobState's values, spelled out so the schema can enumerate them (a test pins the match).
-StateName = Literal["pending", "running", "succeeded", "dead", "cancelled"]
+StateName = Literal["waiting", "pending", "running", "succeeded", "dead", "cancelled"]
 #: What a search term may contain: no control characters, no lone surrogates.
 SEARCH_PATTERN = r"^[^\x00-\x1f\x7f\ud800-\udfff]*$"
 #: The longest search term and cursor the API reads.
@@ -63,6 +65,10 @@ def _integral(value: object) -> object:
 
 #: An integer field of a request: an int, or a float with no fraction.
 JsonInt = Annotated[int, BeforeValidator(_integral)]
+
+
+#: A job id in a request body: a positive bigint.
+JobIdInt = Annotated[int, Ge(1), Le(2**63 - 1), BeforeValidator(_integral)]
 
 
 class _Request(BaseModel):
@@ -128,9 +134,30 @@ class JobCreate(_Request):
                                 "unique_for_seconds",
                                 "unique_states",
                                 "on_conflict",
+                                "depends_on",
                             )
                         }
                     },
+                },
+                {
+                    "if": {
+                        "required": ["on_parent_failure"],
+                        "properties": {"on_parent_failure": {"type": "string"}},
+                    },
+                    "then": {
+                        "required": ["depends_on"],
+                        "properties": {"depends_on": {"type": "array"}},
+                    },
+                },
+                {
+                    # A dependent job is not deduplicated: no unique key with parents.
+                    "not": {
+                        "required": ["depends_on", "unique_key"],
+                        "properties": {
+                            "depends_on": {"type": "array"},
+                            "unique_key": {"type": "string"},
+                        },
+                    }
                 },
             ]
         }
@@ -219,6 +246,19 @@ class JobCreate(_Request):
         default=None,
         description="Stop the handler after this long (one microsecond to 100 years).",
         json_schema_extra={"minimum": 1e-6, "maximum": MAX_DELAY.total_seconds()},
+    )
+    depends_on: list[JobIdInt] | None = Field(
+        default=None,
+        description="Ids of existing jobs this one runs after: it waits (state waiting) "
+        "until every one of them succeeded. An unknown id is refused (404); nothing is "
+        "written then.",
+        min_length=1,
+        max_length=MAX_PARENTS,
+    )
+    on_parent_failure: Literal["cancel", "run"] | None = Field(
+        default=None,
+        description="When a parent ends dead or cancelled: cancel this job (the default) or "
+        "run it anyway. Only with depends_on.",
     )
 
 
@@ -310,6 +350,13 @@ class JobFields(BaseModel):
     progress_message: str | None = Field(
         description=f"The message of that report, at most {MAX_PROGRESS_MESSAGE_LENGTH} "
         "characters.",
+    )
+    workflow: int | None = Field(
+        description="The workflow the job belongs to (GET /api/workflows/{id}); null outside "
+        "workflows."
+    )
+    waiting_on: int = Field(
+        description="How many of its parents it still waits for (a waiting job runs at 0)."
     )
 
 
@@ -462,6 +509,26 @@ class ErrorBody(BaseModel):
     error: str
 
 
+class EdgeOut(BaseModel):
+    """Job ``child`` runs after job ``parent``."""
+
+    parent: int
+    child: int
+    on_parent_failure: Literal["cancel", "run"]
+
+
+class WorkflowOut(BaseModel):
+    """A workflow: its jobs by id with their states (previews, as in lists), its edges, and
+    how many of its jobs are in each state."""
+
+    id: int
+    now: datetime
+    jobs: list[JobSummary]
+    edges: list[EdgeOut]
+    by_state: dict[str, int]
+    finished: bool
+
+
 def job_out(job: Job) -> dict[str, Any]:
     """The fields of JobOut for ``job``."""
     return {
@@ -490,6 +557,8 @@ def job_out(job: Job) -> dict[str, Any]:
         "quarantine": blame.quarantine(job),
         "progress": job.progress,
         "progress_message": job.progress_message,
+        "workflow": job.workflow,
+        "waiting_on": job.waiting_on,
         "payload": job.payload,
         "result": job.result,
     }
@@ -556,7 +625,7 @@ _ERROR_TEXT = {
     400: "Invalid input; the message names the field.",
     401: "Authentication required.",
     403: "Refused: read-only mode or a cross-origin request.",
-    404: "No such job.",
+    404: "No such job (or schedule, or workflow).",
     409: "The job's state does not allow this.",
     413: "Request body too large.",
     415: "Content-Type must be application/json.",

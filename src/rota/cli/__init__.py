@@ -298,6 +298,7 @@ from rota.cli import operate as _operate  # noqa: E402
 from rota.cli import queues as _queues  # noqa: E402
 from rota.cli import schedules as _schedules  # noqa: E402
 from rota.cli import serve as _serve  # noqa: E402
+from rota.cli import workflows as _workflows  # noqa: E402
 
 __all__ = ["cli", "main"]
-_ = (_jobs, _operate, _queues, _schedules, _serve)
+_ = (_jobs, _operate, _queues, _schedules, _serve, _workflows)

@@ -67,6 +67,21 @@ from rota.store.base import WorkerInfo
     type=int,
     help="Attempts before dead (default: the kind's, else 3).",
 )
+@click.option(
+    "--after",
+    "after",
+    type=click.IntRange(1),
+    multiple=True,
+    metavar="ID",
+    help="Run only after job ID succeeded (repeatable): the job waits until then.",
+)
+@click.option(
+    "--on-parent-failure",
+    envvar="ROTA_ON_PARENT_FAILURE",
+    type=click.Choice(["cancel", "run"]),
+    help="With --after: when a parent ends dead or cancelled, cancel this job (default) or "
+    "run it anyway.",
+)
 @json_option
 def enqueue(
     kind: str,
@@ -83,17 +98,23 @@ def enqueue(
     replace: bool,
     expire_after: str | None,
     max_attempts: int | None,
+    after: tuple[int, ...],
+    on_parent_failure: str | None,
     as_json: bool,
 ) -> None:
     """Enqueue a job of KIND.
 
     With --app, the kind's registration supplies what is not given (queue, priority, attempts,
-    timeout) and a kind the app has no handler for is refused.
+    timeout) and a kind the app has no handler for is refused. With --after, the job waits for
+    its parents; an unknown parent is refused and nothing is written.
     """
+    from rota import workflows
     from rota.client import Client, job_spec
 
     if delay and at:
         raise InvalidInput("give --delay or --at, not both")
+    if on_parent_failure and not after:
+        raise InvalidInput("--on-parent-failure needs --after")
     options: dict[str, Any] = {
         "delay": parse_duration(delay, what="--delay") if delay else None,
         "run_at": parse_instant(at, what="--at") if at else None,
@@ -116,6 +137,10 @@ def enqueue(
         spec = job_spec(kind, data, **options)
 
     async def go(client: Client) -> Any:
+        if after:
+            return await workflows.enqueue_after(
+                client.store, spec, after, on_parent_failure or "cancel"
+            )
         [result] = await client.enqueue_many([spec])
         return result
 
@@ -263,14 +288,15 @@ def jobs_show(job_id: int, target: Target, as_json: bool) -> None:
 def jobs_retry(job_id: int, target: Target, max_attempts: int | None) -> None:
     """Run a dead or cancelled job again, with fresh attempts."""
     job = with_client(target, lambda c: c.retry(job_id, max_attempts=max_attempts))
-    click.echo(f"job {job.id} is pending again")
+    click.echo(f"job {job.id} is {job.state} again")
 
 
 @jobs.command("cancel")
 @click.argument("job_id", type=int)
 @uses_database(creates=False)
 def jobs_cancel(job_id: int, target: Target) -> None:
-    """Cancel a pending or running job (a running handler is stopped at its next heartbeat)."""
+    """Cancel a waiting, pending or running job (a running handler is stopped at its next
+    heartbeat); the jobs waiting on it are cancelled too."""
     job = with_client(target, lambda c: c.cancel(job_id))
     click.echo(f"job {job.id} cancelled")
 
@@ -474,6 +500,8 @@ def job_json(job: Job) -> dict[str, Any]:
         "quarantine": blame.quarantine(job),
         "progress": job.progress,
         "progress_message": job.progress_message,
+        "workflow": job.workflow,
+        "waiting_on": job.waiting_on,
         "payload": job.payload,
         "result": job.result,
     }

@@ -9,7 +9,9 @@
     │   └── InvalidCursor                    a list cursor was not one we issued
     ├── NotFound (also LookupError)
     │   ├── JobNotFound
-    │   └── ScheduleNotFound
+    │   ├── ScheduleNotFound
+    │   ├── WorkflowNotFound
+    │   └── ParentNotFound (also InvalidJob)  a job names a parent that does not exist
     ├── StateConflict                        the verb does not apply in the job's state
     │   └── JobRunning                       a worker holds the job (delete, edit): cancel first
     ├── JobFailed                            awaited job ended dead (``.error``: its last error)
@@ -72,6 +74,23 @@ class JobNotFound(NotFound):
 
     def __init__(self, job_id: int) -> None:
         super().__init__(f"job {job_id} not found")
+        self.job_id = job_id
+
+
+class WorkflowNotFound(NotFound):
+    """No job belongs to a workflow with this id."""
+
+    def __init__(self, workflow_id: int) -> None:
+        super().__init__(f"workflow {workflow_id} not found")
+        self.workflow_id = workflow_id
+
+
+class ParentNotFound(NotFound, InvalidJob):
+    """A job's ``depends_on`` names a job that does not exist; nothing was written. An
+    InvalidJob of the field ``depends_on`` too, so callers checking input catch it."""
+
+    def __init__(self, job_id: int) -> None:
+        InvalidJob.__init__(self, "depends_on", f"unknown parent job {job_id}")
         self.job_id = job_id
 
 

@@ -2,12 +2,14 @@
 
 A job moves through one state machine (docs/architecture.md draws it)::
 
+    waiting ──every parent succeeded (or ended, on_parent_failure="run")──> pending
+       │  └──a parent ended dead or cancelled──> cancelled ──that parent retried──> waiting
     pending ──claim──> running ──success──> succeeded
        ^  ^               │  ├──error, attempts left──> pending (run_at = now + backoff)
        │  │               │  ├──permanent error / last attempt──> dead
        │  └──snooze / release / lease expired (see rota.domain.blame)──┘
        │                  └──lease expired on the last attempt, running alone──> dead
-       └──retry── dead, cancelled <──cancel── pending, running
+       └──retry── dead, cancelled <──cancel── waiting, pending, running
     pending ──expires_at passed──> cancelled ("expired")      succeeded ──rerun──> pending
 """
 
@@ -76,7 +78,9 @@ _HEADER_VALUE = re.compile(r"[\x20-\x7e]*")
 class JobState(StrEnum):
     """Where a job is in its life. The same strings are used in SQL, JSON and metrics."""
 
-    PENDING = "pending"  #: waiting; claimable once run_at <= now
+    #: has parents that have not all succeeded (rota.domain.workflow); never claimed
+    WAITING = "waiting"
+    PENDING = "pending"  #: claimable once run_at <= now
     RUNNING = "running"  #: leased to a worker until lease_until
     SUCCEEDED = "succeeded"  #: terminal: the handler returned
     #: terminal: attempts used up, permanent error, or its worker died on its last attempt
@@ -90,7 +94,7 @@ class JobState(StrEnum):
 
     @property
     def is_active(self) -> bool:
-        return self in (JobState.PENDING, JobState.RUNNING)
+        return self in (JobState.WAITING, JobState.PENDING, JobState.RUNNING)
 
 
 _TERMINAL = frozenset({JobState.SUCCEEDED, JobState.DEAD, JobState.CANCELLED})
@@ -630,6 +634,10 @@ class Job:
     progress_message: str | None = None
     #: No attempt starts at or after this instant (see JobSpec.expires_at).
     expires_at: datetime | None = None
+    #: The workflow the job belongs to (the id of its first job), None outside workflows.
+    workflow: int | None = None
+    #: How many of its parents have not yet succeeded (or ended, for on_parent_failure="run").
+    waiting_on: int = 0
 
     @property
     def is_terminal(self) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 from rota.domain.job import Job, Progress
 from rota.domain.lease import Lease
@@ -20,13 +21,18 @@ class JobContext:
     ``await ctx.progress(0.42, message="page 42 of 100")`` (``ctx.progress_sync`` in a sync
     handler) reports how far the handler is; it costs no write of its own: the worker's next
     heartbeat carries the latest report, fenced like the heartbeat itself.
+
+    ``ctx.parent_results`` holds, for a job of a workflow, each parent's result by job id.
     """
 
-    __slots__ = ("_event", "_flag", "_progress", "_sent", "job", "worker")
+    __slots__ = ("_event", "_flag", "_progress", "_sent", "job", "parent_results", "worker")
 
     def __init__(self, job: Job, worker: str) -> None:
         self.job = job
         self.worker = worker
+        #: What each parent of a workflow job returned, by parent job id (None: it returned
+        #: None); empty outside workflows. Read by the worker before the handler starts.
+        self.parent_results: dict[int, Any] = {}
         self._flag = False
         # Made on first use: most handlers never look, and an Event costs a Condition and a lock.
         self._event: threading.Event | None = None

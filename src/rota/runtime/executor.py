@@ -112,6 +112,7 @@ class Executor:
         on_abandon: Callable[[], None] = lambda: None,
         until_alone: Callable[[Execution], Awaitable[None]] | None = None,
         hooks: Hooks | None = None,
+        on_parent_finished: Callable[[], None] = lambda: None,
     ) -> None:
         self._store = store
         self._registry = registry
@@ -122,6 +123,10 @@ class Executor:
         self._completer = completer
         self._on_abandon = on_abandon
         self._until_alone = until_alone
+        #: Called after a workflow job's success or failure was written: its children may
+        #: have become pending in that write, and no store pushes that to its own process
+        #: (only PostgreSQL notifies, and not through every pooler).
+        self._on_parent_finished = on_parent_finished
         self._lease_s = lease.total_seconds()
         self._by_kind: dict[str, _KindMetrics] = {}
         #: Read on every job (registrations may come after the worker is made); with none
@@ -175,6 +180,9 @@ class Executor:
         execution.started = self._clock.monotonic()
         outcome = Outcome.SUCCEEDED
         try:
+            if job.workflow is not None:
+                # Inside the try: a store that cannot answer fails the attempt (and retries).
+                execution.ctx.parent_results = await self._store.parent_results(job.id)
             if self._hooks.middleware:
                 work = self._through_middleware(execution, config, timeout)
             else:
@@ -361,6 +369,8 @@ class Executor:
             accepted = False
         if accepted:
             self._kind_metrics(job.kind).finished(Outcome.SUCCEEDED).inc()
+            if job.workflow is not None:
+                self._on_parent_finished()
             if self._hooks.on_success:
                 await self._fire(execution, JobState.SUCCEEDED)
         elif accepted is False:
@@ -385,6 +395,8 @@ class Executor:
             ),
         )
         self._kind_metrics(job.kind).finished(Outcome.FAILED).inc()
+        if job.workflow is not None:
+            self._on_parent_finished()  # a dead parent may release its "run" children
         if permanent or job.attempt >= job.max_attempts:
             log.warning("job failed for good (dead): %s", error)
         else:

@@ -153,6 +153,7 @@ class Worker:
             on_abandon=self._simulate_restart,
             until_alone=self._until_alone,
             hooks=hooks,
+            on_parent_finished=lambda: self._wake_soon(None),
         )
         self._resume_claims_at = 0.0
         self.heartbeater = Heartbeater(self)

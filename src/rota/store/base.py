@@ -29,6 +29,7 @@ from rota.domain.job import (
 from rota.domain.lease import Lease
 from rota.domain.schedule import ScheduleSpec
 from rota.domain.schedule_state import Firing, Schedule
+from rota.domain.workflow import Workflow
 
 MAX_PAGE_SIZE = 500
 MAX_BULK = 10_000
@@ -270,6 +271,43 @@ class Store(Protocol):
         """
         ...
 
+    async def enqueue_workflow(self, graph: Workflow, *, now: datetime | None = None) -> list[Job]:
+        """Write every job and edge of ``graph`` in one transaction (all or none); return the
+        jobs in the graph's order. ``graph.check()`` runs first; InvalidJob names an unknown
+        parent id, and nothing is written then.
+
+        A job starts ``waiting`` on the edges not yet satisfied (``Job.waiting_on``), or
+        ``pending`` when every parent has already succeeded (or ended, on an
+        ``on_parent_failure="run"`` edge), or ``cancelled`` when a parent already ended dead or
+        cancelled on a ``"cancel"`` edge. The workflow id (``Job.workflow``) is the existing
+        parents' workflow, else the first existing parent's id, else the first new job's id;
+        existing parents without one join it.
+
+        From then on, in the same transaction as whatever changes a workflow job's state:
+        its success satisfies the edges to its direct children, and a child whose last edge
+        is satisfied becomes pending exactly once, however many parents finish at once on
+        however many connections; its end dead or cancelled satisfies its ``"run"`` edges
+        and cancels its waiting ``"cancel"`` children (naming it in their last_error), which
+        cancel theirs in turn; retrying it puts the children it cancelled back to waiting
+        (unless another parent of theirs ended dead or cancelled: that one blocks them then).
+        """
+        ...
+
+    async def parent_results(self, job_id: int) -> dict[int, object]:
+        """The result (None: none stored) of each parent of the job, by parent id; empty for
+        a job without parents. Pruned parents are left out."""
+        ...
+
+    async def workflow(self, workflow_id: int) -> tuple[list[Job], list[tuple[int, int, str]]]:
+        """The jobs of the workflow by id, and its edges as (parent, child, on_parent_failure);
+        both empty for an unknown id."""
+        ...
+
+    async def cancel_workflow(self, workflow_id: int, *, now: datetime | None = None) -> int:
+        """Cancel every job of the workflow that has not finished (waiting, pending, running:
+        a running one's lease is thereby lost); return how many."""
+        ...
+
     async def claim(
         self,
         worker: str,
@@ -364,7 +402,8 @@ class Store(Protocol):
     async def retry(
         self, job_id: int, *, max_attempts: int | None = None, now: datetime | None = None
     ) -> Job:
-        """A dead or cancelled job becomes pending now with its attempts reset; ``max_attempts``
+        """A dead or cancelled job becomes pending now (waiting, if it has parents that have
+        not all succeeded) with its attempts reset; ``max_attempts``
         raises (never lowers) the limit. JobNotFound; StateConflict in any other state.
         """
         ...
@@ -377,7 +416,7 @@ class Store(Protocol):
         ...
 
     async def cancel(self, job_id: int, *, now: datetime | None = None) -> Job:
-        """A pending or running job becomes cancelled; a running one's lease is thereby lost,
+        """A waiting, pending or running job becomes cancelled; a running one's lease is thereby lost,
         so its worker stops the handler at its next heartbeat and any late write is fenced.
         JobNotFound; StateConflict when the job is already terminal.
         """

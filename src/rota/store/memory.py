@@ -10,7 +10,7 @@ import asyncio
 import json
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from rota.domain import blame
@@ -53,6 +53,7 @@ from rota.domain.job import (
 from rota.domain.lease import Lease
 from rota.domain.schedule import ScheduleSpec
 from rota.domain.schedule_state import Firing, Schedule, decide, upserted
+from rota.domain.workflow import Workflow, cancel_reason, plan, resolve
 from rota.store.base import (
     MAX_BULK,
     MAX_PAGE_SIZE,
@@ -70,6 +71,16 @@ from rota.store.base import (
     decode_cursor,
     encode_cursor,
 )
+
+
+@dataclass(slots=True)
+class _Dep:
+    """A workflow edge: ``child`` runs after ``parent``; ``satisfied`` once it may."""
+
+    parent: int
+    child: int
+    policy: str
+    satisfied: bool
 
 
 class MemoryStore:
@@ -100,6 +111,11 @@ class MemoryStore:
         self._queues: dict[str, QueueInfo] = {}
         self._limits: dict[Key, Limit] = {}
         self._starts: dict[Key, list[datetime]] = {}
+        #: Workflow edges, by parent and by child.
+        self._children: dict[int, list[_Dep]] = {}
+        self._parents: dict[int, list[_Dep]] = {}
+        #: The parent whose end cancelled a waiting job (its retry re-arms the job).
+        self._blocked_by: dict[int, int] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -292,6 +308,83 @@ class MemoryStore:
             and job.state in states
         ]
         return max(held, default=None)
+
+    async def enqueue_workflow(self, graph: Workflow, *, now: datetime | None = None) -> list[Job]:
+        graph.check()
+        with self._lock:
+            at = self._now(now)
+            parents = {
+                job_id: self._jobs[job_id].state
+                for job_id in graph.parent_ids
+                if job_id in self._jobs
+            }
+            planned, satisfied = plan(graph, parents)
+            ids = list(range(self._next_id, self._next_id + len(graph.specs)))
+            existing = [self._jobs[job_id] for job_id in graph.parent_ids]
+            workflow = next((j.workflow for j in existing if j.workflow is not None), None)
+            workflow = workflow or (existing[0].id if existing else ids[0])
+            for job in existing:
+                if job.workflow is None:
+                    self._jobs[job.id] = replace(job, workflow=workflow)
+            results, earliest = self._insert(graph.specs, at)
+            jobs: list[Job] = []
+            for result, item in zip(results, resolve(planned, ids), strict=True):
+                job = replace(
+                    result.job, state=item.state, waiting_on=item.waiting_on, workflow=workflow
+                )
+                if item.state is JobState.CANCELLED:
+                    job = replace(job, finished_at=at, last_error=item.error)
+                    assert item.blocked_by is not None
+                    self._blocked_by[job.id] = item.blocked_by
+                self._jobs[job.id] = job
+                jobs.append(job)
+            for edge, done in zip(graph.edges, satisfied, strict=True):
+                parent = (
+                    edge.parent_id if edge.parent_id is not None else ids[edge.parent_node or 0]
+                )
+                row = _Dep(parent, ids[edge.child], edge.on_parent_failure, done)
+                self._children.setdefault(parent, []).append(row)
+                self._parents.setdefault(ids[edge.child], []).append(row)
+            callbacks = list(self._wakeups) if earliest is not None else []
+        for callback in callbacks:
+            callback(earliest)
+        return jobs
+
+    async def parent_results(self, job_id: int) -> dict[int, object]:
+        with self._lock:
+            return {
+                e.parent: self._jobs[e.parent].result
+                for e in self._parents.get(job_id, [])
+                if e.parent in self._jobs
+            }
+
+    async def workflow(self, workflow_id: int) -> tuple[list[Job], list[tuple[int, int, str]]]:
+        with self._lock:
+            jobs = sorted(
+                (j for j in self._jobs.values() if j.workflow == workflow_id), key=lambda j: j.id
+            )
+            members = {j.id for j in jobs}
+            edges = [
+                (e.parent, e.child, e.policy)
+                for j in jobs
+                for e in self._parents.get(j.id, [])
+                if e.parent in members
+            ]
+            return jobs, edges
+
+    async def cancel_workflow(self, workflow_id: int, *, now: datetime | None = None) -> int:
+        with self._lock:
+            at = self._now(now)
+            unfinished = sorted(
+                j.id
+                for j in self._jobs.values()
+                if j.workflow == workflow_id and not j.state.is_terminal
+            )
+            for job_id in unfinished:
+                job = self._jobs[job_id]
+                if not job.state.is_terminal:  # else: cancelled with a parent just now
+                    self._finish(job, at, JobState.CANCELLED, Outcome.CANCELLED)
+            return len(unfinished)
 
     # ------------------------------------------------------------------ claim and leases
 
@@ -550,6 +643,69 @@ class MemoryStore:
             del self._active_keys[job.unique_key]
         for hook in list(self._finished_hooks):
             hook()
+        if job.id in self._children:
+            self._parent_ended(job.id, state, at)
+
+    def _parent_ended(self, parent: int, state: JobState, at: datetime) -> None:
+        """Settle the edges to ``parent``'s children now that it ended in ``state`` (the
+        lock held): the direct children only; a cancelled child settles its own in turn."""
+        failed = state is not JobState.SUCCEEDED
+        for edge in self._children.get(parent, []):
+            child = self._jobs.get(edge.child)
+            if edge.satisfied or child is None:
+                continue
+            if not failed or edge.policy == "run":
+                edge.satisfied = True
+                child = replace(child, waiting_on=child.waiting_on - 1)
+                if child.state is JobState.WAITING and child.waiting_on == 0:
+                    child = replace(child, state=JobState.PENDING)
+                    self._jobs[child.id] = child
+                    self._announce(child.run_at)
+                else:
+                    self._jobs[child.id] = child
+            elif child.state is JobState.WAITING:
+                self._blocked_by[child.id] = parent
+                self._finish(
+                    child, at, JobState.CANCELLED, Outcome.CANCELLED, cancel_reason(parent, state)
+                )
+
+    def _forget_edges(self, job_id: int) -> None:
+        """Drop a pruned job's edges, both ways (what ON DELETE CASCADE does in SQL)."""
+        for edge in self._children.pop(job_id, []):
+            self._parents[edge.child].remove(edge)
+        for edge in self._parents.pop(job_id, []):
+            self._children[edge.parent].remove(edge)
+        self._blocked_by.pop(job_id, None)
+
+    def _rearm_children(self, parent: int) -> None:
+        """``parent`` was retried: the jobs its end cancelled wait again, unless another of
+        their parents has ended dead or cancelled too (then that one blocks them)."""
+        for edge in self._children.get(parent, []):
+            child = self._jobs.get(edge.child)
+            if child is None or self._blocked_by.get(child.id) != parent:
+                continue
+            if child.state is not JobState.CANCELLED:
+                continue
+            other = next(
+                (
+                    e.parent
+                    for e in self._parents.get(child.id, [])
+                    if e.parent != parent
+                    and not e.satisfied
+                    and e.policy == "cancel"
+                    and e.parent in self._jobs
+                    and self._jobs[e.parent].state in (JobState.DEAD, JobState.CANCELLED)
+                ),
+                None,
+            )
+            if other is not None:
+                self._blocked_by[child.id] = other
+                continue
+            del self._blocked_by[child.id]
+            self._jobs[child.id] = replace(
+                child, state=JobState.WAITING, finished_at=None, last_error=None
+            )
+            self._rearm_children(child.id)
 
     def _end_attempt(
         self,
@@ -587,7 +743,7 @@ class MemoryStore:
             )
         self._jobs[job.id] = replace(
             job,
-            state=JobState.PENDING,
+            state=JobState.WAITING if job.waiting_on else JobState.PENDING,
             run_at=at,
             attempt=0,
             max_attempts=max(job.max_attempts, max_attempts or 0),
@@ -597,6 +753,8 @@ class MemoryStore:
         if job.unique_key is not None:
             self._active_keys[job.unique_key] = job.id
         self._announce(at)
+        if job.id in self._children:
+            self._rearm_children(job.id)
 
     async def rerun(self, job_id: int, *, now: datetime | None = None) -> Job:
         with self._lock:
@@ -650,7 +808,7 @@ class MemoryStore:
     async def bulk_cancel(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
         with self._lock:
             at = self._now(None)
-            active = frozenset({JobState.PENDING, JobState.RUNNING})
+            active = frozenset({JobState.WAITING, JobState.PENDING, JobState.RUNNING})
             chosen = self._matching(filter, active, limit)
             for job in chosen:
                 self._cancel(job, at)
@@ -698,6 +856,8 @@ class MemoryStore:
             del self._active_keys[job.unique_key]
         if job.schedule is not None and job.slot_at is not None:
             self._slots.pop((job.schedule, job.slot_at), None)
+        if job.workflow is not None:
+            self._forget_edges(job.id)  # as ON DELETE CASCADE does in SQL
 
     def _matching(self, filter: JobFilter, allowed: frozenset[JobState], limit: int) -> list[Job]:
         states = allowed if filter.states is None else allowed & filter.states
@@ -838,6 +998,8 @@ class MemoryStore:
                 job = self._jobs.pop(job_id)
                 self._history.pop(job_id, None)
                 self._holds.pop(job_id, None)
+                if job.workflow is not None:
+                    self._forget_edges(job_id)
                 if job.schedule is not None and job.slot_at is not None:
                     # Slot keys outlive their job only as long as the job itself: a pruned
                     # slot is long in the past and its schedule has moved beyond it.

@@ -22,7 +22,7 @@ QUEUE_FIELDS = {"name", "paused", "updated_at", "counts", "concurrency", "limit_
 LIMIT_FIELDS = {
     "scope", "key", "concurrency", "rate", "period_seconds", "running", "recent_starts",
 }  # fmt: skip
-NO_JOBS = {"pending": 0, "running": 0, "succeeded": 0, "dead": 0, "cancelled": 0}
+NO_JOBS = {"waiting": 0, "pending": 0, "running": 0, "succeeded": 0, "dead": 0, "cancelled": 0}
 
 
 async def set_limit(api: httpx.AsyncClient, **body: Any) -> httpx.Response:

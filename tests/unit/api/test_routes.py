@@ -18,7 +18,8 @@ JOB_FIELDS = {
     "id", "kind", "queue", "state", "priority", "run_at", "attempt", "max_attempts", "tenant",
     "unique_key", "worker", "lease_until", "lease_token", "created_at", "started_at",
     "finished_at", "last_error", "schedule", "slot_at", "timeout_seconds", "crashes",
-    "quarantine", "payload", "result", "progress", "progress_message", "expires_at",
+    "quarantine", "payload", "result", "progress", "progress_message", "expires_at", "workflow",
+    "waiting_on",
 }  # fmt: skip
 
 
@@ -219,7 +220,7 @@ async def test_stats_route(api: httpx.AsyncClient, store: MemoryStore, clock: Fa
 
     stats = (await api.get("/api/stats")).json()
     assert stats["counts"]["by_state"] == {
-        "pending": 1, "running": 0, "succeeded": 1, "dead": 1, "cancelled": 0,
+        "waiting": 0, "pending": 1, "running": 0, "succeeded": 1, "dead": 1, "cancelled": 0,
     }  # fmt: skip
     assert stats["counts"]["by_queue"]["mail"]["succeeded"] == 1
     assert stats["counts"]["exact"] is True

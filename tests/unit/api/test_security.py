@@ -22,7 +22,7 @@ from rota.testing import FakeClock
 from tests.unit.api.conftest import BASE_URL, TOKEN, MakeApp, asgi_client, dead_job, total_jobs
 
 JSON = {"content-type": "application/json"}
-PATH_VALUES = {"job_id": "1", "name": "app.js", "scope": "kind", "key": "email"}
+PATH_VALUES = {"job_id": "1", "workflow_id": "1", "name": "app.js", "scope": "kind", "key": "email"}
 
 
 def endpoints(app: FastAPI) -> list[tuple[str, str]]:

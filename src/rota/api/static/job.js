@@ -24,10 +24,35 @@ function timeline(job, now) {
     if (attempt.finished_at) events.push([attempt.finished_at, `attempt ${attempt.attempt}: ${attempt.outcome}`]);
   }
   if (job.finished_at) events.push([job.finished_at, job.state]);
+  else if (job.state === "waiting") events.push([job.created_at, `waiting on ${job.waiting_on} parent job(s)`]);
   else if (job.state === "pending") events.push([job.run_at, parseTime(job.run_at) > now ? "due" : "due (waiting for a worker)"]);
   events.sort((a, b) => parseTime(a[0]) - parseTime(b[0]));
   return h("ol", { class: "timeline" }, events.map(([when, what]) =>
     h("li", {}, h("span", { class: "when" }, relative(when, now)), " ", what)));
+}
+
+function jobLink(jobId) {
+  return h("a", { class: "mono", href: `#/jobs/${jobId}` }, String(jobId));
+}
+
+// The job's place in its workflow: its parents and children, each a link with its state.
+function workflowSection(job, workflow) {
+  if (!workflow) return null;
+  const states = new Map(workflow.jobs.map((j) => [j.id, j.state]));
+  const linked = (ids) => (ids.length
+    ? ids.map((jobId) => h("span", { class: "wf-link" }, jobLink(jobId), " ", badge(states.get(jobId) || "?")))
+    : "—");
+  const parents = workflow.edges.filter((e) => e.child === job.id).map((e) => e.parent);
+  const children = workflow.edges.filter((e) => e.parent === job.id).map((e) => e.child);
+  const done = workflow.jobs.filter((j) => ["succeeded", "dead", "cancelled"].includes(j.state)).length;
+  return [
+    h("h2", { text: "Workflow" }),
+    h("dl", { class: "fields workflow" },
+      field("workflow", `${workflow.id}: ${done} of ${workflow.jobs.length} job(s) finished`),
+      field("waiting on", job.state === "waiting" ? `${job.waiting_on} parent job(s)` : null),
+      field("parents", linked(parents)),
+      field("children", linked(children))),
+  ];
 }
 
 function attemptsTable(job) {
@@ -102,6 +127,14 @@ export function renderJob(root, config, id) {
       throw error;
     }
     const nowMs = parseTime(job.now);
+    let workflow = null;
+    if (job.workflow !== null && job.workflow !== undefined) {
+      try {
+        workflow = await getJSON(`/api/workflows/${job.workflow}`);
+      } catch (error) {
+        if (!(error instanceof ApiError)) throw error;
+      }
+    }
     openTraces = new Set([...body.querySelectorAll("details")].map((d, i) => (d.open ? i : -1)).filter((i) => i >= 0));
     replaceChildren(head,
       h("h1", {}, `Job `, h("span", { class: "mono" }, String(job.id)), " ", badge(displayState(job, nowMs))),
@@ -111,7 +144,7 @@ export function renderJob(root, config, id) {
       h("dl", { class: "fields" },
         field("kind", job.kind),
         field("queue", job.queue),
-        field("state", job.state),
+        field("state", job.state === "waiting" ? `waiting on ${job.waiting_on}` : job.state),
         field("progress", progressBar(job)),
         field("attempt", `${job.attempt} of ${job.max_attempts}`),
         field("priority", String(job.priority)),
@@ -130,6 +163,7 @@ export function renderJob(root, config, id) {
         field("expires", at(job.expires_at, nowMs)),
         field("crashes", job.crashes ? String(job.crashes) : null)),
       job.quarantine ? h("p", { class: "error-text quarantine" }, job.quarantine) : null,
+      workflowSection(job, workflow),
       job.last_error ? [h("h2", { text: "Last error" }), h("pre", { class: "error-text last-error" }, job.last_error)] : null,
       h("h2", { text: "Payload" }),
       h("pre", { class: "payload" }, JSON.stringify(job.payload, null, 2)),

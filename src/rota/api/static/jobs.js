@@ -5,7 +5,7 @@ import { appendChildren, h, replaceChildren } from "./dom.js";
 import { badge, count, displayState, parseTime, progressBar, relative } from "./format.js";
 import { confirmDialog, notify, poller, presets, reportError } from "./ui.js";
 
-const STATES = ["pending", "running", "succeeded", "dead", "cancelled"];
+const STATES = ["waiting", "pending", "running", "succeeded", "dead", "cancelled"];
 const FILTER_FIELDS = ["state", "kind", "queue", "tenant", "q"];
 const PAGE_SIZE = 50;
 
@@ -31,6 +31,7 @@ function input(name, label, value) {
 function whenCell(job, now) {
   if (job.state === "running") return `lease ${relative(job.lease_until, now)}`;
   if (job.state === "pending") return relative(job.run_at, now);
+  if (job.state === "waiting") return `waiting on ${job.waiting_on}`;
   return relative(job.finished_at, now);
 }
 
@@ -49,7 +50,7 @@ export function actionButtons(job, config, onDone) {
   if (job.state === "dead" || job.state === "cancelled") {
     buttons.push(h("button", { type: "button", class: "small", "data-action": "retry", on: { click: act("retry") } }, "retry"));
   }
-  if (job.state === "pending" || job.state === "running") {
+  if (job.state === "waiting" || job.state === "pending" || job.state === "running") {
     buttons.push(h("button", { type: "button", class: "small", "data-action": "cancel", on: { click: act("cancel") } }, "cancel"));
   }
   return buttons;
@@ -113,7 +114,7 @@ export function renderJobs(root, config, params) {
       reportError(error);
       return;
     }
-    const which = verb === "retry" ? "dead or cancelled" : "pending or running";
+    const which = verb === "retry" ? "dead or cancelled" : "waiting, pending or running";
     if (counted.count === 0) {
       confirmDialog(`Bulk ${verb}`, `No ${which} jobs match ${scope}; nothing to do.`, "", false, null);
       return;

@@ -8,7 +8,7 @@ import { throughputChart } from "./chart.js";
 import { badge, count, duration, limitTarget, rateText, relative } from "./format.js";
 import { poller, presets } from "./ui.js";
 
-const STATES = ["pending", "running", "succeeded", "dead", "cancelled"];
+const STATES = ["waiting", "pending", "running", "succeeded", "dead", "cancelled"];
 
 // How full a limit is. A limit on every tenant caps each one; its use is summed over them all.
 function usage(limit) {

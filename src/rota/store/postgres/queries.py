@@ -14,7 +14,7 @@ JOB_COLUMNS = (
     "id, kind, queue, payload, state, priority, run_at, attempt, max_attempts, created_at, "
     "tenant, unique_key, timeout_us, lease_token, lease_until, worker, started_at, "
     "finished_at, last_error, schedule, slot_at, crashes, trace_context, result, progress, "
-    "progress_message, expires_at"
+    "progress_message, expires_at, workflow, waiting_on"
 )
 
 #: A schedule's columns (alias s) and its last job's state (alias j), in the order

@@ -397,7 +397,8 @@ SELECT id FROM done, woke;
 
 -- name: retry
 WITH done AS (
-UPDATE rota_jobs SET state = 'pending', run_at = coalesce(%(now)s::timestamptz, now()),
+UPDATE rota_jobs SET state = CASE WHEN waiting_on > 0 THEN 'waiting' ELSE 'pending' END,
+    run_at = coalesce(%(now)s::timestamptz, now()),
     attempt = 0, max_attempts = greatest(max_attempts, %(max_attempts)s::int),
     lease_until = NULL, finished_at = NULL
 WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('dead', 'cancelled')
@@ -432,7 +433,7 @@ UPDATE rota_jobs SET state = 'cancelled', lease_until = NULL,
             'finished_us', (extract(epoch FROM coalesce(%(now)s::timestamptz, now())) * 1000000)::bigint,
             'outcome', 'cancelled'))
         ELSE history END
-WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('pending', 'running')
+WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('waiting', 'pending', 'running')
 RETURNING {job_columns}
 ), tally AS ({tally}), {finished}
 SELECT done.* FROM done, told;
@@ -471,7 +472,8 @@ SELECT {job_columns} FROM rota_jobs WHERE id = %(id)s;
 -- active jobs get a row (finished ones have nothing left to announce), and the rows of jobs
 -- pruned meanwhile go with them (prune), so the table never outgrows the jobs waited for.
 INSERT INTO rota_result_waits (job_id)
-SELECT id FROM rota_jobs WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('pending', 'running')
+SELECT id FROM rota_jobs
+WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('waiting', 'pending', 'running')
 ON CONFLICT DO NOTHING;
 
 -- name: get_many
@@ -691,3 +693,73 @@ WHERE s.name = a.name;
 
 -- name: next_fire_at
 SELECT min(due_at) FROM rota_schedules WHERE NOT paused;
+
+-- name: workflow_parents
+-- The existing parents of a graph being written, locked (in id order, so two writers cannot
+-- deadlock): a parent that finishes meanwhile waits for this transaction, and its trigger
+-- then sees the new edges.
+SELECT id, state, workflow FROM rota_jobs WHERE id = ANY(%(ids)s::bigint[]) ORDER BY id FOR UPDATE;
+
+-- name: workflow_reserve_ids
+SELECT array(SELECT nextval(pg_get_serial_sequence('rota_jobs', 'id'))
+             FROM generate_series(1, %(count)s));
+
+-- name: workflow_adopt
+UPDATE rota_jobs SET workflow = %(workflow)s WHERE id = ANY(%(ids)s::bigint[]) AND workflow IS NULL;
+
+-- name: workflow_insert
+-- A graph's jobs in their planned states (rota.domain.workflow.plan), with ids reserved first.
+INSERT INTO rota_jobs (id, kind, queue, payload, state, priority, run_at, max_attempts, tenant,
+                       timeout_us, created_at, trace_context, workflow, waiting_on, blocked_by,
+                       last_error, finished_at)
+SELECT i.id, i.kind, i.queue, i.payload::json, i.state, i.priority,
+       coalesce(i.run_at, coalesce(%(now)s::timestamptz, now()) + i.delay_us * interval '1 microsecond'),
+       i.max_attempts, i.tenant, i.timeout_us, coalesce(%(now)s::timestamptz, now()),
+       i.trace_context::json, %(workflow)s, i.waiting_on, i.blocked_by, i.last_error,
+       CASE WHEN i.state = 'cancelled' THEN coalesce(%(now)s::timestamptz, now()) END
+FROM unnest(%(id)s::bigint[], %(kind)s::text[], %(queue)s::text[], %(payload)s::text[],
+            %(state)s::text[], %(priority)s::smallint[], %(run_at)s::timestamptz[],
+            %(delay_us)s::bigint[], %(max_attempts)s::int[], %(tenant)s::text[],
+            %(timeout_us)s::bigint[], %(trace_context)s::text[], %(waiting_on)s::int[],
+            %(blocked_by)s::bigint[], %(last_error)s::text[])
+     AS i(id, kind, queue, payload, state, priority, run_at, delay_us, max_attempts, tenant,
+          timeout_us, trace_context, waiting_on, blocked_by, last_error)
+ORDER BY i.id
+RETURNING {job_columns};
+
+-- name: workflow_edges_insert
+INSERT INTO rota_job_deps (parent_id, child_id, on_parent_failure, satisfied)
+SELECT * FROM unnest(%(parent)s::bigint[], %(child)s::bigint[], %(policy)s::text[],
+                     %(satisfied)s::boolean[]);
+
+-- name: parent_results
+SELECT p.id, p.result FROM rota_job_deps d JOIN rota_jobs p ON p.id = d.parent_id
+WHERE d.child_id = %(id)s;
+
+-- name: workflow_jobs
+SELECT {job_columns} FROM rota_jobs WHERE workflow = %(workflow)s ORDER BY id;
+
+-- name: workflow_edges
+SELECT d.parent_id, d.child_id, d.on_parent_failure
+FROM rota_jobs c JOIN rota_job_deps d ON d.child_id = c.id JOIN rota_jobs p ON p.id = d.parent_id
+WHERE c.workflow = %(workflow)s AND p.workflow = %(workflow)s
+ORDER BY d.child_id, d.parent_id;
+
+-- name: cancel_workflow
+-- Every unfinished job of a workflow, as the cancel statement does for one job; the trigger
+-- of 012_workflows finds nothing left to cancel below them.
+WITH done AS (
+UPDATE rota_jobs SET state = 'cancelled', lease_until = NULL,
+    finished_at = coalesce(%(now)s::timestamptz, now()),
+    history = CASE WHEN state = 'running' THEN
+        coalesce(history, '[]'::jsonb) || jsonb_build_array(jsonb_build_object(
+            'attempt', attempt, 'token', lease_token, 'worker', worker,
+            'started_us', (extract(epoch FROM started_at) * 1000000)::bigint,
+            'finished_us', (extract(epoch FROM coalesce(%(now)s::timestamptz, now())) * 1000000)::bigint,
+            'outcome', 'cancelled'))
+        ELSE history END
+WHERE id IN (SELECT id FROM rota_jobs WHERE workflow = %(workflow)s
+               AND state IN ('waiting', 'pending', 'running') ORDER BY id FOR UPDATE)
+RETURNING id, state
+), tally AS ({tally}), {finished}
+SELECT count(*) FROM done, told;

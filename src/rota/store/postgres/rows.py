@@ -42,6 +42,8 @@ def row_to_job(row: Row) -> Job:
         progress=row[24],
         progress_message=row[25],
         expires_at=row[26],
+        workflow=row[27],
+        waiting_on=row[28],
     )
 
 

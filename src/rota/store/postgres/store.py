@@ -50,6 +50,7 @@ from rota.domain.job import (
 from rota.domain.lease import Lease
 from rota.domain.schedule import ScheduleSpec
 from rota.domain.schedule_state import Firing, Schedule
+from rota.domain.workflow import Workflow
 from rota.store.base import (
     MAX_BULK,
     MAX_PAGE_SIZE,
@@ -85,6 +86,7 @@ from rota.store.postgres.limits import claim_limited, limits_in_use
 from rota.store.postgres.listen import SCHEDULES_CHANNEL, listen
 from rota.store.postgres.queries import JOB_COLUMNS, migrations, query
 from rota.store.postgres.rows import Row, micros, row_to_job, us
+from rota.store.postgres.workflows import enqueue_workflow_flow
 
 log = logging.getLogger("rota.store.postgres")
 
@@ -519,7 +521,7 @@ class PostgresStore:
             return done
 
     async def bulk_cancel(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
-        ids = await self._matching_ids(filter, ("pending", "running"), limit)
+        ids = await self._matching_ids(filter, ("waiting", "pending", "running"), limit)
         if not ids:
             return 0
         return len(await self._fetch("cancel", {"now": self._now(None), "ids": ids}))
@@ -576,6 +578,32 @@ class PostgresStore:
         return [row[0] for row in rows]
 
     # ------------------------------------------------------------------ queries
+
+    # ------------------------------------------------------------------ workflows
+
+    async def enqueue_workflow(self, graph: Workflow, *, now: datetime | None = None) -> list[Job]:
+        graph.check()
+        jobs: list[Job] = await self._run_flow(enqueue_workflow_flow(graph, self._now(now)))
+        return jobs
+
+    async def parent_results(self, job_id: int) -> dict[int, object]:
+        return dict(await self._fetch("parent_results", {"id": job_id}))
+
+    async def workflow(self, workflow_id: int) -> tuple[list[Job], list[tuple[int, int, str]]]:
+        if not -(2**63) <= workflow_id < 2**63:
+            return [], []
+        async with self._connection() as conn, conn.transaction():
+            params = {"workflow": workflow_id}
+            job_rows = await (await conn.execute(query("workflow_jobs"), params)).fetchall()
+            edge_rows = await (await conn.execute(query("workflow_edges"), params)).fetchall()
+        edges = [(int(parent), int(child), str(policy)) for parent, child, policy in edge_rows]
+        return [row_to_job(row) for row in job_rows], edges
+
+    async def cancel_workflow(self, workflow_id: int, *, now: datetime | None = None) -> int:
+        [(count,)] = await self._fetch(
+            "cancel_workflow", {"now": self._now(now), "workflow": workflow_id}
+        )
+        return int(count)
 
     async def get_many(self, job_ids: Sequence[int]) -> list[Job]:
         wanted = sorted({job_id for job_id in job_ids if -(2**63) <= job_id < 2**63})

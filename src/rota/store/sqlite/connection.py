@@ -208,6 +208,9 @@ class Database:
             synchronous = "FULL" if self.options.synchronous == "full" else "NORMAL"
             conn.execute(f"PRAGMA synchronous = {synchronous}")
             conn.execute("PRAGMA foreign_keys = ON")
+            # A workflow job cancelled by its parent's end cancels its own children: the
+            # triggers of 012_workflows fire for the rows they update themselves.
+            conn.execute("PRAGMA recursive_triggers = ON")
         except BaseException:
             conn.close()
             raise

@@ -52,7 +52,7 @@ from rota.store.sqlite.rows import (
     to_us,
 )
 
-_ACTIVE = frozenset({JobState.PENDING, JobState.RUNNING})
+_ACTIVE = frozenset({JobState.WAITING, JobState.PENDING, JobState.RUNNING})
 
 # ON CONFLICT DO NOTHING: the partial unique indexes on the active unique key and on
 # (schedule, slot_at) are what make a job a duplicate; no row returned means it is one.
@@ -169,7 +169,8 @@ def retry(conn: sqlite3.Connection, job_id: int, max_attempts: int | None, at: d
     if unique_key is not None and conn.execute(_BY_ACTIVE_KEY, (unique_key,)).fetchone():
         raise StateConflict(f"job {job_id}: another active job holds unique key {unique_key!r}")
     row = conn.execute(
-        "UPDATE rota_jobs SET state = 'pending', run_at = ?, attempt = 0, "
+        "UPDATE rota_jobs SET state = CASE WHEN waiting_on > 0 THEN 'waiting' ELSE 'pending' END, "
+        "run_at = ?, attempt = 0, "
         "max_attempts = max(max_attempts, ?), lease_until = NULL, finished_at = NULL "
         f"WHERE id = ? RETURNING {JOB_COLUMNS}",
         (to_us(at), max_attempts or 0, job_id),
@@ -212,8 +213,8 @@ def cancel(conn: sqlite3.Connection, job_id: int, at: datetime) -> Job:
 # Run once per job, in id order, so a job whose unique key an earlier one of the same batch
 # (or any other active job) took back is skipped rather than failing the whole batch.
 _RETRY_IF_KEY_FREE = """
-UPDATE rota_jobs SET state = 'pending', run_at = ?, attempt = 0, lease_until = NULL,
-                     finished_at = NULL
+UPDATE rota_jobs SET state = CASE WHEN waiting_on > 0 THEN 'waiting' ELSE 'pending' END,
+                     run_at = ?, attempt = 0, lease_until = NULL, finished_at = NULL
 WHERE id = ? AND state IN ('dead', 'cancelled')
   AND (unique_key IS NULL OR NOT EXISTS (
       SELECT 1 FROM rota_jobs AS holder

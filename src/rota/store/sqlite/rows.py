@@ -25,7 +25,7 @@ JOB_COLUMNS = (
     "id, kind, queue, payload, state, priority, run_at, attempt, max_attempts, created_at, "
     "tenant, unique_key, timeout_us, lease_token, lease_until, worker, started_at, finished_at, "
     "last_error, schedule, slot_at, crashes, trace_context, result, progress, progress_message, "
-    "expires_at"
+    "expires_at, workflow, waiting_on"
 )
 ATTEMPT_COLUMNS = "attempt, token, worker, started_at, finished_at, outcome, error, traceback"
 WORKER_COLUMNS = "name, host, pid, queues, concurrency, started_at, beat_at"
@@ -57,7 +57,7 @@ def job_from_row(row: Sequence[Any]) -> Job:
         job_id, kind, queue, payload, state, priority, run_at, attempt, max_attempts, created_at,
         tenant, unique_key, timeout_us, lease_token, lease_until, worker, started_at, finished_at,
         last_error, schedule, slot_at, crashes, trace_context, result, progress, progress_message,
-        expires_at,
+        expires_at, workflow, waiting_on,
     ) = row  # fmt: skip
     return Job(
         id=job_id,
@@ -87,6 +87,8 @@ def job_from_row(row: Sequence[Any]) -> Job:
         progress=progress,
         progress_message=progress_message,
         expires_at=_maybe_instant(expires_at),
+        workflow=workflow,
+        waiting_on=waiting_on,
     )
 
 

@@ -33,6 +33,7 @@ from rota.domain.job import (
 from rota.domain.lease import Lease
 from rota.domain.schedule import ScheduleSpec
 from rota.domain.schedule_state import Firing, Schedule
+from rota.domain.workflow import Workflow
 from rota.store.base import (
     MAX_BULK,
     Beat,
@@ -47,7 +48,7 @@ from rota.store.base import (
     check_schedule_listing,
     decode_cursor,
 )
-from rota.store.sqlite import claims, flow, jobs, migrations, schedules, workers
+from rota.store.sqlite import claims, flow, jobs, migrations, schedules, workers, workflows
 from rota.store.sqlite.connection import Database
 from rota.store.sqlite.rows import to_us
 from rota.store.sqlite.url import DEFAULT_BUSY_TIMEOUT_MS, SqliteOptions, parse_url
@@ -336,6 +337,27 @@ class SqliteStore:
 
     async def purge(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
         return await self._db.write(lambda conn: jobs.purge(conn, filter, limit))
+
+    # ------------------------------------------------------------------ workflows
+
+    async def enqueue_workflow(self, graph: Workflow, *, now: datetime | None = None) -> list[Job]:
+        graph.check()
+        written, earliest = await self._db.write(
+            lambda conn: workflows.enqueue_workflow(conn, graph, self._at(now))
+        )
+        self._woken(earliest)
+        return written
+
+    async def parent_results(self, job_id: int) -> dict[int, object]:
+        return await self._db.read(lambda conn: workflows.parent_results(conn, job_id))
+
+    async def workflow(self, workflow_id: int) -> tuple[list[Job], list[tuple[int, int, str]]]:
+        return await self._db.read(lambda conn: workflows.workflow(conn, workflow_id))
+
+    async def cancel_workflow(self, workflow_id: int, *, now: datetime | None = None) -> int:
+        return await self._db.write(
+            lambda conn: workflows.cancel_workflow(conn, workflow_id, self._at(now))
+        )
 
     # ------------------------------------------------------------------ queries
 

@@ -1,0 +1,146 @@
+"""Workflows on SQLite: writing a graph of jobs and reading it back. What happens when a
+workflow job's state changes is the 012_workflows triggers' work, inside the statement that
+changed it."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from datetime import datetime
+from typing import Any
+
+from rota.domain.job import Job, JobState, Outcome
+from rota.domain.workflow import Workflow, plan, resolve
+from rota.store.sqlite.claims import end_attempts
+from rota.store.sqlite.rows import JOB_COLUMNS, chunks, duration_us, job_from_row, marks, to_us
+
+_INSERT = f"""
+INSERT INTO rota_jobs (kind, queue, payload, state, priority, run_at, attempt, max_attempts,
+                       tenant, timeout_us, created_at, trace_context, workflow, waiting_on,
+                       blocked_by, last_error, finished_at)
+VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+RETURNING {JOB_COLUMNS}
+"""
+
+
+def enqueue_workflow(
+    conn: sqlite3.Connection, graph: Workflow, at: datetime
+) -> tuple[list[Job], datetime | None]:
+    """Write ``graph`` (already checked) in the caller's write transaction: its jobs, their
+    edges, and its existing parents' workflow id; InvalidJob for an unknown parent."""
+    parent_ids = graph.parent_ids
+    parents: dict[int, tuple[JobState, int | None]] = {}
+    for part in chunks(parent_ids):
+        for job_id, state, workflow in conn.execute(
+            f"SELECT id, state, workflow FROM rota_jobs WHERE id IN ({marks(len(part))})", part
+        ):
+            parents[job_id] = (JobState(state), workflow)
+    planned, satisfied = plan(graph, {job_id: p[0] for job_id, p in parents.items()})
+    (next_id,) = conn.execute(
+        "SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'rota_jobs'), 0) + 1"
+    ).fetchone()
+    ids = list(range(next_id, next_id + len(graph.specs)))
+    workflow = next((parents[i][1] for i in parent_ids if parents[i][1] is not None), None)
+    workflow = workflow or (parent_ids[0] if parent_ids else ids[0])
+    for part in chunks(parent_ids):
+        conn.execute(
+            f"UPDATE rota_jobs SET workflow = ? WHERE workflow IS NULL "
+            f"AND id IN ({marks(len(part))})",
+            [workflow, *part],
+        )
+    at_us = to_us(at)
+    jobs: list[Job] = []
+    earliest: datetime | None = None
+    for spec, item, expected in zip(graph.specs, resolve(planned, ids), ids, strict=True):
+        cancelled = item.state is JobState.CANCELLED
+        row = conn.execute(
+            _INSERT,
+            (
+                spec.kind,
+                spec.queue,
+                spec.payload_json,
+                str(item.state),
+                spec.priority,
+                to_us(spec.due_at(at)),
+                spec.max_attempts,
+                spec.tenant,
+                None if spec.timeout is None else duration_us(spec.timeout),
+                at_us,
+                None if spec.trace_context is None else json.dumps(spec.trace_context),
+                workflow,
+                item.waiting_on,
+                item.blocked_by,
+                item.error,
+                at_us if cancelled else None,
+            ),
+        ).fetchone()
+        job = job_from_row(row)
+        if job.id != expected:  # AUTOINCREMENT hands out sqlite_sequence + 1 in order
+            raise RuntimeError(f"job id {job.id} where {expected} was planned")
+        if job.state is JobState.PENDING:
+            earliest = job.run_at if earliest is None else min(earliest, job.run_at)
+        jobs.append(job)
+    conn.executemany(
+        "INSERT INTO rota_job_deps (parent_id, child_id, on_parent_failure, satisfied) "
+        "VALUES (?, ?, ?, ?)",
+        [
+            (
+                edge.parent_id if edge.parent_id is not None else ids[edge.parent_node or 0],
+                ids[edge.child],
+                edge.on_parent_failure,
+                int(done),
+            )
+            for edge, done in zip(graph.edges, satisfied, strict=True)
+        ],
+    )
+    return jobs, earliest
+
+
+def parent_results(conn: sqlite3.Connection, job_id: int) -> dict[int, Any]:
+    """Each parent's id and result (None: it stored none) of job ``job_id``."""
+    rows = conn.execute(
+        "SELECT p.id, p.result FROM rota_job_deps AS d JOIN rota_jobs AS p ON p.id = d.parent_id "
+        "WHERE d.child_id = ? ORDER BY p.id",
+        (job_id,),
+    )
+    return {parent: None if text is None else json.loads(text) for parent, text in rows}
+
+
+def workflow(
+    conn: sqlite3.Connection, workflow_id: int
+) -> tuple[list[Job], list[tuple[int, int, str]]]:
+    """The jobs of a workflow by id, and the edges between them (parent, child, policy)."""
+    jobs = [
+        job_from_row(row)
+        for row in conn.execute(
+            f"SELECT {JOB_COLUMNS} FROM rota_jobs WHERE workflow = ? ORDER BY id", (workflow_id,)
+        )
+    ]
+    edges = [
+        (parent, child, policy)
+        for parent, child, policy in conn.execute(
+            "SELECT d.parent_id, d.child_id, d.on_parent_failure FROM rota_job_deps AS d "
+            "JOIN rota_jobs AS c ON c.id = d.child_id JOIN rota_jobs AS p ON p.id = d.parent_id "
+            "WHERE c.workflow = ? AND p.workflow = ? ORDER BY d.child_id, d.parent_id",
+            (workflow_id, workflow_id),
+        )
+    ]
+    return jobs, edges
+
+
+def cancel_workflow(conn: sqlite3.Connection, workflow_id: int, at: datetime) -> int:
+    """Cancel every unfinished job of the workflow; how many there were."""
+    rows = conn.execute(
+        "SELECT id, state, lease_token FROM rota_jobs WHERE workflow = ? "
+        "AND state IN ('waiting', 'pending', 'running') ORDER BY id",
+        (workflow_id,),
+    ).fetchall()
+    at_us = to_us(at)
+    conn.execute(
+        "UPDATE rota_jobs SET state = 'cancelled', lease_until = NULL, finished_at = ? "
+        "WHERE workflow = ? AND state IN ('waiting', 'pending', 'running')",
+        (at_us, workflow_id),
+    )
+    tokens = [token for _, state, token in rows if state == "running" and token is not None]
+    end_attempts(conn, tokens, at_us, Outcome.CANCELLED)
+    return len(rows)

@@ -1,0 +1,286 @@
+"""Workflows: a job with parents waits until they succeeded, then becomes claimable exactly
+once; a parent's failure cancels (or, with on_parent_failure="run", releases) its children;
+retrying the parent re-arms them; a graph is checked before anything is written."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from rota.domain.errors import InvalidJob
+from rota.domain.job import Job, JobSpec, JobState
+from rota.domain.workflow import MAX_WORKFLOW_JOBS, Workflow, chain, chord, group
+from rota.runtime.context import JobContext
+from rota.runtime.registry import Registry
+from rota.runtime.worker import Worker, WorkerSettings
+from rota.store import JobFilter, Store
+from rota.testing import FakeClock
+from tests.contract.helpers import LEASE, add, claim_one
+
+
+async def after(
+    store: Store, parents: list[int], *, policy: str = "cancel", kind: str = "c"
+) -> Job:
+    graph = Workflow()
+    graph.add(JobSpec(kind=kind), after=parents, on_parent_failure=policy)
+    [job] = await store.enqueue_workflow(graph)
+    return job
+
+
+async def run(store: Store, job_id: int, *, result: str | None = None) -> None:
+    """Claim ``job_id`` (the only claimable job) and complete it with ``result``."""
+    claimed = await claim_one(store)
+    assert claimed is not None and claimed.id == job_id
+    assert await store.complete_many([claimed.lease], results=[result]) == []
+
+
+async def kill(store: Store, job_id: int) -> None:
+    """Claim ``job_id`` and fail it permanently: it ends dead."""
+    claimed = await claim_one(store)
+    assert claimed is not None and claimed.id == job_id
+    state = await store.fail(claimed.lease, error="boom", retry_in=timedelta(0), permanent=True)
+    assert state is JobState.DEAD
+
+
+async def state_of(store: Store, job_id: int) -> JobState:
+    return (await store.get(job_id)).state
+
+
+# ------------------------------------------------------------------ enqueue with parents
+
+
+async def test_a_job_with_unfinished_parents_waits_and_is_never_claimed(store: Store) -> None:
+    parent = await add(store)
+    child = await after(store, [parent.id])
+    assert child.state is JobState.WAITING
+    assert child.waiting_on == 1
+    assert child.workflow == parent.id
+    claimed = await store.claim("w", queues=["default"], limit=10, lease=LEASE)
+    assert [job.id for job in claimed] == [parent.id]
+    assert await claim_one(store) is None
+    assert (await store.get(parent.id)).workflow == parent.id
+
+
+async def test_a_waiting_job_becomes_pending_when_its_last_parent_succeeds(store: Store) -> None:
+    first, second = await add(store), await add(store)
+    child = await after(store, [first.id, second.id])
+    await run(store, first.id)
+    waiting = await store.get(child.id)
+    assert (waiting.state, waiting.waiting_on) == (JobState.WAITING, 1)
+    await run(store, second.id)
+    released = await store.get(child.id)
+    assert (released.state, released.waiting_on) == (JobState.PENDING, 0)
+    await run(store, child.id)
+
+
+async def test_unknown_parents_are_refused_and_nothing_is_written(store: Store) -> None:
+    parent = await add(store)
+    with pytest.raises(InvalidJob, match="unknown parent job 999999"):
+        await after(store, [parent.id, 999999])
+    page = await store.list_jobs(JobFilter())
+    assert [job.id for job in page.jobs] == [parent.id]
+    assert (await store.get(parent.id)).workflow is None
+
+
+async def test_a_parent_that_already_succeeded_counts_as_done(store: Store) -> None:
+    parent = await add(store)
+    await run(store, parent.id)
+    child = await after(store, [parent.id])
+    assert (child.state, child.waiting_on) == (JobState.PENDING, 0)
+    await run(store, child.id)
+
+
+async def test_a_parent_already_dead_cancels_the_child_at_enqueue(store: Store) -> None:
+    parent = await add(store)
+    await kill(store, parent.id)
+    child = await after(store, [parent.id])
+    assert child.state is JobState.CANCELLED
+    assert child.last_error == f"cancelled: parent job {parent.id} ended dead"
+    run_anyway = await after(store, [parent.id], policy="run")
+    assert run_anyway.state is JobState.PENDING
+
+
+# ------------------------------------------------------------------ failure policy
+
+
+async def test_a_dead_parent_cancels_its_dependents_recursively(store: Store) -> None:
+    parent = await add(store)
+    child = await after(store, [parent.id])
+    grandchild = await after(store, [child.id])
+    await kill(store, parent.id)
+    cancelled = await store.get(child.id)
+    assert cancelled.state is JobState.CANCELLED
+    assert cancelled.last_error == f"cancelled: parent job {parent.id} ended dead"
+    below = await store.get(grandchild.id)
+    assert below.state is JobState.CANCELLED
+    assert below.last_error == f"cancelled: parent job {child.id} ended cancelled"
+
+
+async def test_run_anyway_edges_release_the_child_when_the_parent_fails(store: Store) -> None:
+    parent = await add(store)
+    child = await after(store, [parent.id], policy="run")
+    await kill(store, parent.id)
+    assert await state_of(store, child.id) is JobState.PENDING
+
+
+async def test_cancelling_a_parent_cancels_its_waiting_children(store: Store) -> None:
+    parent = await add(store)
+    child = await after(store, [parent.id])
+    await store.cancel(parent.id)
+    cancelled = await store.get(child.id)
+    assert cancelled.state is JobState.CANCELLED
+    assert cancelled.last_error == f"cancelled: parent job {parent.id} ended cancelled"
+
+
+async def test_retrying_a_dead_parent_rearms_the_dependents_it_cancelled(store: Store) -> None:
+    parent = await add(store)
+    child = await after(store, [parent.id])
+    grandchild = await after(store, [child.id])
+    await kill(store, parent.id)
+    retried = await store.retry(parent.id)
+    assert retried.state is JobState.PENDING
+    rearmed = await store.get(child.id)
+    assert (rearmed.state, rearmed.last_error, rearmed.finished_at) == (
+        JobState.WAITING,
+        None,
+        None,
+    )
+    assert await state_of(store, grandchild.id) is JobState.WAITING
+    await run(store, parent.id)
+    await run(store, child.id)
+    await run(store, grandchild.id)
+
+
+async def test_a_rearmed_child_stays_cancelled_while_another_parent_is_dead(
+    store: Store,
+) -> None:
+    first, second = await add(store), await add(store)
+    child = await after(store, [first.id, second.id])
+    await kill(store, first.id)
+    await kill(store, second.id)
+    await store.retry(first.id)
+    blocked = await store.get(child.id)
+    assert blocked.state is JobState.CANCELLED
+    await store.retry(second.id)
+    assert await state_of(store, child.id) is JobState.WAITING
+
+
+async def test_cancelling_a_waiting_job_is_allowed_and_retrying_it_waits_again(
+    store: Store,
+) -> None:
+    parent = await add(store)
+    child = await after(store, [parent.id])
+    assert (await store.cancel(child.id)).state is JobState.CANCELLED
+    assert (await store.retry(child.id)).state is JobState.WAITING
+    await run(store, parent.id)
+    assert await state_of(store, child.id) is JobState.PENDING
+
+
+async def test_the_child_reads_its_parents_results(store: Store) -> None:
+    first, second = await add(store), await add(store)
+    child = await after(store, [first.id, second.id])
+    await run(store, first.id, result='{"n":1}')
+    await run(store, second.id)
+    assert await store.parent_results(child.id) == {first.id: {"n": 1}, second.id: None}
+    assert await store.parent_results(first.id) == {}
+
+
+# ------------------------------------------------------------------ graphs
+
+
+async def test_a_chain_runs_one_job_after_another(store: Store) -> None:
+    jobs = await store.enqueue_workflow(chain(JobSpec("a"), JobSpec("b"), JobSpec("c")))
+    assert [job.state for job in jobs] == [JobState.PENDING, JobState.WAITING, JobState.WAITING]
+    assert {job.workflow for job in jobs} == {jobs[0].id}
+    for job in jobs:
+        await run(store, job.id)
+    assert [await state_of(store, job.id) for job in jobs] == [JobState.SUCCEEDED] * 3
+
+
+async def test_a_chord_runs_its_callback_after_the_whole_group(store: Store) -> None:
+    header = [JobSpec("part", payload={"i": i}) for i in range(3)]
+    jobs = await store.enqueue_workflow(chord(header, JobSpec("sum")))
+    callback = jobs[-1]
+    assert callback.waiting_on == 3
+    claimed = await store.claim("w", queues=["default"], limit=10, lease=LEASE)
+    assert sorted(job.id for job in claimed) == [job.id for job in jobs[:3]]
+    assert await store.complete_many([job.lease for job in claimed]) == []
+    assert await state_of(store, callback.id) is JobState.PENDING
+    jobs_of, edges = await store.workflow(callback.workflow or 0)
+    assert [job.id for job in jobs_of] == [job.id for job in jobs]
+    assert sorted(edges) == sorted((job.id, callback.id, "cancel") for job in jobs[:3])
+
+
+async def test_a_group_is_independent_jobs_of_one_workflow(store: Store) -> None:
+    jobs = await store.enqueue_workflow(group(JobSpec("a"), JobSpec("b")))
+    assert [job.state for job in jobs] == [JobState.PENDING, JobState.PENDING]
+    assert {job.workflow for job in jobs} == {jobs[0].id}
+
+
+async def test_a_graph_is_checked_before_anything_is_written(store: Store) -> None:
+    keyed = Workflow()
+    keyed.add(JobSpec("a", unique_key="k"))
+    with pytest.raises(InvalidJob, match="unique key"):
+        await store.enqueue_workflow(keyed)
+    with pytest.raises(InvalidJob, match="no jobs"):
+        await store.enqueue_workflow(Workflow())
+    too_big = Workflow(specs=[JobSpec("a")] * (MAX_WORKFLOW_JOBS + 1))
+    with pytest.raises(InvalidJob, match="at most"):
+        await store.enqueue_workflow(too_big)
+    assert (await store.count_jobs(JobFilter())) == 0
+
+
+async def test_cancelling_a_workflow_cancels_every_unfinished_job(store: Store) -> None:
+    jobs = await store.enqueue_workflow(chain(JobSpec("a"), JobSpec("b"), JobSpec("c")))
+    await run(store, jobs[0].id)
+    running = await claim_one(store)
+    assert running is not None and running.id == jobs[1].id
+    assert await store.cancel_workflow(jobs[0].id) == 2
+    states = [await state_of(store, job.id) for job in jobs]
+    assert states == [JobState.SUCCEEDED, JobState.CANCELLED, JobState.CANCELLED]
+    assert await store.complete_many([running.lease]) == [running.lease]
+
+
+# ------------------------------------------------------------------ with a worker
+
+
+async def test_a_worker_runs_a_chord_and_the_callback_reads_its_parents_results(
+    store: Store, clock: FakeClock
+) -> None:
+    registry = Registry()
+    seen: list[dict[int, Any]] = []
+
+    async def part(ctx: JobContext, payload: Any) -> Any:
+        return payload["n"] * 10
+
+    async def total(ctx: JobContext, payload: Any) -> Any:
+        seen.append(dict(ctx.parent_results))
+        return sum(ctx.parent_results.values())
+
+    registry.register("part", part)
+    registry.register("total", total)
+    header = [JobSpec("part", payload={"n": n}) for n in (1, 2, 3)]
+    jobs = await store.enqueue_workflow(chord(header, JobSpec("total")))
+    worker = Worker(store, registry, WorkerSettings(name="w", concurrency=4), clock=clock)
+    done = 0
+    while done < 4:  # the callback becomes claimable only after the parts' completions
+        ran = await worker.run_until_idle()
+        assert ran > 0
+        done += ran
+    callback = await store.get(jobs[-1].id)
+    assert (callback.state, callback.result) == (JobState.SUCCEEDED, 60)
+    assert seen == [{jobs[0].id: 10, jobs[1].id: 20, jobs[2].id: 30}]
+
+
+async def test_retention_prunes_a_job_with_its_edges(store: Store, clock: FakeClock) -> None:
+    parent = await add(store)
+    child = await after(store, [parent.id])
+    await run(store, parent.id, result='"kept?"')
+    clock.advance(timedelta(days=2))
+    assert await store.prune(older_than=clock.now() - timedelta(days=1)) == 1
+    assert await store.parent_results(child.id) == {}
+    jobs, edges = await store.workflow(parent.id)
+    assert ([job.id for job in jobs], edges) == ([child.id], [])
+    await run(store, child.id)

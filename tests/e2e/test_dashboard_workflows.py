@@ -1,0 +1,52 @@
+"""Workflows in headless Chromium: a waiting job's page says how many parents it waits on and
+links to its parents and children; the jobs list filters on the waiting state."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from playwright.async_api import Browser, expect
+
+from rota.domain.job import JobSpec
+from rota.domain.workflow import Workflow
+from tests.e2e.conftest import Served
+from tests.e2e.test_dashboard import HOSTILE, WATCH_CSP, Watched
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture
+async def page(browser: Browser) -> AsyncIterator[Watched]:
+    context = await browser.new_context()
+    await context.add_init_script(WATCH_CSP)
+    tab = await context.new_page()
+    try:
+        yield Watched(tab)
+    finally:
+        await context.close()
+
+
+async def test_a_waiting_job_shows_what_it_waits_on_and_links_its_workflow(
+    page: Watched, served: Served
+) -> None:
+    graph = Workflow()
+    first = graph.add(JobSpec("fetch", payload={"html": HOSTILE}))
+    second = graph.add(JobSpec("fetch"))
+    middle = graph.add(JobSpec("merge"), after=[first, second])
+    graph.add(JobSpec("report"), after=[middle])
+    a, b, merge, report = await served.store.enqueue_workflow(graph)
+
+    await page.page.goto(served.url + f"/#/jobs/{merge.id}")
+    await expect(page.page.locator("dl.fields").first).to_contain_text("waiting on 2")
+    section = page.page.locator("dl.workflow")
+    await expect(section).to_contain_text(f"{a.id}: 0 of 4 job(s) finished")
+    await expect(section.locator(f'a[href="#/jobs/{a.id}"]')).to_have_text(str(a.id))
+    await expect(section.locator(f'a[href="#/jobs/{b.id}"]')).to_have_text(str(b.id))
+    await section.locator(f'a[href="#/jobs/{report.id}"]').click()
+    await expect(page.page.locator("h1")).to_contain_text(str(report.id))
+
+    await page.page.goto(served.url + "/#/jobs?state=waiting")
+    await expect(page.page.locator("tr[data-job]")).to_have_count(2)
+    assert await page.page.locator("main img, main script, main svg:not(.chart)").count() == 0
+    await page.assert_clean()

@@ -1,0 +1,104 @@
+"""Workflows on a real PostgreSQL: two parents completing at the same instant on two
+connections release their child exactly once, and it is claimed once."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import psycopg
+import pytest
+
+from rota.domain.job import JobSpec, JobState
+from rota.domain.workflow import chord
+from rota.store.postgres.store import PostgresStore
+from tests.support.processes import eventually
+
+pytestmark = pytest.mark.postgres
+
+LEASE = timedelta(seconds=30)
+
+
+async def _both_waiting(conn: psycopg.AsyncConnection[tuple[int]]) -> bool:
+    """Whether two statements of this database wait for a lock."""
+    cursor = await conn.execute(
+        "SELECT count(*) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+    )
+    return await cursor.fetchone() == (2,)
+
+
+async def test_two_parents_completing_at_once_release_the_child_exactly_once(
+    pg_url: str,
+) -> None:
+    """Both completions are held on the child's row lock (taken by a third connection), so
+    they are in flight together, then let go at once: the child's counter reaches 0 in one
+    of them, it becomes pending once, and of two claimers only one gets it."""
+    a, b = PostgresStore.from_url(pg_url), PostgresStore.from_url(pg_url)
+    blocker = await psycopg.AsyncConnection.connect(pg_url)
+    watcher = await psycopg.AsyncConnection.connect(pg_url, autocommit=True)
+    try:
+        first, second, child = await a.enqueue_workflow(
+            chord([JobSpec("part"), JobSpec("part")], JobSpec("sum"))
+        )
+        [held_a] = await a.claim("A", queues=["default"], limit=1, lease=LEASE)
+        [held_b] = await b.claim("B", queues=["default"], limit=1, lease=LEASE)
+        assert {held_a.id, held_b.id} == {first.id, second.id}
+
+        await blocker.execute("SELECT 1 FROM rota_jobs WHERE id = %s FOR UPDATE", [child.id])
+        completing = [
+            asyncio.create_task(a.complete_many([held_a.lease])),
+            asyncio.create_task(b.complete_many([held_b.lease])),
+        ]
+        await eventually(
+            lambda: _both_waiting(watcher),
+            what="both completions waiting on the child's row",
+        )
+        assert not any(task.done() for task in completing)
+        await blocker.commit()
+        assert await asyncio.gather(*completing) == [[], []]
+
+        released = await a.get(child.id)
+        assert (released.state, released.waiting_on) == (JobState.PENDING, 0)
+        claims = await asyncio.gather(
+            a.claim("A", queues=["default"], limit=10, lease=LEASE),
+            b.claim("B", queues=["default"], limit=10, lease=LEASE),
+        )
+        assert sorted(job.id for jobs in claims for job in jobs) == [child.id]
+        cursor = await watcher.execute(
+            "SELECT count(*) FROM rota_job_deps WHERE child_id = %s AND satisfied", [child.id]
+        )
+        assert await cursor.fetchone() == (2,)
+    finally:
+        await blocker.close()
+        await watcher.close()
+        await a.close()
+        await b.close()
+
+
+async def test_many_fan_ins_completed_from_two_stores_release_each_child_once(
+    pg_url: str,
+) -> None:
+    """Forty chords of two parents, each parent completed by a different store at once."""
+    a, b = PostgresStore.from_url(pg_url), PostgresStore.from_url(pg_url)
+    try:
+        children = []
+        for _ in range(40):
+            jobs = await a.enqueue_workflow(chord([JobSpec("x"), JobSpec("y")], JobSpec("z")))
+            children.append(jobs[2].id)
+        parents = await a.claim("A", queues=["default"], limit=80, lease=LEASE)
+        assert len(parents) == 80
+        by_workflow: dict[int | None, list[int]] = {}
+        for job in parents:
+            by_workflow.setdefault(job.workflow, []).append(job.id)
+        firsts = [job.lease for job in parents if job.id == min(by_workflow[job.workflow])]
+        seconds = [job.lease for job in parents if job.id != min(by_workflow[job.workflow])]
+        assert await asyncio.gather(a.complete_many(firsts), b.complete_many(seconds)) == [[], []]
+        claimed = await asyncio.gather(
+            a.claim("A", queues=["default"], limit=100, lease=LEASE),
+            b.claim("B", queues=["default"], limit=100, lease=LEASE),
+        )
+        assert sorted(job.id for jobs in claimed for job in jobs) == sorted(children)
+    finally:
+        await a.close()
+        await b.close()
