@@ -34,7 +34,7 @@ from tests.support.serve import serving
 
 MATRIX = Path(__file__).with_name("auth_matrix.json")
 TOKEN = "chaos-token-0123456789"
-PATH_VALUES = {"job_id": "1", "name": "app.js", "scope": "kind", "key": "email"}
+PATH_VALUES = {"job_id": "1", "workflow_id": "1", "name": "app.js", "scope": "kind", "key": "email"}
 _ = (browser, chromium, served)  # fixtures for the browser test
 
 

@@ -4,6 +4,7 @@ links to its parents and children; the jobs list filters on the waiting state.""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import timedelta
 
 import pytest
 from playwright.async_api import Browser, expect
@@ -14,6 +15,8 @@ from tests.e2e.conftest import Served
 from tests.e2e.test_dashboard import HOSTILE, WATCH_CSP, Watched
 
 pytestmark = pytest.mark.browser
+
+LEASE = timedelta(seconds=30)
 
 
 @pytest.fixture
@@ -49,4 +52,31 @@ async def test_a_waiting_job_shows_what_it_waits_on_and_links_its_workflow(
     await page.page.goto(served.url + "/#/jobs?state=waiting")
     await expect(page.page.locator("tr[data-job]")).to_have_count(2)
     assert await page.page.locator("main img, main script, main svg:not(.chart)").count() == 0
+    await page.assert_clean()
+
+
+async def test_a_workflow_page_lists_its_jobs_live_and_cancels_what_has_not_finished(
+    page: Watched, served: Served
+) -> None:
+    graph = Workflow()
+    first = graph.add(JobSpec("fetch"))
+    graph.add(JobSpec("merge", payload={"note": HOSTILE}), after=[first])
+    graph.add(JobSpec("report"), after=[first], on_parent_failure="run")
+    a, b, c = await served.store.enqueue_workflow(graph)
+
+    await page.page.goto(served.url + f"/#/jobs/{b.id}")
+    await page.page.locator(f'dl.workflow a[href="#/workflows/{a.id}"]').click()
+    table = page.page.locator("table.workflow-jobs")
+    await expect(table.locator("tbody tr")).to_have_count(3)
+    await expect(table.locator(f'tr[data-job="{b.id}"]')).to_contain_text("waiting")
+    await expect(table.locator(f'tr[data-job="{c.id}"]')).to_contain_text("(runs anyway)")
+
+    [held] = await served.store.claim("w", queues=["default"], limit=1, lease=LEASE)
+    assert await served.store.complete_many([held.lease]) == []
+    await expect(table.locator(f'tr[data-job="{b.id}"] .badge')).to_have_text("pending")  # live
+
+    await page.page.get_by_role("button", name="Cancel workflow…").click()
+    await page.page.get_by_role("button", name="Cancel them").click()
+    await expect(page.page.locator("dialog .dialog-text")).to_have_text("2 job(s) cancelled.")
+    assert (await served.store.get(c.id)).state.value == "cancelled"
     await page.assert_clean()

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from rota.domain.job import JobSpec, JobState
-from rota.domain.workflow import chord
+from rota.domain.workflow import Workflow, chord
 from rota.store.postgres.store import PostgresStore
 from tests.support.processes import eventually
 
@@ -100,5 +100,43 @@ async def test_many_fan_ins_completed_from_two_stores_release_each_child_once(
         )
         assert sorted(job.id for jobs in claimed for job in jobs) == sorted(children)
     finally:
+        await a.close()
+        await b.close()
+
+
+async def test_crossing_completions_of_two_fan_ins_both_succeed(pg_url: str) -> None:
+    """Two batches whose parents release the same two children in opposite orders, both
+    parked on the children's rows (a third connection holds them) and let go at once: both
+    batches succeed, and each child is released once."""
+    a, b = PostgresStore.from_url(pg_url), PostgresStore.from_url(pg_url)
+    blocker = await psycopg.AsyncConnection.connect(pg_url)
+    watcher = await psycopg.AsyncConnection.connect(pg_url, autocommit=True)
+    try:
+        graph = Workflow()
+        parents = [graph.add(JobSpec("p")) for _ in range(4)]
+        graph.add(JobSpec("c1"), after=[parents[0], parents[3]])
+        graph.add(JobSpec("c2"), after=[parents[1], parents[2]])
+        jobs = await a.enqueue_workflow(graph)
+        held = {
+            job.id: job.lease
+            for job in await a.claim("A", queues=["default"], limit=4, lease=LEASE)
+        }
+        first = [held[jobs[0].id], held[jobs[1].id]]  # releases c1, then c2
+        second = [held[jobs[2].id], held[jobs[3].id]]  # releases c2, then c1
+        await blocker.execute(
+            "SELECT 1 FROM rota_jobs WHERE id = ANY(%s) FOR UPDATE", [[jobs[4].id, jobs[5].id]]
+        )
+        completing = [
+            asyncio.create_task(a.complete_many(first)),
+            asyncio.create_task(b.complete_many(second)),
+        ]
+        await eventually(lambda: _both_waiting(watcher), what="both batches parked on a child")
+        await blocker.commit()
+        assert await asyncio.gather(*completing) == [[], []]
+        children = await a.claim("A", queues=["default"], limit=10, lease=LEASE)
+        assert sorted(job.id for job in children) == [jobs[4].id, jobs[5].id]
+    finally:
+        await blocker.close()
+        await watcher.close()
         await a.close()
         await b.close()

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import contextvars
 import logging
+import math
 import traceback as tb
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -128,6 +129,7 @@ class Executor:
         #: (only PostgreSQL notifies, and not through every pooler).
         self._on_parent_finished = on_parent_finished
         self._lease_s = lease.total_seconds()
+        self._unreported_at = -math.inf  # when _unreported last warned
         self._by_kind: dict[str, _KindMetrics] = {}
         #: Read on every job (registrations may come after the worker is made); with none
         #: registered the path is as before: two list checks, nothing allocated.
@@ -429,10 +431,25 @@ class Executor:
                 return await bounded(write(), self._lease_s, "reporting the outcome")
             except StoreUnavailable as error:
                 if self._clock.monotonic() + delay >= execution.deadline:
-                    log.warning("could not report the outcome before the lease ran out: %s", error)
+                    self._unreported(error)
                     return None
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
+
+    def _unreported(self, error: Exception) -> None:
+        """Log an outcome that could not be written: one warning per lease's time, since an
+        outage fails every job's report at once; the others at debug level."""
+        now = self._clock.monotonic()
+        if now - self._unreported_at < self._lease_s:
+            log.debug("could not report the outcome before the lease ran out: %s", error)
+            return
+        self._unreported_at = now
+        log.warning(
+            "could not report the outcome before the lease ran out: %s (other jobs failing "
+            "so within %gs are logged at debug level)",
+            error,
+            self._lease_s,
+        )
 
     def _lost(self, execution: Execution, during: str) -> None:
         self._metrics.leases_lost.labels(execution.job.kind).inc()

@@ -6,6 +6,7 @@ import { reportError } from "./ui.js";
 import { renderOverview } from "./overview.js";
 import { renderJobs } from "./jobs.js";
 import { renderJob } from "./job.js";
+import { renderWorkflow } from "./workflow.js";
 import { renderWorkers } from "./workers.js";
 import { renderSchedules } from "./schedules.js";
 import { renderQueues } from "./queues.js";
@@ -19,6 +20,8 @@ function route() {
   const params = new URLSearchParams(search || "");
   const jobMatch = /^\/jobs\/(\d+)$/.exec(path);
   if (jobMatch) return { view: "jobs", render: (root) => renderJob(root, config, jobMatch[1]) };
+  const workflowMatch = /^\/workflows\/(\d+)$/.exec(path);
+  if (workflowMatch) return { view: "jobs", render: (root) => renderWorkflow(root, config, workflowMatch[1]) };
   if (path === "/jobs") return { view: "jobs", render: (root) => renderJobs(root, config, params) };
   if (path === "/workers") return { view: "workers", render: (root) => renderWorkers(root, config) };
   if (path === "/queues") return { view: "queues", render: (root) => renderQueues(root, config) };

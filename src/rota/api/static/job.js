@@ -48,7 +48,10 @@ function workflowSection(job, workflow) {
   return [
     h("h2", { text: "Workflow" }),
     h("dl", { class: "fields workflow" },
-      field("workflow", `${workflow.id}: ${done} of ${workflow.jobs.length} job(s) finished`),
+      field("workflow", [
+        h("a", { class: "mono", href: `#/workflows/${workflow.id}` }, String(workflow.id)),
+        `: ${done} of ${workflow.jobs.length} job(s) finished`,
+      ]),
       field("waiting on", job.state === "waiting" ? `${job.waiting_on} parent job(s)` : null),
       field("parents", linked(parents)),
       field("children", linked(children))),

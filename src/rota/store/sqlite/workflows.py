@@ -76,7 +76,7 @@ def enqueue_workflow(
         ).fetchone()
         job = job_from_row(row)
         if job.id != expected:  # AUTOINCREMENT hands out sqlite_sequence + 1 in order
-            raise RuntimeError(f"job id {job.id} where {expected} was planned")
+            raise RuntimeError(f"planned job id {expected}, got {job.id}")
         if job.state is JobState.PENDING:
             earliest = job.run_at if earliest is None else min(earliest, job.run_at)
         jobs.append(job)

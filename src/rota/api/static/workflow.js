@@ -1,0 +1,76 @@
+// A workflow: its jobs in id order with their states, how many parents each still waits on,
+// and the jobs each runs after (links), refreshed live; cancel what has not finished.
+
+import { ApiError, getJSON, postJSON } from "./api.js";
+import { h, replaceChildren } from "./dom.js";
+import { badge } from "./format.js";
+import { confirmDialog, poller } from "./ui.js";
+
+const FINISHED = ["succeeded", "dead", "cancelled"];
+
+function jobLink(jobId) {
+  return h("a", { class: "mono", href: `#/jobs/${jobId}` }, String(jobId));
+}
+
+function parentsCell(parents) {
+  if (!parents.length) return "—";
+  return parents.map(([parent, policy], i) => [
+    i ? ", " : "",
+    jobLink(parent),
+    policy === "run" ? h("span", { class: "muted" }, " (runs anyway)") : null,
+  ]);
+}
+
+export function renderWorkflow(root, config, id) {
+  const head = h("div", { class: "job-head" });
+  const body = h("div");
+  root.append(h("a", { class: "back", href: "#/jobs" }, "← jobs"), head, body);
+  let loop = null;
+  loop = poller(async () => {
+    let workflow;
+    try {
+      workflow = await getJSON(`/api/workflows/${id}`);
+    } catch (error) {
+      if (error instanceof ApiError && (error.status === 404 || error.status === 400)) {
+        replaceChildren(head, h("h1", { text: `Workflow ${id}` }));
+        replaceChildren(body, h("p", { class: "error-text" }, error.message));
+        return;
+      }
+      throw error;
+    }
+    const parents = new Map();
+    for (const edge of workflow.edges) {
+      if (!parents.has(edge.child)) parents.set(edge.child, []);
+      parents.get(edge.child).push([edge.parent, edge.on_parent_failure]);
+    }
+    const done = workflow.jobs.filter((job) => FINISHED.includes(job.state)).length;
+    const cancel = config.read_only || workflow.finished ? null : h("button", {
+      type: "button",
+      class: "danger",
+      on: {
+        click: () => confirmDialog("Cancel workflow", `Cancel every unfinished job of workflow ${workflow.id}?`,
+          "Cancel them", true, async () => {
+            const result = await postJSON(`/api/workflows/${workflow.id}/cancel`);
+            loop.refresh();
+            return `${result.count} job(s) cancelled.`;
+          }),
+      },
+    }, "Cancel workflow…");
+    replaceChildren(head,
+      h("h1", {}, "Workflow ", h("span", { class: "mono" }, String(workflow.id)), " ",
+        badge(workflow.finished ? "finished" : "running")),
+      h("div", { class: "actions" }, cancel));
+    replaceChildren(body,
+      h("p", { class: "muted workflow-summary" }, `${done} of ${workflow.jobs.length} job(s) finished`),
+      h("table", { class: "grid workflow-jobs" },
+        h("thead", {}, h("tr", {}, ["id", "kind", "state", "waiting on", "runs after", "last error"].map((t) => h("th", { text: t })))),
+        h("tbody", {}, workflow.jobs.map((job) => h("tr", { "data-job": String(job.id) },
+          h("td", {}, jobLink(job.id)),
+          h("td", { class: "mono" }, job.kind),
+          h("td", {}, badge(job.state)),
+          h("td", { class: "num" }, job.state === "waiting" ? String(job.waiting_on) : ""),
+          h("td", {}, parentsCell(parents.get(job.id) || [])),
+          h("td", { class: "attempt-error" }, job.last_error_preview || ""))))));
+  });
+  return loop;
+}

@@ -1,0 +1,63 @@
+"""Migration 012 on SQLite loosens the state CHECK in place: 'waiting' is accepted, any other
+unknown state is still refused, the file stays sound, and a connection opened before the
+migration sees the new schema."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from rota.domain.job import JobSpec
+from rota.store.sqlite import SqliteStore
+from rota.store.sqlite.migrations import apply_pending, known
+
+_INSERT = (
+    "INSERT INTO rota_jobs (kind, queue, payload, state, priority, run_at, max_attempts, "
+    "created_at) VALUES ('k', 'default', '{}', ?, 0, 0, 3, 0)"
+)
+
+
+def test_the_state_check_gains_waiting_and_still_refuses_the_rest(tmp_path: Path) -> None:
+    path = tmp_path / "schema.db"
+    before = sqlite3.connect(path, isolation_level=None)
+    before.execute("BEGIN IMMEDIATE")
+    before.execute(
+        "CREATE TABLE rota_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, "
+        "applied_at INTEGER NOT NULL)"
+    )
+    for migration in known():
+        if migration.version < 12:
+            for statement in migration.statements():
+                before.execute(statement)
+            before.execute(
+                "INSERT INTO rota_migrations VALUES (?, ?, 0)", (migration.version, migration.name)
+            )
+    before.execute("COMMIT")
+    before.execute(_INSERT, ("pending",))  # a job from before the upgrade
+    with pytest.raises(sqlite3.IntegrityError):
+        before.execute(_INSERT, ("waiting",))
+
+    upgrader = sqlite3.connect(path, isolation_level=None)
+    upgrader.execute("BEGIN IMMEDIATE")
+    assert apply_pending(upgrader, 0) == ["012_workflows"]
+    upgrader.execute("COMMIT")
+
+    for conn in (before, upgrader):
+        conn.execute(_INSERT, ("waiting",))
+        with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+            conn.execute(_INSERT, ("paused",))
+    assert upgrader.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    assert upgrader.execute("SELECT count(*) FROM rota_jobs").fetchone() == (3,)
+
+
+async def test_the_store_opens_an_upgraded_file_and_runs_workflows(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "store.db")
+    await store.migrate()
+    try:
+        [plain] = await store.enqueue([JobSpec(kind="k")])
+        assert plain.job.workflow is None and plain.job.waiting_on == 0
+        assert await store.pending_migrations() == []
+    finally:
+        await store.close()
