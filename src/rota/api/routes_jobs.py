@@ -136,6 +136,7 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
             request, max_bytes=settings.max_body_bytes, max_depth=settings.max_json_depth
         )
         body = JobCreate.model_validate(raw)
+        body.check_bounds()
         check_known_kind(body.kind, ctx.kinds)
         if body.on_parent_failure is not None and body.depends_on is None:
             raise InvalidJob("on_parent_failure", "is only meaningful with depends_on")

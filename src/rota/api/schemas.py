@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from annotated_types import Ge, Le
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from rota.api.errors import ApiError
 from rota.domain import blame
 from rota.domain.job import (
     INSTANT_PATTERN,
@@ -73,6 +74,25 @@ JobIdInt = Annotated[int, Ge(1), Le(2**63 - 1), BeforeValidator(_integral)]
 
 class _Request(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
+
+    def check_bounds(self) -> None:
+        """Refuse a number outside the ``minimum``/``maximum`` its field's schema states,
+        compared as sent: converted to a duration first, 3153600000.0000005 s would round to
+        exactly 100 years and pass the domain's own check."""
+        for name, info in type(self).model_fields.items():
+            value = getattr(self, name)
+            extra = info.json_schema_extra
+            if not isinstance(value, int | float) or isinstance(value, bool):
+                continue
+            if not isinstance(extra, dict):
+                continue
+            # Only within a microsecond of a bound (where rounding could carry a value across
+            # it): anything further out gets the domain's own message.
+            low, high = extra.get("minimum"), extra.get("maximum")
+            if isinstance(low, int | float) and low - 1e-6 < value < low:
+                raise ApiError(400, f"{name}: must be at least {low:g}")
+            if isinstance(high, int | float) and high < value < high + 1e-6:
+                raise ApiError(400, f"{name}: must be at most {high:g}")
 
 
 #: Holding a key over time and replacing its holder need a unique_key to hold.

@@ -108,13 +108,15 @@ STATE_BITS = {
     JobState.SUCCEEDED: 4,
     JobState.DEAD: 8,
     JobState.CANCELLED: 16,
+    # Named for completeness: a workflow job (the only kind that waits) holds no unique key.
+    JobState.WAITING: 32,
 }
 
 
 #: SQL for the bit of the row's ``state`` (a constant of ours, spliced into statements).
 STATE_BIT_SQL = (
     "(CASE state WHEN 'pending' THEN 1 WHEN 'running' THEN 2 WHEN 'succeeded' THEN 4 "
-    "WHEN 'dead' THEN 8 WHEN 'cancelled' THEN 16 ELSE 0 END)"
+    "WHEN 'dead' THEN 8 WHEN 'cancelled' THEN 16 WHEN 'waiting' THEN 32 ELSE 0 END)"
 )
 
 

@@ -35,6 +35,11 @@ BAD_BODIES: list[tuple[str, bytes, str]] = [
         "delay_seconds:",
     ),
     ("huge delay", b'{"kind": "email", "delay_seconds": 1e300}', "delay_seconds:"),
+    (
+        "an expiry that rounds down to the maximum",
+        b'{"kind": "email", "expire_after_seconds": 3153600000.0000005}',
+        "expire_after_seconds:",
+    ),
     ("delay as string", b'{"kind": "email", "delay_seconds": "5"}', "delay_seconds:"),
     ("priority as string", b'{"kind": "email", "priority": "5"}', "priority:"),
     # 5.0 is an integer in JSON Schema, and accepted; a fraction is not.
