@@ -551,27 +551,38 @@ async def test_killed_and_paused_workers_lose_no_job_and_never_overlap_a_live_le
     fleet: Fleet, store: Store, database_url: str
 ) -> None:
     """TESTPLAN T4/T5 in miniature: SIGKILL two workers and SIGSTOP a third past its lease
-    while 1,000 jobs run; then every job has succeeded exactly once."""
+    while 1,000 jobs run; then every job has succeeded exactly once.
+
+    The jobs come in three tranches, one per fault, each enqueued only when the previous
+    fault is over: a fault then always meets work in flight, however fast the fleet drains
+    (with one batch, the survivors could finish it while the paused worker's lease ran out,
+    and the last fault would wait for a busy worker that never came)."""
     workers = [fleet.start(f"w{index}", concurrency=8) for index in range(4)]
     for worker in workers:
         await fleet.wait_ready(worker)
     specs = workload(1000, seed=5, sleep_s=(0.02, 0.2))
-    ids = [result.job.id for result in await store.enqueue(specs)]
+    tranches = [specs[:400], specs[400:700], specs[700:]]
+    ids: list[int] = []
 
-    async def when_done(fraction: float, victim: WorkerProcess) -> None:
+    async def enqueue_tranche(index: int) -> None:
+        ids.extend(result.job.id for result in await store.enqueue(tranches[index]))
+
+    async def when_busy(victim: WorkerProcess, done: int) -> None:
         async def reached() -> bool:
             succeeded = (await store.counts()).total(JobState.SUCCEEDED)
             held = {info.name: info.running for info in await store.list_workers()}
-            return succeeded >= fraction * len(ids) and held.get(victim.name, 0) > 0
+            return succeeded >= done and held.get(victim.name, 0) > 0
 
-        await eventually(reached, within_s=60, what=f"{fraction:.0%} done, {victim.name} busy")
+        await eventually(reached, within_s=60, what=f"{done} done, {victim.name} busy")
 
     faulted: set[str] = set()
-    await when_done(0.2, workers[0])
+    await enqueue_tranche(0)
+    await when_busy(workers[0], done=100)
     workers[0].kill()
     faulted.add(workers[0].name)
     await fleet.start_ready("w0-restarted", concurrency=8)
-    await when_done(0.4, workers[1])
+    await enqueue_tranche(1)
+    await when_busy(workers[1], done=0)
     await pause_between_writes(workers[1], database_url)
     faulted.add(workers[1].name)
     await eventually(
@@ -580,7 +591,8 @@ async def test_killed_and_paused_workers_lose_no_job_and_never_overlap_a_live_le
         what="the paused worker's jobs to be taken over",
     )
     workers[1].resume()
-    await when_done(0.6, workers[2])
+    await enqueue_tranche(2)
+    await when_busy(workers[2], done=0)
     workers[2].kill()
     faulted.add(workers[2].name)
 
