@@ -57,6 +57,13 @@ def parse_retention(text: str) -> timedelta | str:
     return parse_duration(text, what="--retention")
 
 
+def parse_grace(text: str) -> timedelta | str:
+    """The grace before a job no live worker runs ends, or "off" (it waits for ever)."""
+    if text.strip().lower() in ("off", "none", "never"):
+        return "off"
+    return parse_duration(text, what="--unrunnable-grace")
+
+
 def parse_instant(text: str, *, what: str = "time") -> datetime:
     """An ISO 8601 instant with a UTC offset (or Z), parsed as strictly as the API's run_at
     (``rota.domain.job.parse_instant``): naive times are refused, not guessed, and so is any

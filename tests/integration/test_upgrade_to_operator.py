@@ -34,9 +34,11 @@ async def test_sqlite_at_009_migrates_to_011_and_keeps_its_jobs(tmp_path: Path) 
     conn.close()
     store = open_store(f"sqlite:///{path}")
     try:
-        # 011 and every migration after it (012_workflows) apply on a database at 009.
-        assert await store.pending_migrations() == ["011_operator", "012_workflows"]
-        assert await store.migrate() == ["011_operator", "012_workflows"]
+        # 011 and every migration after it apply on a database at 009.
+        after_009 = [m.name for m in sqlite_migrations.known() if m.version > 9]
+        assert after_009[0] == "011_operator"
+        assert await store.pending_migrations() == after_009
+        assert await store.migrate() == after_009
         job = await store.get(1)
         assert (job.kind, job.expires_at) == ("old", None)
         assert await store.expire() == []

@@ -115,6 +115,10 @@ def test_jobs_show_says_why_a_crash_suspect_runs_alone(tmp_path: Path) -> None:
         (["jobs", "retry", "999"], "not found"),
         (["worker", "--app", "no.such.module:app"], "cannot import"),
         (["worker", "--app", "not a reference"], "--app"),
+        (
+            ["worker", "--app", "examples.quickstart:app", "--unrunnable-grace", "soon"],
+            "--unrunnable-grace",
+        ),
         (["migrate", "--database-url", "mysql://x"], "unsupported database URL"),
     ],
 )

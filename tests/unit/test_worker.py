@@ -131,14 +131,32 @@ async def test_snooze_runs_later_and_gives_the_attempt_back(app: App, clock: Fak
     assert calls == [1, 1]
 
 
-async def test_unknown_kind_is_dead_with_a_clear_error(app: App) -> None:
-    job = (await app.enqueue("nobody-handles-this", max_attempts=5)).job
-    await drain(app)
-    dead = await app.get(job.id)
-    assert dead.state is JobState.DEAD
-    assert dead.attempt == 1
-    assert dead.last_error is not None
-    assert "no handler registered for kind 'nobody-handles-this'" in dead.last_error
+async def test_a_kind_the_worker_does_not_run_is_left_for_a_worker_that_does(
+    app: App, clock: FakeClock
+) -> None:
+    """A rolling deploy: the job of a kind only newer code knows waits for newer code."""
+    job = (await app.enqueue("added-in-the-next-release", max_attempts=5)).job
+    assert await drain(app) == 0
+    left = await app.get(job.id)
+    assert (left.state, left.attempt, left.last_error) == (JobState.PENDING, 0, None)
+
+    @app.job("added-in-the-next-release")
+    async def handle(ctx: JobContext, payload: Any) -> None:
+        pass
+
+    assert await drain(app) == 1
+    assert (await app.get(job.id)).state is JobState.SUCCEEDED
+
+
+async def test_a_worker_registers_the_kinds_it_runs(app: App) -> None:
+    @app.job("k1")
+    async def handle(ctx: JobContext, payload: Any) -> None:
+        pass
+
+    worker = app.worker(settings())
+    await worker.registration.register()
+    [info] = await app.store.list_workers()
+    assert info.kinds == ("k1",)
 
 
 async def test_timeout_fails_the_attempt_and_cancels_the_handler(app: App) -> None:

@@ -22,7 +22,7 @@ from rota.cli import (
     split,
     uses_database,
 )
-from rota.config import load_app, parse_retention
+from rota.config import load_app, parse_grace, parse_retention
 from rota.domain.errors import MigrationsPending
 from rota.observability.logging import printable
 
@@ -98,6 +98,14 @@ from rota.observability.logging import printable
     help="Delete finished jobs older than this (e.g. 24h, 30d), or 'off' to keep them.",
 )
 @click.option(
+    "--unrunnable-grace",
+    envvar="ROTA_UNRUNNABLE_GRACE",
+    default="10m",
+    show_default=True,
+    help="End a due job of a kind no live worker runs after it waited this long (e.g. 30m), "
+    "or 'off' to let it wait for ever.",
+)
+@click.option(
     "--metrics-port",
     envvar="ROTA_METRICS_PORT",
     type=click.IntRange(0, 65535),
@@ -123,6 +131,7 @@ def worker(
     rescue_seconds: float,
     shutdown_timeout: float,
     retention: str,
+    unrunnable_grace: str,
     metrics_port: int | None,
     metrics_host: str,
 ) -> None:
@@ -153,6 +162,7 @@ def worker(
         "rescue": rescue_seconds,
         "shutdown_timeout": shutdown_timeout,
         "retention": parse_retention(retention),
+        "unrunnable_grace": parse_grace(unrunnable_grace),
     }
 
     async def go() -> bool:

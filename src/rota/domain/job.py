@@ -149,6 +149,16 @@ class Outcome(StrEnum):
 #: The last_error of a job cancelled because it expired before it could start.
 EXPIRED = "expired"
 
+
+#: The last_error of a job ended because no live worker runs its kind (``unrunnable``).
+UNRUNNABLE = "no live worker runs kind '{kind}': ended after waiting for one"
+
+
+def unrunnable(kind: str) -> str:
+    """The last error of a job ended because no live worker runs its kind."""
+    return UNRUNNABLE.replace("{kind}", kind)
+
+
 #: A job whose worker died this often while running it runs alone from then on.
 ALONE_AFTER_CRASHES = 2
 

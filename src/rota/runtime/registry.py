@@ -39,7 +39,8 @@ class KindConfig:
 
 class Registry:
     """Kinds and their handlers. Handlers are registered by code, never looked up by name from
-    data: an unknown kind in the store is just an unknown kind (dead, permanent)."""
+    data: a worker leaves a job of a kind it does not know for a worker that runs it, and the
+    rescuer ends it only when no live worker does (``Store.end_unrunnable``)."""
 
     def __init__(self) -> None:
         self._kinds: dict[str, KindConfig] = {}

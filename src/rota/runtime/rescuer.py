@@ -1,5 +1,7 @@
 """Rescuer: expired leases become pending again, or dead (rota.domain.blame decides); pending
-jobs past their expires_at are cancelled as expired."""
+jobs past their expires_at are cancelled as expired; and jobs of a kind no live worker runs
+end dead once they have waited longer than a grace period for one (a rolling deploy's new
+workers register their kinds well within it)."""
 
 from __future__ import annotations
 
@@ -11,16 +13,33 @@ from rota.store.base import RescueResult, Store
 
 log = logging.getLogger("rota.worker")
 
+#: About how often, in seconds, the rescuer looks for jobs no live worker runs.
+UNRUNNABLE_SWEEP_S = 60.0
+
 
 class Rescuer:
     """Any number of workers may run one: the store fences each rewrite on the token it saw."""
 
     name = "rescuer"
 
-    def __init__(self, store: Store, *, interval: timedelta, batch: int = 1000) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        interval: timedelta,
+        batch: int = 1000,
+        unrunnable_grace: timedelta | None = None,
+        alive_within: timedelta = timedelta(seconds=30),
+    ) -> None:
         self._store = store
         self._interval_s = interval.total_seconds()
         self._batch = batch
+        self._unrunnable_grace = unrunnable_grace
+        self._alive_within = alive_within
+        # Looking for jobs no worker runs scans the due jobs: the first tick, then about once
+        # a minute (the grace is minutes; an hour-long backlog is not read every few seconds).
+        self._unrunnable_every = max(1, round(UNRUNNABLE_SWEEP_S / max(self._interval_s, 1e-3)))
+        self._ticks = 0
 
     def interval_s(self) -> float:
         return self._interval_s
@@ -35,6 +54,20 @@ class Rescuer:
                 len(expired),
                 ", ".join(map(str, expired[:20])),
             )
+        self._ticks += 1
+        if self._unrunnable_grace is not None and (self._ticks - 1) % self._unrunnable_every == 0:
+            unrunnable = await self._store.end_unrunnable(
+                grace=self._unrunnable_grace, alive_within=self._alive_within, limit=self._batch
+            )
+            if unrunnable:
+                result = replace(result, unrunnable=unrunnable)
+                log.warning(
+                    "%d job(s) dead: no live worker of their queue runs their kind, for longer "
+                    "than %s (ids %s)",
+                    len(unrunnable),
+                    self._unrunnable_grace,
+                    ", ".join(map(str, unrunnable[:20])),
+                )
         if result.dead:
             log.warning(
                 "%d job(s) dead: their worker died while each ran alone on its last attempt "

@@ -40,7 +40,7 @@ from rota.runtime.registry import Registry
 from rota.runtime.rescuer import Rescuer
 from rota.runtime.services import ErrorLog, Service, bounded, run_service, wait_or_stop
 from rota.runtime.storeclock import StoreClock
-from rota.store.base import Store, WorkerInfo
+from rota.store.base import ALIVE_BEATS, Store, WorkerInfo
 
 log = logging.getLogger("rota.worker")
 
@@ -81,6 +81,9 @@ class WorkerSettings:
     claim_batch: int = 100
     #: Let tenants take turns in each claim, so one tenant's backlog cannot starve another.
     fair: bool = True
+    #: How long a due job of a kind no live worker runs waits (for a worker of newer code, in
+    #: a rolling deploy) before the rescuer ends it dead; None: it waits forever.
+    unrunnable_grace: timedelta | None = timedelta(minutes=10)
 
     def validated(self) -> WorkerSettings:
         """Self, or InvalidInput naming the setting that cannot work."""
@@ -95,6 +98,8 @@ class WorkerSettings:
             )
         if self.poll <= timedelta(0) or self.rescue <= timedelta(0):
             raise InvalidInput("poll and rescue intervals must be positive")
+        if self.unrunnable_grace is not None and self.unrunnable_grace < timedelta(0):
+            raise InvalidInput("the grace for jobs no worker runs must not be negative")
         if self.shutdown_timeout < timedelta(0):
             raise InvalidInput("shutdown timeout must not be negative")
         if self.retention is not None and self.retention < timedelta(minutes=1):
@@ -157,7 +162,12 @@ class Worker:
         )
         self._resume_claims_at = 0.0
         self.heartbeater = Heartbeater(self)
-        self.rescuer = Rescuer(store, interval=self.settings.rescue)
+        self.rescuer = Rescuer(
+            store,
+            interval=self.settings.rescue,
+            unrunnable_grace=self.settings.unrunnable_grace,
+            alive_within=ALIVE_BEATS * self.settings.heartbeat,
+        )
         self.registration = Registration(self)
         self._services: list[Service] = [
             self.heartbeater,
@@ -280,6 +290,7 @@ class Worker:
                     limit=free,
                     lease=self.settings.lease,
                     fair=self.settings.fair,
+                    kinds=self._registry.kinds(),
                 ),
                 self.settings.lease.total_seconds(),
                 "a claim",
@@ -707,6 +718,7 @@ class Registration:
             pid=os.getpid(),
             queues=tuple(worker.queues),
             concurrency=worker.settings.concurrency,
+            kinds=tuple(worker._registry.kinds()),
         )
 
     async def register(self) -> None:

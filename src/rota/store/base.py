@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -197,6 +197,8 @@ class RescueResult:
     requeued: list[int] = field(default_factory=list)
     #: Pending jobs cancelled as expired (``Store.expire``), by the rescuer that called both.
     expired: list[int] = field(default_factory=list)
+    #: Pending jobs ended dead because no live worker runs their kind (``Store.end_unrunnable``).
+    unrunnable: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,6 +223,8 @@ class WorkerInfo:
     started_at: datetime | None = None
     beat_at: datetime | None = None
     running: int = 0
+    #: The kinds the worker runs; None when it did not say (it may run any kind).
+    kinds: tuple[str, ...] | None = None
 
     def heartbeat_age(self, now: datetime) -> timedelta | None:
         """How long ago, by the store's clock ``now``, the worker last beat (None: never)."""
@@ -231,6 +235,22 @@ class WorkerInfo:
         store's clock): one late beat, under load, does not make a worker look gone."""
         age = self.heartbeat_age(now)
         return age is not None and age <= ALIVE_BEATS * heartbeat
+
+
+def kinds_by_queue(
+    workers: Iterable[tuple[Iterable[str], Iterable[str] | None]],
+) -> dict[str, set[str] | None]:
+    """The kinds the live ``workers`` (their queues and listed kinds) run, by queue: None for a
+    queue one of whose workers did not list its kinds (it may run any). For end_unrunnable."""
+    served: dict[str, set[str] | None] = {}
+    for queues, kinds in workers:
+        for queue in queues:
+            known = served.setdefault(queue, set())
+            if known is None or kinds is None:
+                served[queue] = None
+            else:
+                known.update(kinds)
+    return served
 
 
 class Store(Protocol):
@@ -316,10 +336,13 @@ class Store(Protocol):
         limit: int,
         lease: timedelta,
         fair: bool = True,
+        kinds: Collection[str] | None = None,
         now: datetime | None = None,
     ) -> list[Job]:
         """Lease up to ``limit`` jobs: due pending jobs not expired (``expires_at`` unset or
-        after now) and running jobs whose lease expired with attempts left, highest priority first, then earliest run_at, then id; with
+        after now) and running jobs whose lease expired with attempts left, of the ``kinds``
+        given (None: every kind; a job of another kind is left for a worker that runs it),
+        highest priority first, then earliest run_at, then id; with
         ``fair``, tenants take turns (rota.domain.flow.interleave). Paused queues give nothing,
         and no job starts past a concurrency or rate limit of its queue, kind or tenant,
         however many workers claim at once.
@@ -492,6 +515,25 @@ class Store(Protocol):
         """Cancel up to ``limit`` pending jobs whose ``expires_at`` has come (<= now), with
         last_error "expired" (rota.domain.job.EXPIRED); return their ids, ascending. Claims
         never take such a job, whether or not this ran yet."""
+        ...
+
+    async def end_unrunnable(
+        self,
+        *,
+        grace: timedelta,
+        alive_within: timedelta,
+        now: datetime | None = None,
+        limit: int = 1000,
+    ) -> list[int]:
+        """End dead, with last_error ``rota.domain.job.unrunnable(kind)``, up to ``limit``
+        pending jobs due for longer than ``grace`` that no live worker can run: their queue is
+        served by at least one worker that beat within ``alive_within``, and every such worker
+        listed its kinds, none of them the job's. Return their ids, ascending.
+
+        A queue no live worker serves ends nothing (the fleet may be down or deploying), nor
+        does a worker that did not list its kinds; so during a rolling deploy a job waits for
+        a worker of the new code, and only one left behind for ``grace`` ends.
+        """
         ...
 
     async def prune(self, *, older_than: datetime, limit: int = 10_000) -> int:

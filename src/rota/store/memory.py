@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -49,6 +49,7 @@ from rota.domain.job import (
     Progress,
     runs_alone,
     truncate,
+    unrunnable,
 )
 from rota.domain.lease import Lease
 from rota.domain.schedule import ScheduleSpec
@@ -70,6 +71,7 @@ from rota.store.base import (
     check_schedule_listing,
     decode_cursor,
     encode_cursor,
+    kinds_by_queue,
 )
 
 
@@ -396,17 +398,21 @@ class MemoryStore:
         limit: int,
         lease: timedelta,
         fair: bool = True,
+        kinds: Collection[str] | None = None,
         now: datetime | None = None,
     ) -> list[Job]:
         if limit <= 0:
             return []
+        runs = None if kinds is None else frozenset(kinds)
         with self._lock:
             at = self._now(now)
             wanted = {queue for queue in queues if not self._paused(queue)}
             candidates = [
                 job
                 for job in self._jobs.values()
-                if job.queue in wanted and self._is_claimable(job, at)
+                if job.queue in wanted
+                and (runs is None or job.kind in runs)
+                and self._is_claimable(job, at)
             ]
             budget = self._budget(at) if self._limits else None
             claimed: list[Job] = []
@@ -982,6 +988,37 @@ class MemoryStore:
                 job = replace(self._jobs[job_id], last_error=EXPIRED)
                 self._finish(job, at, JobState.CANCELLED, Outcome.CANCELLED)
             return expired
+
+    async def end_unrunnable(
+        self,
+        *,
+        grace: timedelta,
+        alive_within: timedelta,
+        now: datetime | None = None,
+        limit: int = 1000,
+    ) -> list[int]:
+        with self._lock:
+            at = self._now(now)
+            served = kinds_by_queue(
+                (info.queues, info.kinds)
+                for info in self._workers.values()
+                if info.beat_at is not None and info.beat_at >= at - alive_within
+            )
+            doomed = sorted(
+                job.id
+                for job in self._jobs.values()
+                if job.state is JobState.PENDING
+                and job.run_at <= at - grace
+                and job.queue in served
+                and (known := served[job.queue]) is not None
+                and job.kind not in known
+            )[: max(0, limit)]
+            for job_id in doomed:
+                job = self._jobs[job_id]
+                self._finish(
+                    replace(job, last_error=unrunnable(job.kind)), at, JobState.DEAD, Outcome.FAILED
+                )
+            return doomed
 
     async def prune(self, *, older_than: datetime, limit: int = 10_000) -> int:
         cutoff = utc(older_than)

@@ -156,6 +156,8 @@ WITH RECURSIVE open_queues AS MATERIALIZED (
           -- An expired job is never started, whether or not the rescuer cancelled it yet.
           AND (j.expires_at IS NULL OR j.expires_at > coalesce(%(now)s::timestamptz, now()))
           AND j.kind <> ALL(%(blocked_kinds)s::text[])
+          -- A kind the claiming worker does not run is left for a worker that does.
+          AND (%(kinds)s::text[] IS NULL OR j.kind = ANY(%(kinds)s::text[]))
           AND coalesce(j.tenant, '') <> ALL(%(blocked_tenants)s::text[])
         ORDER BY j.run_at, j.id
         LIMIT (SELECT n FROM quota)
@@ -168,6 +170,7 @@ WITH RECURSIVE open_queues AS MATERIALIZED (
     WHERE j.state = 'running' AND j.lease_until < coalesce(%(now)s::timestamptz, now())
       AND NOT {expiry_dead} AND j.queue IN (SELECT name FROM open_queues)
       AND j.kind <> ALL(%(blocked_kinds)s::text[])
+      AND (%(kinds)s::text[] IS NULL OR j.kind = ANY(%(kinds)s::text[]))
       AND coalesce(j.tenant, '') <> ALL(%(blocked_tenants)s::text[])
     -- Expired leases are few; sorting them in claim order keeps one order for all jobs.
     ORDER BY j.priority DESC, j.run_at, j.id
@@ -531,8 +534,37 @@ UPDATE rota_jobs j SET state = 'cancelled', finished_at = coalesce(%(now)s::time
 FROM expiring
 WHERE j.id = expiring.id AND j.state = 'pending'
 RETURNING j.id, j.state
-), tally AS ({tally})
-SELECT id FROM done;
+), tally AS ({tally}), {finished}
+SELECT id FROM done, told;
+
+-- name: end_unrunnable
+-- Pending jobs due for longer than the grace whose queue has live workers, all of which listed
+-- their kinds and none the job's: dead. A scan of each served queue's due jobs (the kind is not
+-- indexed), so the rescuer runs it seldom (Rescuer: about once a minute).
+WITH live AS MATERIALIZED (
+    SELECT unnest(queues) AS queue, kinds FROM rota_workers WHERE beat_at >= %(alive_since)s
+), served AS MATERIALIZED (
+    SELECT queue, array_agg(DISTINCT k.kind) FILTER (WHERE k.kind IS NOT NULL) AS kinds
+    FROM live LEFT JOIN LATERAL unnest(live.kinds) AS k(kind) ON true
+    GROUP BY queue HAVING bool_and(live.kinds IS NOT NULL)
+), doomed AS MATERIALIZED (
+    SELECT d.id FROM served s
+    CROSS JOIN LATERAL (
+        SELECT j.id FROM rota_jobs j
+        WHERE j.state = 'pending' AND j.queue = s.queue AND j.run_at <= %(due_before)s
+          AND j.kind <> ALL(coalesce(s.kinds, '{}'::text[]))
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS d
+    LIMIT %(limit)s
+), done AS (
+UPDATE rota_jobs j SET state = 'dead', finished_at = coalesce(%(now)s::timestamptz, now()),
+    last_error = replace(%(reason)s, '{kind}', j.kind)
+FROM doomed
+WHERE j.id = doomed.id AND j.state = 'pending'
+RETURNING j.id, j.state
+), tally AS ({tally}), {finished}
+SELECT id FROM done, told;
 
 -- name: prune
 -- Oldest ids first, at most %(limit)s. The per-minute tally says whether any job finished
@@ -586,12 +618,13 @@ SELECT min(run_at) FROM rota_jobs
 WHERE state = 'pending' AND run_at <= coalesce(%(now)s::timestamptz, now());
 
 -- name: register_worker
-INSERT INTO rota_workers (name, host, pid, queues, concurrency, started_at, beat_at)
+INSERT INTO rota_workers (name, host, pid, queues, concurrency, started_at, beat_at, kinds)
 VALUES (%(name)s, %(host)s, %(pid)s, %(queues)s, %(concurrency)s,
-        coalesce(%(now)s::timestamptz, now()), coalesce(%(now)s::timestamptz, now()))
+        coalesce(%(now)s::timestamptz, now()), coalesce(%(now)s::timestamptz, now()),
+        %(kinds)s::text[])
 ON CONFLICT (name) DO UPDATE SET host = excluded.host, pid = excluded.pid,
     queues = excluded.queues, concurrency = excluded.concurrency,
-    started_at = excluded.started_at, beat_at = excluded.beat_at;
+    started_at = excluded.started_at, beat_at = excluded.beat_at, kinds = excluded.kinds;
 
 -- name: beat_worker
 UPDATE rota_workers SET beat_at = coalesce(%(now)s::timestamptz, now()) WHERE name = %(name)s
@@ -602,7 +635,8 @@ DELETE FROM rota_workers WHERE name = %(name)s;
 
 -- name: list_workers
 SELECT w.name, w.host, w.pid, w.queues, w.concurrency, w.started_at, w.beat_at,
-       (SELECT count(*) FROM rota_jobs j WHERE j.state = 'running' AND j.worker = w.name)
+       (SELECT count(*) FROM rota_jobs j WHERE j.state = 'running' AND j.worker = w.name),
+       w.kinds
 FROM rota_workers w ORDER BY w.name;
 
 -- name: prune_workers

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -37,6 +37,7 @@ from rota.domain.job import (
     EXPIRED,
     MAX_ERROR_LENGTH,
     MAX_TRACEBACK_LENGTH,
+    UNRUNNABLE,
     Attempt,
     EnqueueResult,
     Job,
@@ -320,9 +321,10 @@ class PostgresStore:
         limit: int,
         lease: timedelta,
         fair: bool = True,
+        kinds: Collection[str] | None = None,
         now: datetime | None = None,
     ) -> list[Job]:
-        if limit <= 0 or not queues:
+        if limit <= 0 or not queues or (kinds is not None and not kinds):
             return []
         params = {
             "now": self._now(now),
@@ -335,6 +337,7 @@ class PostgresStore:
             "max_groups": MAX_CLAIM_GROUPS,
             "blocked_kinds": [],
             "blocked_tenants": [],
+            "kinds": None if kinds is None else sorted(kinds),
             "limited": False,
         }
         rows = await self._fetch("claim", params)
@@ -723,6 +726,29 @@ class PostgresStore:
         )
         return sorted(row[0] for row in rows)
 
+    async def end_unrunnable(
+        self,
+        *,
+        grace: timedelta,
+        alive_within: timedelta,
+        now: datetime | None = None,
+        limit: int = 1000,
+    ) -> list[int]:
+        if limit <= 0:
+            return []
+        [(at,)] = await self._fetch("now", {"now": self._now(now)})
+        rows = await self._fetch(
+            "end_unrunnable",
+            {
+                "now": self._now(now),
+                "alive_since": at - alive_within,
+                "due_before": at - grace,
+                "limit": limit,
+                "reason": UNRUNNABLE,
+            },
+        )
+        return sorted(row[0] for row in rows)
+
     async def prune(self, *, older_than: datetime, limit: int = 10_000) -> int:
         async with self._connection() as conn:
             cursor = await conn.execute(
@@ -743,6 +769,7 @@ class PostgresStore:
                 "pid": info.pid,
                 "queues": list(info.queues),
                 "concurrency": info.concurrency,
+                "kinds": None if info.kinds is None else list(info.kinds),
             },
         )
 
@@ -764,8 +791,9 @@ class PostgresStore:
                 started_at=started_at,
                 beat_at=beat_at,
                 running=running,
+                kinds=None if kinds is None else tuple(kinds),
             )
-            for name, host, pid, queues, concurrency, started_at, beat_at, running in rows
+            for name, host, pid, queues, concurrency, started_at, beat_at, running, kinds in rows
         ]
 
     async def prune_workers(self, *, older_than: datetime) -> int:

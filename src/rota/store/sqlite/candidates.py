@@ -55,11 +55,13 @@ class Walk:
 
 @dataclass(frozen=True, slots=True)
 class Blocked:
-    """Queues, kinds and tenants at a limit already: none of their jobs can start now."""
+    """Queues, kinds and tenants at a limit already: none of their jobs can start now; and
+    the kinds the claiming worker runs (None: every kind), the others left for other workers."""
 
     queues: frozenset[str] = frozenset()
     kinds: frozenset[str] = frozenset()
     tenants: frozenset[str] = frozenset()
+    runs: frozenset[str] | None = None
 
     def readable(self, group: Group, *, fair: bool) -> bool:
         """Whether a claim needs ``group``'s jobs as candidates.
@@ -69,7 +71,7 @@ class Blocked:
         take their tenant's turns (``rota.domain.flow.interleave``), and so decide the turn of
         its other jobs.
         """
-        if group.tenant in self.tenants:
+        if group.tenant in self.tenants or (self.runs is not None and group.kind not in self.runs):
             return False
         return fair or (group.queue not in self.queues and group.kind not in self.kinds)
 
@@ -349,12 +351,14 @@ def _read_expired(
     in claim order, as ``blocked`` leaves them to consider."""
     kinds = [] if fair else sorted(blocked.kinds)
     tenants = sorted(blocked.tenants)
+    runs = [] if blocked.runs is None else sorted(blocked.runs)
     sql = _EXPIRED_READ.format(
         queues=marks(len(queues)),
-        kinds=_not_in("kind", kinds),
+        kinds=_not_in("kind", kinds)
+        + ("" if blocked.runs is None else f" AND kind IN ({marks(len(runs))})"),
         tenants=_not_in("coalesce(tenant, '')", tenants),
     )
-    rows: list[Row] = conn.execute(sql, [at_us, *queues, *kinds, *tenants, limit]).fetchall()
+    rows: list[Row] = conn.execute(sql, [at_us, *queues, *kinds, *runs, *tenants, limit]).fetchall()
     return rows
 
 

@@ -81,11 +81,12 @@ def claim(
     *,
     fair: bool,
     after: str,
+    runs: frozenset[str] | None = None,
 ) -> Claimed:
     """Lease up to ``limit`` due or expired jobs; see ``Store.claim``. The walk over tenants
     starts after ``after`` (the last tenant served, for the store's previous claim)."""
     wanted = list(dict.fromkeys(queues))
-    if limit <= 0 or not wanted:
+    if limit <= 0 or not wanted or (runs is not None and not runs):
         return Claimed([], after)
     limit = clamp(limit)
     paused = flow.paused_queues(conn)
@@ -99,6 +100,7 @@ def claim(
         queues=frozenset(key for scope, key in full if scope is LimitScope.QUEUE),
         kinds=frozenset(key for scope, key in full if scope is LimitScope.KIND),
         tenants=frozenset(key for scope, key in full if scope is LimitScope.TENANT),
+        runs=runs,
     )
     if not fair:  # in plain claim order a job nothing can start is simply not a candidate
         wanted = [queue for queue in wanted if queue not in blocked.queues]

@@ -26,6 +26,7 @@ from rota.domain.job import (
     JobState,
     Outcome,
     state_mask,
+    unrunnable,
 )
 from rota.store.base import (
     MAX_BULK,
@@ -36,6 +37,7 @@ from rota.store.base import (
     ThroughputBucket,
     bucketize,
     encode_cursor,
+    kinds_by_queue,
 )
 from rota.store.sqlite.claims import end_attempts
 from rota.store.sqlite.rows import (
@@ -499,6 +501,38 @@ def expire(conn: sqlite3.Connection, limit: int, at: datetime) -> list[int]:
         (at_us, EXPIRED, at_us, clamp(limit)),
     ).fetchall()
     return sorted(job_id for (job_id,) in rows)
+
+
+def end_unrunnable(
+    conn: sqlite3.Connection, grace: timedelta, alive_within: timedelta, limit: int, at: datetime
+) -> list[int]:
+    """End dead the pending jobs no live worker can run; see ``Store.end_unrunnable``."""
+    if limit <= 0:
+        return []
+    rows = conn.execute(
+        "SELECT queues, kinds FROM rota_workers WHERE beat_at >= ?", (to_us(at - alive_within),)
+    )
+    served = kinds_by_queue(
+        (json.loads(queues), None if kinds is None else json.loads(kinds)) for queues, kinds in rows
+    )
+    doomed: list[tuple[int, str]] = []
+    for queue, known in served.items():
+        if known is None or len(doomed) >= limit:
+            continue
+        doomed += conn.execute(
+            "SELECT id, kind FROM rota_jobs INDEXED BY rota_jobs_due "
+            f"WHERE state = 'pending' AND queue = ? AND run_at <= ? AND kind NOT IN "
+            f"({marks(len(known))}) LIMIT ?",
+            (queue, to_us(at - grace), *sorted(known), limit - len(doomed)),
+        ).fetchall()
+    at_us = to_us(at)
+    for job_id, kind in doomed:
+        conn.execute(
+            "UPDATE rota_jobs SET state = 'dead', finished_at = ?, last_error = ? "
+            "WHERE id = ? AND state = 'pending'",
+            (at_us, unrunnable(kind), job_id),
+        )
+    return sorted(job_id for job_id, _ in doomed)
 
 
 def prune(conn: sqlite3.Connection, older_than: datetime, limit: int) -> int:

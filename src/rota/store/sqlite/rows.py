@@ -28,7 +28,7 @@ JOB_COLUMNS = (
     "expires_at, workflow, waiting_on"
 )
 ATTEMPT_COLUMNS = "attempt, token, worker, started_at, finished_at, outcome, error, traceback"
-WORKER_COLUMNS = "name, host, pid, queues, concurrency, started_at, beat_at"
+WORKER_COLUMNS = "name, host, pid, queues, concurrency, started_at, beat_at, kinds"
 
 #: Enough placeholders per statement for any SQLite build (older builds allow 999).
 CHUNK = 400
@@ -109,7 +109,7 @@ def attempt_from_row(row: Sequence[Any]) -> Attempt:
 
 def worker_from_row(row: Sequence[Any], running: int) -> WorkerInfo:
     """A WorkerInfo from a row selected as WORKER_COLUMNS."""
-    name, host, pid, queues, concurrency, started_at, beat_at = row
+    name, host, pid, queues, concurrency, started_at, beat_at, kinds = row
     return WorkerInfo(
         name=name,
         host=host,
@@ -119,6 +119,7 @@ def worker_from_row(row: Sequence[Any], running: int) -> WorkerInfo:
         started_at=from_us(started_at),
         beat_at=from_us(beat_at),
         running=running,
+        kinds=None if kinds is None else tuple(json.loads(kinds)),
     )
 
 

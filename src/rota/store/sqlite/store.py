@@ -13,7 +13,7 @@ import logging
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from functools import partial
 
@@ -206,15 +206,17 @@ class SqliteStore:
         limit: int,
         lease: timedelta,
         fair: bool = True,
+        kinds: Collection[str] | None = None,
         now: datetime | None = None,
     ) -> list[Job]:
         if limit <= 0 or not queues:
             return []
         wanted = list(queues)
         after = self._after
+        runs = None if kinds is None else frozenset(kinds)
         claimed = await self._db.write(
             lambda conn: claims.claim(
-                conn, worker, wanted, limit, lease, self._at(now), fair=fair, after=after
+                conn, worker, wanted, limit, lease, self._at(now), fair=fair, after=after, runs=runs
             )
         )
         self._after = claimed.after
@@ -409,6 +411,18 @@ class SqliteStore:
 
     async def expire(self, *, now: datetime | None = None, limit: int = 1000) -> list[int]:
         return await self._db.write(lambda conn: jobs.expire(conn, limit, self._at(now)))
+
+    async def end_unrunnable(
+        self,
+        *,
+        grace: timedelta,
+        alive_within: timedelta,
+        now: datetime | None = None,
+        limit: int = 1000,
+    ) -> list[int]:
+        return await self._db.write(
+            lambda conn: jobs.end_unrunnable(conn, grace, alive_within, limit, self._at(now))
+        )
 
     async def prune(self, *, older_than: datetime, limit: int = 10_000) -> int:
         cutoff = utc(older_than)
