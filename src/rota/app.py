@@ -8,7 +8,7 @@ import contextlib
 import logging
 import signal
 import threading
-from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import Future
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -30,6 +30,7 @@ from rota.domain.flow import Limit
 from rota.domain.job import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_QUEUE,
+    Attempt,
     EnqueueResult,
     Job,
     JobSpec,
@@ -522,6 +523,29 @@ class App:
     async def get(self, job_id: int) -> Job:
         await self.open()
         return await self.client.get(job_id)
+
+    async def attempts(self, job_id: int) -> list[Attempt]:
+        """Every recorded execution of the job, oldest first (empty for an unknown id)."""
+        await self.open()
+        return await self.client.attempts(job_id)
+
+    def get_sync(self, job_id: int) -> Job:
+        """``get`` for synchronous code (Django, Flask), on the ``enqueue_sync`` bridge."""
+        return cast(Job, self._on_bridge(lambda client: client.get(job_id)))
+
+    def attempts_sync(self, job_id: int) -> list[Attempt]:
+        """``attempts`` for synchronous code, on the ``enqueue_sync`` bridge."""
+        return cast(list[Attempt], self._on_bridge(lambda client: client.attempts(job_id)))
+
+    def _on_bridge(self, use: Callable[[Client], Awaitable[Any]]) -> Any:
+        if self._bridge is None:
+            self._bridge = _SyncBridge(self)
+        bridge = self._bridge
+
+        async def call() -> Any:
+            return await use(Client(await bridge.store(), defaults=self._defaults))
+
+        return bridge.call(call())
 
     # ------------------------------------------------------------------ results
 

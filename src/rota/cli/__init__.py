@@ -293,6 +293,7 @@ def refuse_undecodable(args: Sequence[str], environ: Mapping[str, str]) -> None:
 
 
 # Importing the command modules registers their commands on the group.
+from rota.cli import bulk as _bulk  # noqa: E402
 from rota.cli import jobs as _jobs  # noqa: E402
 from rota.cli import operate as _operate  # noqa: E402
 from rota.cli import queues as _queues  # noqa: E402
@@ -301,4 +302,4 @@ from rota.cli import serve as _serve  # noqa: E402
 from rota.cli import workflows as _workflows  # noqa: E402
 
 __all__ = ["cli", "main"]
-_ = (_jobs, _operate, _queues, _schedules, _serve, _workflows)
+_ = (_bulk, _jobs, _operate, _queues, _schedules, _serve, _workflows)

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
-from collections.abc import Awaitable
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -15,7 +13,7 @@ from rota.cli.terminal import console, shown, table
 from rota.config import parse_duration, parse_instant, parse_json
 from rota.domain import blame
 from rota.domain.errors import InvalidInput, InvalidJob
-from rota.domain.job import FINISHED_STATES, Attempt, Job, JobState, validate_name
+from rota.domain.job import Attempt, Job, JobState, validate_name
 from rota.store.base import WorkerInfo
 
 # ---------------------------------------------------------------------- enqueue and jobs
@@ -349,71 +347,6 @@ def jobs_reschedule(
         f"job {job.id} pending in queue {shown(job.queue)} at {job.run_at.isoformat()} "
         f"(priority {job.priority})"
     )
-
-
-@jobs.command("purge")
-@uses_database(creates=False)
-@click.option(
-    "--state",
-    envvar="ROTA_STATE",
-    type=click.Choice([s.value for s in sorted(FINISHED_STATES)]),
-    multiple=True,
-    help="Only finished jobs in this state (repeatable; default: every finished state).",
-)
-@click.option("--kind", envvar="ROTA_KIND", callback=name_filter, help="Only jobs of this kind.")
-@click.option("--queue", envvar="ROTA_QUEUE", callback=name_filter, help="Only jobs in this queue.")
-@click.option(
-    "--tenant", envvar="ROTA_TENANT", callback=name_filter, help="Only this tenant's jobs."
-)
-@click.option("--yes", is_flag=True, help="Delete without asking (needed without a terminal).")
-def jobs_purge(
-    target: Target,
-    state: tuple[str, ...],
-    kind: str | None,
-    queue: str | None,
-    tenant: str | None,
-    yes: bool,
-) -> None:
-    """Delete finished jobs matching the filters, with their history, after confirming how
-    many (at most 10,000 per run)."""
-    from rota.client import Client
-    from rota.store import JobFilter
-    from rota.store.base import MAX_BULK
-
-    states = frozenset(JobState(s) for s in state) if state else FINISHED_STATES
-    filter = JobFilter(states=states, kind=kind, queue=queue, tenant=tenant)
-    scope = describe_filter(filter)
-
-    matching = with_client(target, lambda c: c.store.count_jobs(filter, limit=MAX_BULK + 1))
-    if matching == 0:
-        click.echo(f"no finished jobs match {scope}; nothing to delete")
-        return
-    amount = f"the first {MAX_BULK} of the" if matching > MAX_BULK else str(matching)
-    scope_text = f"{amount} finished job(s) matching {scope}"
-    if not yes:
-        if not sys.stdin.isatty():
-            raise InvalidInput(f"would delete {scope_text}: pass --yes to confirm")
-        if not click.confirm(f"Delete {scope_text}?", default=False):
-            click.echo("nothing deleted", err=True)
-            return
-
-    def purge(client: Client) -> Awaitable[int]:
-        return client.purge(filter, limit=MAX_BULK)
-
-    deleted = with_client(target, purge)
-    click.echo(f"deleted {deleted} finished job(s) matching {scope}")
-
-
-def describe_filter(filter: Any) -> str:
-    """The filter in words, for a confirmation: ``state dead, kind email``."""
-    parts = []
-    if filter.states is not None:
-        parts.append("state " + "|".join(sorted(state.value for state in filter.states)))
-    for name in ("kind", "queue", "tenant"):
-        value = getattr(filter, name)
-        if value is not None:
-            parts.append(f"{name} {value}")
-    return ", ".join(parts) or "every job"
 
 
 @cli.command()

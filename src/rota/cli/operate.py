@@ -22,6 +22,7 @@ from rota.cli import (
     split,
     uses_database,
 )
+from rota.cli.terminal import progress
 from rota.config import load_app, parse_grace, parse_retention
 from rota.domain.errors import MigrationsPending
 from rota.observability.logging import printable
@@ -202,7 +203,13 @@ def migrate(target: Target, check: bool) -> None:
     async def go() -> list[str]:
         store = open_target(target)
         try:
-            return await (store.pending_migrations() if check else store.migrate())
+            pending = await store.pending_migrations()
+            if check or not pending:
+                return pending
+            with progress(f"applying {len(pending)} migration(s)", len(pending)) as advance:
+                applied = await store.migrate()
+                advance(len(applied))
+            return applied
         finally:
             await store.close()
 

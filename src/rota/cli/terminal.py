@@ -10,10 +10,19 @@ rich ``Text``, which is never parsed for markup.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Literal
 
 from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 from rich.text import Text
 
@@ -53,3 +62,30 @@ def table(
     for row in rows:
         drawn.add_row(*(Text(shown(cell)) for cell in row))
     return drawn
+
+
+def stderr_console() -> Console:
+    """A rich Console on stderr, reading no markup from what it prints: where progress goes."""
+    return Console(stderr=True, markup=False, emoji=False, highlight=False)
+
+
+@contextlib.contextmanager
+def progress(description: str, total: int | None) -> Iterator[Callable[[int], None]]:
+    """Show how far long work has got, on stderr, while the block runs; yields ``advance(n)``.
+
+    Only when stderr is a terminal: piped or redirected, nothing is shown, so stdout and stderr
+    carry the command's data and messages alone (``--json`` output included). The bar is
+    erased when the block ends; ``total`` None shows a spinner and the elapsed time."""
+    out = stderr_console()
+    if not out.is_terminal:
+        yield lambda amount: None
+        return
+    columns = [
+        SpinnerColumn(),
+        TextColumn("{task.description}", markup=False),
+        *([BarColumn(), MofNCompleteColumn()] if total is not None else []),
+        TimeElapsedColumn(),
+    ]
+    with Progress(*columns, console=out, transient=True) as bar:
+        task = bar.add_task(shown(description), total=total)
+        yield lambda amount: bar.advance(task, amount)

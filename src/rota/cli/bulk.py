@@ -1,0 +1,208 @@
+"""`rota jobs purge | bulk-retry | bulk-cancel`: one verb over every job a filter matches.
+
+Each confirms how many jobs it will touch (``--yes`` without a terminal), then works through
+them in batches of BATCH, one short statement each, showing its progress on stderr when
+stderr is a terminal. Every verb takes its jobs out of the filter's reach (deleted, pending
+again, cancelled), so the batches never meet a job twice; a run covers at most MAX_BULK jobs.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+import click
+
+from rota.cli import Target, uses_database, with_client
+from rota.cli.jobs import jobs, name_filter
+from rota.cli.terminal import progress
+from rota.client import Client
+from rota.domain.errors import InvalidInput
+from rota.domain.job import FINISHED_STATES, JobState
+from rota.store import JobFilter
+from rota.store.base import MAX_BULK
+
+#: Jobs per statement: small enough that no batch holds its locks for long.
+BATCH = 500
+
+Verb = Callable[[Client, JobFilter, int], Awaitable[int]]
+
+
+def filter_options(states: Iterable[JobState], help: str) -> Callable[[Any], Any]:
+    """--state (among ``states``), --kind, --queue, --tenant and --yes."""
+    choices = sorted(state.value for state in states)
+
+    def decorate(command: Any) -> Any:
+        for option in reversed(
+            [
+                click.option(
+                    "--state",
+                    envvar="ROTA_STATE",
+                    type=click.Choice(choices),
+                    multiple=True,
+                    help=help,
+                ),
+                click.option(
+                    "--kind", envvar="ROTA_KIND", callback=name_filter, help="Only this kind."
+                ),
+                click.option(
+                    "--queue", envvar="ROTA_QUEUE", callback=name_filter, help="Only this queue."
+                ),
+                click.option(
+                    "--tenant",
+                    envvar="ROTA_TENANT",
+                    callback=name_filter,
+                    help="Only this tenant's jobs.",
+                ),
+                click.option(
+                    "--yes",
+                    is_flag=True,
+                    help="Go ahead without asking (needed without a terminal).",
+                ),
+            ]
+        ):
+            command = option(command)
+        return command
+
+    return decorate
+
+
+@jobs.command("purge")
+@uses_database(creates=False)
+@filter_options(
+    FINISHED_STATES, "Only finished jobs in this state (repeatable; default: every finished state)."
+)
+def jobs_purge(
+    target: Target,
+    state: tuple[str, ...],
+    kind: str | None,
+    queue: str | None,
+    tenant: str | None,
+    yes: bool,
+) -> None:
+    """Delete finished jobs matching the filters, with their history, after confirming how
+    many (at most 10,000 per run)."""
+    bulk(
+        target,
+        JobFilter(states=_states(state, FINISHED_STATES), kind=kind, queue=queue, tenant=tenant),
+        yes=yes,
+        what="finished job(s)",
+        ask="Delete",
+        doing="deleting",
+        done="deleted",
+        verb=lambda client, filter, limit: client.purge(filter, limit=limit),
+    )
+
+
+RETRYABLE = frozenset({JobState.DEAD, JobState.CANCELLED})
+CANCELLABLE = frozenset({JobState.PENDING, JobState.RUNNING})
+
+
+@jobs.command("bulk-retry")
+@uses_database(creates=False)
+@filter_options(RETRYABLE, "Only jobs in this state (repeatable; default: dead and cancelled).")
+def jobs_bulk_retry(
+    target: Target,
+    state: tuple[str, ...],
+    kind: str | None,
+    queue: str | None,
+    tenant: str | None,
+    yes: bool,
+) -> None:
+    """Run again every dead or cancelled job matching the filters, with fresh attempts, after
+    confirming how many (at most 10,000 per run)."""
+    bulk(
+        target,
+        JobFilter(states=_states(state, RETRYABLE), kind=kind, queue=queue, tenant=tenant),
+        yes=yes,
+        what="dead or cancelled job(s)",
+        ask="Retry",
+        doing="retrying",
+        done="retried",
+        verb=lambda client, filter, limit: client.bulk_retry(filter, limit=limit),
+    )
+
+
+@jobs.command("bulk-cancel")
+@uses_database(creates=False)
+@filter_options(CANCELLABLE, "Only jobs in this state (repeatable; default: pending and running).")
+def jobs_bulk_cancel(
+    target: Target,
+    state: tuple[str, ...],
+    kind: str | None,
+    queue: str | None,
+    tenant: str | None,
+    yes: bool,
+) -> None:
+    """Cancel every pending or running job matching the filters (running handlers are
+    stopped at their next heartbeat), after confirming how many (at most 10,000 per run)."""
+    bulk(
+        target,
+        JobFilter(states=_states(state, CANCELLABLE), kind=kind, queue=queue, tenant=tenant),
+        yes=yes,
+        what="pending or running job(s)",
+        ask="Cancel",
+        doing="cancelling",
+        done="cancelled",
+        verb=lambda client, filter, limit: client.bulk_cancel(filter, limit=limit),
+    )
+
+
+def bulk(
+    target: Target,
+    filter: JobFilter,
+    *,
+    yes: bool,
+    what: str,
+    ask: str,
+    doing: str,
+    done: str,
+    verb: Verb,
+) -> None:
+    """Count, confirm, then apply ``verb`` batch by batch with progress on a terminal."""
+    scope = describe_filter(filter)
+    matching = with_client(target, lambda c: c.store.count_jobs(filter, limit=MAX_BULK + 1))
+    if matching == 0:
+        click.echo(f"no {what} match {scope}; nothing {done}")
+        return
+    total = min(matching, MAX_BULK)
+    amount = f"the first {MAX_BULK} of the" if matching > MAX_BULK else str(matching)
+    scope_text = f"{amount} {what} matching {scope}"
+    if not yes:
+        if not sys.stdin.isatty():
+            verb_word = ask.lower()
+            raise InvalidInput(f"would {verb_word} {scope_text}: pass --yes to confirm")
+        if not click.confirm(f"{ask} {scope_text}?", default=False):
+            click.echo(f"nothing {done}", err=True)
+            return
+
+    async def run(client: Client) -> int:
+        count = 0
+        with progress(f"{doing} {what}", total) as advance:
+            while count < total:
+                changed = await verb(client, filter, min(BATCH, total - count))
+                if changed == 0:
+                    break
+                count += changed
+                advance(changed)
+        return count
+
+    count = with_client(target, run)
+    click.echo(f"{done} {count} {what} matching {scope}")
+
+
+def describe_filter(filter: JobFilter) -> str:
+    """The filter in words, for a confirmation: ``state dead, kind email``."""
+    parts = []
+    if filter.states is not None:
+        parts.append("state " + "|".join(sorted(state.value for state in filter.states)))
+    for name in ("kind", "queue", "tenant"):
+        value = getattr(filter, name)
+        if value is not None:
+            parts.append(f"{name} {value}")
+    return ", ".join(parts) or "every job"
+
+
+def _states(given: tuple[str, ...], default: frozenset[JobState]) -> frozenset[JobState]:
+    return frozenset(JobState(state) for state in given) if given else default
