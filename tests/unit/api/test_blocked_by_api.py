@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
+from rota import workflows
 from rota.domain.flow import Limit, LimitScope
 from rota.domain.job import JobSpec
 from rota.store.base import WorkerInfo
@@ -102,3 +103,14 @@ async def test_a_page_without_waiting_or_pending_jobs_reads_no_flow_state(
     await store.enqueue([JobSpec(kind="email")])
     await api.get("/api/jobs")
     assert sorted(reads) == ["list_limits", "list_queues", "list_workers"], "once per page"
+
+
+async def test_a_workflow_job_waits_on_its_parents_on_the_job_and_the_workflow(
+    api: httpx.AsyncClient, store: MemoryStore
+) -> None:
+    [parent] = await store.enqueue([JobSpec(kind="email")])
+    child = await workflows.enqueue_after(store, JobSpec(kind="report"), [parent.job.id])
+    waiting = [("waiting_on_parents", "waiting on 1 parent job(s) to finish")]
+    assert why((await api.get(f"/api/jobs/{child.job.id}")).json())[:1] == waiting
+    shown = (await api.get(f"/api/workflows/{child.job.workflow}")).json()["jobs"]
+    assert [why(job)[:1] for job in shown if job["id"] == child.job.id] == [waiting]

@@ -120,6 +120,8 @@ function scheduleForm(onDone) {
       field("max attempts", inputs.max_attempts), field("jitter (s)", inputs.jitter_seconds),
       field("missed runs", inputs.misfire), field("overlap", inputs.overlap)),
     h("div", { class: "filters" }, field("payload (JSON)", inputs.payload)),
+    h("p", { class: "muted hint" },
+      "A schedule defined in code (app.schedule) takes its code's definition again when a worker starts; a pause is kept."),
     error,
     h("div", { class: "dialog-actions" }, cancel, submit));
   let editing = null;
