@@ -4,6 +4,7 @@ under the dashboard's CSP and without a reload."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import timedelta
 
 import pytest
 from playwright.async_api import Browser, Page, expect
@@ -89,4 +90,80 @@ async def test_schedules_come_a_page_at_a_time_and_the_overview_asks_for_the_soo
     listed = [url for url in asked if "/api/schedules" in url]
     assert listed and all("limit=" in url for url in listed), listed
     assert any("order=due" in url for url in listed)
+    assert problems == []
+
+
+async def test_a_schedule_is_added_from_the_form_and_a_bad_rule_is_refused_in_place(
+    page: tuple[Page, list[str]], served: Served
+) -> None:
+    tab, problems = page
+    await tab.goto(served.url + "/#/schedules")
+    await expect(tab.get_by_text("No schedules yet.")).to_be_visible()
+    await tab.click('button[data-action="add"]')
+    form = tab.locator("form.schedule-form")
+    await form.locator("input[name=name]").fill("nightly")
+    await form.locator("input[name=kind]").fill("backup")
+    await form.locator("input[name=cron]").fill("61 2 * * *")
+    await form.locator("textarea[name=payload]").fill('{"full": true}')
+    await form.locator("button[type=submit]").click()
+    await expect(form.locator(".form-error")).to_contain_text("cron:")
+    assert await served.store.list_schedules() == []
+    problems.clear()  # the browser logs the refused request's 400 itself
+
+    await form.locator("input[name=cron]").fill("30 2 * * *")
+    await form.locator("input[name=timezone]").fill("Europe/Berlin")
+    await form.locator("button[type=submit]").click()
+    await expect(form).to_be_hidden()
+    row = tab.locator('tr[data-schedule="nightly"]')
+    await expect(row).to_contain_text("every day at 02:30 (Europe/Berlin)")
+    await expect(tab.locator("#notice")).to_contain_text("Schedule nightly created")
+    schedule = await served.store.get_schedule("nightly")
+    assert (schedule.spec.kind, schedule.spec.payload) == ("backup", {"full": True})
+    assert problems == []
+
+
+async def test_a_schedule_is_edited_removed_and_its_recent_jobs_shown(
+    page: tuple[Page, list[str]], served: Served
+) -> None:
+    tab, problems = page
+    await served.store.upsert_schedule(
+        ScheduleSpec(name="sync", kind="sync", rule=Rule.every(timedelta(minutes=5)), priority=2)
+    )
+    await served.store.upsert_schedule(
+        ScheduleSpec(name="other", kind="sync", rule=Rule.cron("@daily"))
+    )
+    runs = [await served.store.trigger_schedule("sync") for _ in range(2)]
+    await tab.goto(served.url + "/#/schedules")
+    row = tab.locator('tr[data-schedule="sync"]')
+    await expect(row).to_contain_text("every 5 min")
+
+    await row.locator('button[data-action="jobs"]').click()
+    recent = tab.locator('tr[data-jobs-of="sync"] tbody tr')
+    await expect(recent).to_have_count(2)
+    await expect(recent.first).to_have_attribute("data-job", str(runs[1].job.id))
+    await row.locator('button[data-action="jobs"]').click()
+    await expect(tab.locator('tr[data-jobs-of="sync"]')).to_have_count(0)
+
+    await row.locator('button[data-action="edit"]').click()
+    form = tab.locator("form.schedule-form")
+    await expect(form.locator("input[name=name]")).to_be_disabled()
+    await expect(form.locator("input[name=every_seconds]")).to_have_value("300")
+    await expect(form.locator("input[name=priority]")).to_have_value("2")
+    await form.locator("select[name=rule]").select_option("cron")
+    await form.locator("input[name=cron]").fill("0 * * * *")
+    await form.locator("button[type=submit]").click()
+    await expect(form).to_be_hidden()
+    await expect(row).to_contain_text("every hour")
+    edited = await served.store.get_schedule("sync")
+    assert (edited.spec.priority, edited.last_job_id) == (2, runs[1].job.id)
+
+    await row.locator('button[data-action="remove"]').click()
+    dialog = tab.locator("dialog.confirm")
+    await expect(dialog).to_contain_text("Remove schedule sync (every hour)?")
+    await dialog.locator("button.danger").click()
+    await expect(dialog).to_contain_text("Removed schedule sync.")
+    await dialog.get_by_role("button", name="Close").click()
+    await expect(tab.locator("tr[data-schedule]")).to_have_count(1)
+    assert [s.spec.name for s in await served.store.list_schedules()] == ["other"]
+    assert (await served.store.get(runs[0].job.id)).schedule == "sync", "its jobs stay"
     assert problems == []

@@ -19,7 +19,7 @@ from rota.api.routes_pages import login_page, pages_router
 from rota.api.routes_queues import queues_router
 from rota.api.routes_schedules import schedules_router
 from rota.api.routes_workflows import workflows_router
-from rota.api.schedule_models import ScheduleCreate
+from rota.api.schedule_models import ScheduleCreate, ScheduleEdit
 from rota.api.schemas import JobCreate, JobFilterBody, JobReschedule
 from rota.api.security import Authenticator, SecurityMiddleware
 from rota.api.settings import ApiSettings
@@ -29,7 +29,14 @@ from rota.observability.metrics import Metrics
 from rota.store.replica import ReadReplica
 
 #: Request bodies the routes parse themselves; their schemas are added to the document.
-_REQUEST_MODELS = (JobCreate, JobFilterBody, JobReschedule, ScheduleCreate, LimitCreate)
+_REQUEST_MODELS = (
+    JobCreate,
+    JobFilterBody,
+    JobReschedule,
+    ScheduleCreate,
+    ScheduleEdit,
+    LimitCreate,
+)
 
 
 def create_app(

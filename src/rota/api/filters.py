@@ -55,6 +55,7 @@ def build_filter(
     queue: str | None,
     tenant: str | None,
     q: str | None,
+    schedule: str | None = None,
 ) -> JobFilter:
     """A JobFilter; ApiError / InvalidJob (400) naming the field for a malformed value."""
     return JobFilter(
@@ -62,6 +63,7 @@ def build_filter(
         kind=validate_name("kind", kind, required=False),
         queue=validate_name("queue", queue, required=False),
         tenant=validate_name("tenant", tenant, required=False),
+        schedule=validate_name("schedule", schedule, required=False),
         search=parse_search(q),
     )
 
@@ -73,10 +75,16 @@ def filter_from_query(
     queue: str | None,
     tenant: str | None,
     q: str | None,
+    schedule: str | None = None,
 ) -> JobFilter:
     """Like build_filter, but an empty parameter (``?kind=``, as forms send) does not filter."""
     return build_filter(
-        states=states, kind=kind or None, queue=queue or None, tenant=tenant or None, q=q
+        states=states,
+        kind=kind or None,
+        queue=queue or None,
+        tenant=tenant or None,
+        q=q,
+        schedule=schedule or None,
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -10,6 +11,7 @@ from pydantic import StringConstraints
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rota import workflows
+from rota.api.blockers import blocked_by
 from rota.api.body import read_json_object
 from rota.api.context import ApiContext
 from rota.api.filters import filter_from_body, filter_from_query, restrict
@@ -27,6 +29,7 @@ from rota.api.schemas import (
     JobList,
     JobOut,
     JobReschedule,
+    StateCounts,
     attempt_out,
     errors,
     job_out,
@@ -50,6 +53,8 @@ from rota.store.base import JOB_CURSOR_PATTERN, MAX_BULK, MAX_PAGE_SIZE, JobFilt
 #: Job ids are PostgreSQL bigints; anything larger cannot name a job.
 MAX_JOB_ID = 2**63 - 1
 ACTIVE_STATES = frozenset({JobState.WAITING, JobState.PENDING, JobState.RUNNING})
+#: How far GET /api/jobs/counts counts each state under a kind, tenant or search filter.
+STATE_COUNT_CAP = 1000
 
 
 def json_body(model: type[Any]) -> dict[str, Any]:
@@ -94,6 +99,15 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
         queue: Name = None,
         tenant: Name = None,
         q: Search = None,
+        schedule: Annotated[
+            str | None,
+            Query(
+                min_length=1,
+                max_length=MAX_NAME_LENGTH,
+                pattern=f"^{NAME_PATTERN.pattern}$",
+                description="Only the jobs this schedule enqueued.",
+            ),
+        ] = None,
         cursor: Annotated[
             str | None,
             Query(
@@ -106,11 +120,15 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
     ) -> JobList:
         """Jobs matching the filters, newest first, one keyset page at a time; each with
         bounded previews of its payload and last error (the job's own route has them whole)."""
-        job_filter = filter_from_query(states=state, kind=kind, queue=queue, tenant=tenant, q=q)
+        job_filter = filter_from_query(
+            states=state, kind=kind, queue=queue, tenant=tenant, q=q, schedule=schedule
+        )
         page = await ctx.reads.list_jobs(job_filter, cursor=cursor or None, limit=limit)
+        now = await ctx.now()
+        reasons = await blocked_by(ctx, page.jobs, now)
         return JobList(
-            now=await ctx.now(),
-            jobs=[job_summary(job) for job in page.jobs],
+            now=now,
+            jobs=[job_summary(job, why) for job, why in zip(page.jobs, reasons, strict=True)],
             next_cursor=page.next_cursor,
         )
 
@@ -194,6 +212,38 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
         count = await ctx.reads.store.count_jobs(job_filter, limit=MAX_BULK + 1)
         return JobCount(count=min(count, MAX_BULK), capped=count > MAX_BULK)
 
+    @router.get("/api/jobs/counts", response_model=StateCounts, responses=errors(400, 401, 503))
+    async def state_counts(
+        kind: Name = None, queue: Name = None, tenant: Name = None, q: Search = None
+    ) -> StateCounts:
+        """Jobs per state matching the filters, for the state tabs of a job list. By queue or
+        overall: the store's maintained counts (cheap at millions of jobs; estimates on large
+        PostgreSQL tables). With a kind, tenant or search: each state counted up to 1000
+        (STATE_COUNT_CAP; ``capped`` names the states with more)."""
+        job_filter = filter_from_query(states=None, kind=kind, queue=queue, tenant=tenant, q=q)
+        if job_filter.kind is None and job_filter.tenant is None and job_filter.search is None:
+            counts = await ctx.reads.store.counts()
+            by_state = (
+                counts.by_state
+                if job_filter.queue is None
+                else counts.by_queue.get(job_filter.queue, {})
+            )
+            return StateCounts(
+                counts={state.value: by_state.get(state, 0) for state in JobState},
+                exact=counts.exact,
+                capped=[],
+            )
+        found: dict[str, int] = {}
+        for state in JobState:
+            found[state.value] = await ctx.reads.store.count_jobs(
+                replace(job_filter, states=frozenset({state})), limit=STATE_COUNT_CAP + 1
+            )
+        return StateCounts(
+            counts={state: min(n, STATE_COUNT_CAP) for state, n in found.items()},
+            exact=True,
+            capped=[state for state, n in found.items() if n > STATE_COUNT_CAP],
+        )
+
     @router.post(
         "/api/jobs/bulk/retry",
         response_model=BulkResult,
@@ -232,14 +282,17 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
         "/api/jobs/{job_id}", response_model=JobDetail, responses=errors(400, 401, 404, 503)
     )
     async def get_job(job_id: JobId) -> JobDetail:
-        """One job with every attempt (worker, token, outcome, error, traceback)."""
+        """One job with every attempt (worker, token, outcome, error, traceback), and why it
+        is not running when it is waiting or pending."""
 
         async def read(source: Client) -> tuple[Job, list[Attempt]]:
             return await source.get(job_id), await source.attempts(job_id)
 
         job, attempts = await ctx.read_one(read)
+        now = await ctx.now()
+        [why] = await blocked_by(ctx, [job], now)
         return JobDetail(
-            **job_out(job), now=await ctx.now(), attempts=[attempt_out(a) for a in attempts]
+            **job_out(job), now=now, attempts=[attempt_out(a) for a in attempts], blocked_by=why
         )
 
     @router.post(
@@ -300,6 +353,7 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
         return JobOut(**job_out(job))
 
     @router.delete("/api/jobs/count", include_in_schema=False)
+    @router.delete("/api/jobs/counts", include_in_schema=False)
     async def delete_count() -> None:
         """Starlette would route this to ``DELETE /api/jobs/{job_id}`` (a 400 for the id
         "count"); the count's path allows GET only, so its answer is 405."""

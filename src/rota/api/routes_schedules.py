@@ -1,4 +1,4 @@
-"""The /api/schedules routes: list, create, read, pause, resume, run now, delete.
+"""The /api/schedules routes: list, create, read, edit, pause, resume, run now, delete.
 
 Mutations are POSTs, so the security middleware applies the same rules as to every other
 mutation (authentication, same origin, read-only mode, JSON content type) before a route runs.
@@ -17,6 +17,7 @@ from rota.api.context import ApiContext
 from rota.api.routes_jobs import json_body
 from rota.api.schedule_models import (
     ScheduleCreate,
+    ScheduleEdit,
     ScheduleList,
     ScheduleOut,
     schedule_errors,
@@ -120,6 +121,27 @@ def schedules_router(ctx: ApiContext) -> APIRouter:
             [await ctx.read_one(lambda source: source.store.get_schedule(name))]
         )
         return schedule
+
+    @router.post(
+        "/api/schedules/{name}/edit",
+        response_model=ScheduleOut,
+        responses=schedule_errors(400, 401, 403, 404, 413, 415, 503),
+        openapi_extra=json_body(ScheduleEdit),
+    )
+    async def edit_schedule(name: ScheduleName, request: Request) -> ScheduleOut:
+        """Replace the schedule's definition with the body's (fields left out take their
+        defaults, as on creation; 404 when there is no such schedule). Paused or not and its
+        run history stay; its next run stays unless the rule changed, and then is the new
+        rule's first slot from now (never a slot already fired)."""
+        raw = await read_json_object(
+            request, max_bytes=settings.max_body_bytes, max_depth=settings.max_json_depth
+        )
+        body = ScheduleEdit.model_validate(raw)
+        check_known_kind(body.kind, ctx.kinds)
+        spec = spec_from_body(ctx.client, ScheduleCreate.named(name, body))
+        await store.get_schedule(name)  # ScheduleNotFound: edits never create
+        [edited] = await rendered([await store.upsert_schedule(spec)])
+        return edited
 
     @router.post(
         "/api/schedules/{name}/pause",

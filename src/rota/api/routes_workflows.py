@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path
 
 from rota import workflows
+from rota.api.blockers import blocked_by
 from rota.api.context import ApiContext
 from rota.api.schemas import BulkResult, EdgeOut, WorkflowOut, errors, job_summary
 from rota.domain.job import JobState
@@ -28,10 +29,12 @@ def workflows_router(ctx: ApiContext) -> APIRouter:
         """Every job of the workflow (by id, with its state and how many parents it still
         waits on), its edges, and its jobs counted by state."""
         run = await workflows.get_workflow(ctx.client.store, workflow_id)
+        now = await ctx.now()
+        reasons = await blocked_by(ctx, run.jobs, now)
         return WorkflowOut(
             id=run.id,
-            now=await ctx.now(),
-            jobs=[job_summary(job) for job in run.jobs],
+            now=now,
+            jobs=[job_summary(job, why) for job, why in zip(run.jobs, reasons, strict=True)],
             edges=[
                 EdgeOut(parent=parent, child=child, on_parent_failure=policy)  # type: ignore[arg-type]
                 for parent, child, policy in run.edges

@@ -98,14 +98,14 @@ def _one_rule(schema: dict[str, Any]) -> None:
     ]
 
 
-class ScheduleCreate(BaseModel):
-    """POST /api/schedules: a recurring schedule. Give ``cron`` or ``every_seconds``."""
+class ScheduleEdit(BaseModel):
+    """POST /api/schedules/{name}/edit: a schedule's whole new definition (what is left out
+    takes its default, as on creation). Give ``cron`` or ``every_seconds``."""
 
     model_config = ConfigDict(
         strict=True, extra="forbid", allow_inf_nan=False, json_schema_extra=_one_rule
     )
 
-    name: str = Field(description="Unique name of the schedule.", json_schema_extra=_NAME_SCHEMA)
     kind: str = Field(description="The kind of job each run is.", json_schema_extra=_NAME_SCHEMA)
     cron: str | None = Field(
         default=None,
@@ -157,6 +157,17 @@ class ScheduleCreate(BaseModel):
     overlap: OverlapName | None = Field(
         default=None, description="While the previous run is active: skip (default) or allow."
     )
+
+
+class ScheduleCreate(ScheduleEdit):
+    """POST /api/schedules: a recurring schedule. Give ``cron`` or ``every_seconds``."""
+
+    name: str = Field(description="Unique name of the schedule.", json_schema_extra=_NAME_SCHEMA)
+
+    @classmethod
+    def named(cls, name: str, edit: ScheduleEdit) -> ScheduleCreate:
+        """The definition ``edit`` (already validated) under ``name``."""
+        return cls.model_construct(name=name, **dict(edit))
 
 
 class ScheduleOut(BaseModel):

@@ -392,9 +392,45 @@ class JobOut(JobFields):
     )
 
 
+#: rota.domain.blockers.Blocked's values, spelled out so the schema can enumerate them.
+BlockedName = Literal[
+    "waiting_on_parents",
+    "not_due",
+    "queue_paused",
+    "queue_limit",
+    "kind_limit",
+    "tenant_limit",
+    "kind_rate",
+    "tenant_rate",
+    "no_worker",
+]
+
+
+class BlockerOut(BaseModel):
+    """One reason a waiting or pending job is not running, as of the response's ``now``."""
+
+    reason: BlockedName
+    message: str
+    certain: bool = Field(
+        description="False when it may not apply to this job alone (a rate limit on every "
+        "tenant is counted across all of them)."
+    )
+
+
+def _blocked_by() -> Any:
+    return Field(
+        default_factory=list,
+        description="Why a waiting or pending job is not running (queue paused, a limit "
+        "full, not due, parents unfinished, no live worker for its queue); empty for a due "
+        "job that only waits for a free worker slot, and for jobs in other states.",
+    )
+
+
 class JobSummary(JobFields):
     """A job in a list: bounded previews of its payload (JSON text) and last error, each with
     a flag saying it was cut; ``GET /api/jobs/{id}`` has the whole values."""
+
+    blocked_by: list[BlockerOut] = _blocked_by()
 
     payload_preview: str = Field(
         description=f"At most {PREVIEW_BYTES} bytes of the payload's JSON."
@@ -432,6 +468,7 @@ class JobDetail(JobOut):
 
     now: datetime
     attempts: list[AttemptOut]
+    blocked_by: list[BlockerOut] = _blocked_by()
 
 
 class JobList(BaseModel):
@@ -447,6 +484,16 @@ class JobCount(BaseModel):
 
     count: int
     capped: bool
+
+
+class StateCounts(BaseModel):
+    """Jobs per state matching a filter (every state present, zeros included)."""
+
+    counts: dict[str, int]
+    exact: bool = Field(description="False when the store answered from estimates.")
+    capped: list[str] = Field(
+        description="States with more matching jobs than were counted (the count is a floor)."
+    )
 
 
 class BulkResult(BaseModel):
@@ -584,7 +631,7 @@ def job_out(job: Job) -> dict[str, Any]:
     }
 
 
-def job_summary(job: Job) -> JobSummary:
+def job_summary(job: Job, blocked_by: list[BlockerOut] | None = None) -> JobSummary:
     """``job`` as a list shows it: previews instead of the payload, last error and result."""
     fields = job_out(job)
     payload, payload_cut = preview(payload_text(fields.pop("payload")))
@@ -600,6 +647,7 @@ def job_summary(job: Job) -> JobSummary:
         last_error_truncated=error_cut,
         result_preview=result,
         result_truncated=result_cut,
+        blocked_by=blocked_by or [],
     )
 
 

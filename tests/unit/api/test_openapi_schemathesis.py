@@ -120,6 +120,7 @@ postgres_schema = (
 _UNSTATED = {
     "POST /api/jobs": ("payload: must not contain", "unique_key: must not contain"),
     "POST /api/schedules": ("cron:", "payload: must not contain"),
+    "POST /api/schedules/{name}/edit": ("cron:", "payload: must not contain"),
 }
 
 

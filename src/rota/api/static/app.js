@@ -2,7 +2,7 @@
 
 import { getJSON } from "./api.js";
 import { replaceChildren, h } from "./dom.js";
-import { reportError } from "./ui.js";
+import { reportError, timeToggle } from "./ui.js";
 import { renderOverview } from "./overview.js";
 import { renderJobs } from "./jobs.js";
 import { renderJob } from "./job.js";
@@ -53,6 +53,7 @@ async function start() {
   }
   document.getElementById("mode").hidden = !config.read_only;
   document.getElementById("logout").hidden = !config.login;
+  document.getElementById("status").after(timeToggle(() => current && current.refresh && current.refresh()));
   window.addEventListener("hashchange", show);
   show();
 }

@@ -28,8 +28,41 @@ export function duration(seconds) {
   return seconds === null || seconds === undefined ? "" : amount(seconds);
 }
 
+// Instants read in UTC (the default, as the server and the logs speak) or in the browser's
+// own zone; the choice is remembered in localStorage.
+const TIME_KEY = "rota.time";
+
+export function timeMode() {
+  try {
+    return localStorage.getItem(TIME_KEY) === "local" ? "local" : "utc";
+  } catch {
+    return "utc";
+  }
+}
+
+export function setTimeMode(mode) {
+  try {
+    localStorage.setItem(TIME_KEY, mode === "local" ? "local" : "utc");
+  } catch {
+    // storage refused (private mode): the choice lasts until the page reloads
+  }
+}
+
+const pad = (n) => String(n).padStart(2, "0");
+
+function localText(iso) {
+  const at = new Date(iso);
+  if (Number.isNaN(at.getTime())) return iso;
+  const zone = new Intl.DateTimeFormat("en-US", { timeZoneName: "short" })
+    .formatToParts(at).find((part) => part.type === "timeZoneName");
+  const day = `${at.getFullYear()}-${pad(at.getMonth() + 1)}-${pad(at.getDate())}`;
+  const time = `${pad(at.getHours())}:${pad(at.getMinutes())}:${pad(at.getSeconds())}`;
+  return `${day} ${time} ${zone ? zone.value : "local"}`;
+}
+
 export function absolute(iso) {
   if (!iso) return "";
+  if (timeMode() === "local") return localText(iso);
   return `${iso.replace("T", " ").replace(/\.\d+/, "").replace("Z", "")} UTC`;
 }
 

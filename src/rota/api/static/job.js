@@ -1,11 +1,11 @@
-// Job detail: fields, progress, payload and result as text, a timeline, every attempt with its
-// error and traceback, and the operator verbs: run a delayed job now, re-run a succeeded one,
-// delete one.
+// Job detail: fields, progress, why it is not running, payload and result as text, a timeline,
+// every attempt with its error and traceback, and the operator verbs: run a delayed job now,
+// re-run a succeeded one, delete one.
 
 import { ApiError, deleteJSON, getJSON, postJSON } from "./api.js";
 import { h, replaceChildren } from "./dom.js";
 import { absolute, badge, displayState, duration, parseTime, progressBar, relative } from "./format.js";
-import { actionButtons } from "./jobs.js";
+import { actionButtons, blockedLabel } from "./jobs.js";
 import { confirmDialog, notify, poller, reportError } from "./ui.js";
 
 function field(label, value) {
@@ -17,11 +17,31 @@ function at(iso, now) {
   return h("span", { title: absolute(iso) }, `${relative(iso, now)} `, h("span", { class: "muted" }, `(${absolute(iso)})`));
 }
 
+// Attempts given back (their number is used again by the next one).
+const GIVEN_BACK = ["snoozed", "released"];
+// Attempts after which a lower or equal number means an operator retried or re-ran the job.
+const COUNTED = ["failed", "succeeded", "cancelled"];
+
+// Every execution numbered once, in order (#1, #2, ...), with the attempt it counted as and
+// whether it began a new series: a retry or a re-run sets the attempt counter back, so the
+// attempt numbers alone repeat.
+function numbered(attempts) {
+  let previous = null;
+  return attempts.map((a, i) => {
+    const restarted = previous !== null && (a.attempt < previous.attempt
+      || (a.attempt === previous.attempt && COUNTED.includes(previous.outcome)));
+    const after = restarted ? (previous.outcome === "succeeded" ? "re-run" : "retried") : null;
+    previous = a;
+    return { ...a, run: i + 1, after };
+  });
+}
+
 function timeline(job, now) {
   const events = [[job.created_at, "created"]];
-  for (const attempt of job.attempts) {
-    events.push([attempt.started_at, `attempt ${attempt.attempt} started on ${attempt.worker || "?"} (token ${attempt.token})`]);
-    if (attempt.finished_at) events.push([attempt.finished_at, `attempt ${attempt.attempt}: ${attempt.outcome}`]);
+  for (const a of numbered(job.attempts)) {
+    const note = a.after ? `, ${a.after}` : "";
+    events.push([a.started_at, `#${a.run} started on ${a.worker || "?"} (attempt ${a.attempt}${note}, token ${a.token})`]);
+    if (a.finished_at) events.push([a.finished_at, `#${a.run}: ${a.outcome}`]);
   }
   if (job.finished_at) events.push([job.finished_at, job.state]);
   else if (job.state === "waiting") events.push([job.created_at, `waiting on ${job.waiting_on} parent job(s)`]);
@@ -60,12 +80,14 @@ function workflowSection(job, workflow) {
 
 function attemptsTable(job) {
   if (!job.attempts.length) return h("p", { class: "muted" }, "No attempts yet.");
-  return h("table", { class: "grid" },
-    h("thead", {}, h("tr", {}, ["#", "token", "worker", "started", "took", "outcome", "error"].map((t) => h("th", { text: t })))),
-    h("tbody", {}, job.attempts.map((a) => {
+  return h("table", { class: "grid attempts" },
+    h("thead", {}, h("tr", {}, ["#", "attempt", "token", "worker", "started", "took", "outcome", "error"].map((t) => h("th", { text: t })))),
+    h("tbody", {}, numbered(job.attempts).flatMap((a) => {
       const took = a.finished_at ? (parseTime(a.finished_at) - parseTime(a.started_at)) / 1000 : null;
-      return h("tr", {},
-        h("td", { class: "num" }, String(a.attempt)),
+      const counted = GIVEN_BACK.includes(a.outcome) ? `${a.attempt} (given back)` : String(a.attempt);
+      const row = h("tr", { "data-run": String(a.run) },
+        h("td", { class: "num" }, String(a.run)),
+        h("td", { class: "num" }, counted),
         h("td", { class: "mono" }, String(a.token)),
         h("td", { class: "mono" }, a.worker || ""),
         h("td", {}, absolute(a.started_at)),
@@ -74,7 +96,36 @@ function attemptsTable(job) {
         h("td", { class: "attempt-error" },
           a.error ? h("pre", { class: "error-text" }, a.error) : "",
           a.traceback ? h("details", {}, h("summary", {}, "traceback"), h("pre", { class: "trace" }, a.traceback)) : ""));
+      if (!a.after) return [row];
+      const text = a.after === "re-run" ? "re-run: a new series of attempts" : "retried: attempts counted afresh";
+      return [h("tr", { class: "series" }, h("td", { colspan: "8", class: "muted" }, text)), row];
     })));
+}
+
+// Why a waiting or pending job is not running, from the server's blocked_by.
+function whySection(job, nowMs) {
+  if (job.state !== "pending" && job.state !== "waiting") return null;
+  const items = job.blocked_by.map((b) => h("li", { "data-blocker": b.reason },
+    h("span", { class: `blocker b-${b.reason}` }, blockedLabel(b)), " ",
+    b.message,
+    b.reason === "not_due" ? h("span", { class: "muted" }, ` (due ${relative(job.run_at, nowMs)}, ${absolute(job.run_at)})`) : null));
+  if (!items.length) {
+    items.push(h("li", { "data-blocker": "none" },
+      "Due, and nothing holds it back: it starts when a worker has a free slot (higher priority first)."));
+  }
+  return [h("h2", { text: "Why it is not running" }), h("ul", { class: "why" }, items)];
+}
+
+// A job's last error: red while it is the reason the job failed; once the job succeeded (after
+// a retry), only the history of an earlier attempt.
+function lastError(job) {
+  if (!job.last_error) return null;
+  if (job.state === "succeeded") {
+    return h("details", { class: "earlier-error" },
+      h("summary", {}, "an earlier attempt failed (the job succeeded since)"),
+      h("pre", { class: "muted" }, job.last_error));
+  }
+  return [h("h2", { text: "Last error" }), h("pre", { class: "error-text last-error" }, job.last_error)];
 }
 
 // Buttons for the verbs only the job page offers; a running job has none (cancel it first).
@@ -99,11 +150,14 @@ function operatorButtons(job, config, nowMs, onDone) {
       on: { click: post("rerun", undefined, "pending again") } }, "re-run"));
   }
   if (job.state !== "running") {
+    let deleted = false;
     const remove = () => confirmDialog("Delete job", `Delete job ${job.id} (${job.state}) and its history? This cannot be undone.`,
       "Delete it", true, async () => {
         await deleteJSON(`/api/jobs/${job.id}`);
-        location.hash = "#/jobs"; // the page of a job that is gone has nothing left to show
+        deleted = true;
         return `Deleted job ${job.id}.`;
+      }, () => {
+        if (deleted) location.hash = "#/jobs"; // the page of a job that is gone has nothing left to show
       });
     buttons.push(h("button", { type: "button", class: "small danger", "data-action": "delete", on: { click: remove } }, "delete"));
   }
@@ -149,7 +203,9 @@ export function renderJob(root, config, id) {
         field("queue", job.queue),
         field("state", job.state === "waiting" ? `waiting on ${job.waiting_on}` : job.state),
         field("progress", progressBar(job)),
-        field("attempt", `${job.attempt} of ${job.max_attempts}`),
+        field("attempt", job.attempts.length > job.attempt
+          ? `${job.attempt} of ${job.max_attempts} (${job.attempts.length} runs in all)`
+          : `${job.attempt} of ${job.max_attempts}`),
         field("priority", String(job.priority)),
         field("tenant", job.tenant),
         field("unique key", job.unique_key),
@@ -167,7 +223,8 @@ export function renderJob(root, config, id) {
         field("crashes", job.crashes ? String(job.crashes) : null)),
       job.quarantine ? h("p", { class: "error-text quarantine" }, job.quarantine) : null,
       workflowSection(job, workflow),
-      job.last_error ? [h("h2", { text: "Last error" }), h("pre", { class: "error-text last-error" }, job.last_error)] : null,
+      whySection(job, nowMs),
+      lastError(job),
       h("h2", { text: "Payload" }),
       h("pre", { class: "payload" }, JSON.stringify(job.payload, null, 2)),
       job.result !== null && job.result !== undefined

@@ -1,6 +1,8 @@
-// Jobs: filters, search, live refresh with a pause switch, keyset pages, bulk retry and cancel.
+// Jobs: state tabs with counts, filters, search, live refresh with a pause switch, keyset
+// pages, why a pending job is not running, and the verbs on a selection of rows or on every
+// job matching the filter (each after a dialog that says its scope).
 
-import { getJSON, postJSON, query } from "./api.js";
+import { deleteJSON, getJSON, postJSON, query } from "./api.js";
 import { appendChildren, h, replaceChildren } from "./dom.js";
 import { badge, count, displayState, parseTime, progressBar, relative } from "./format.js";
 import { confirmDialog, notify, poller, presets, reportError } from "./ui.js";
@@ -35,6 +37,32 @@ function whenCell(job, now) {
   return relative(job.finished_at, now);
 }
 
+// Why a waiting or pending job is not running, as the server worked it out (blocked_by): a
+// short line under its state, each reason's message in full in the title.
+const BLOCKED_LABELS = {
+  waiting_on_parents: "parents",
+  not_due: "not due",
+  queue_paused: "queue paused",
+  queue_limit: "queue limit",
+  kind_limit: "kind limit",
+  tenant_limit: "tenant limit",
+  kind_rate: "kind rate",
+  tenant_rate: "tenant rate",
+  no_worker: "no worker",
+};
+
+export function blockedLabel(blocker) {
+  return `${BLOCKED_LABELS[blocker.reason] || blocker.reason}${blocker.certain ? "" : "?"}`;
+}
+
+function blockedLine(job) {
+  // Waiting and not-due jobs say so in the "when" column already.
+  const shown = (job.blocked_by || []).filter((b) => b.reason !== "waiting_on_parents" && b.reason !== "not_due");
+  if (!shown.length) return null;
+  return h("div", { class: "blocked", title: shown.map((b) => b.message).join("; ") },
+    shown.map((b) => h("span", { class: `blocker b-${b.reason}`, "data-blocker": b.reason }, blockedLabel(b))));
+}
+
 export function actionButtons(job, config, onDone) {
   if (config.read_only) return [];
   const buttons = [];
@@ -56,15 +84,58 @@ export function actionButtons(job, config, onDone) {
   return buttons;
 }
 
+// What each verb acts on, for selections and filters alike.
+const VERBS = {
+  retry: { states: ["dead", "cancelled"], which: "dead or cancelled", done: "Retried", label: "Retry" },
+  cancel: { states: ["waiting", "pending", "running"], which: "waiting, pending or running", done: "Cancelled", label: "Cancel" },
+  delete: { states: ["waiting", "pending", "succeeded", "dead", "cancelled"], which: "not running", done: "Deleted", label: "Delete" },
+};
+
+function act(verb, jobId) {
+  return verb === "delete" ? deleteJSON(`/api/jobs/${jobId}`) : postJSON(`/api/jobs/${jobId}/${verb}`);
+}
+
+function idList(ids) {
+  const shown = ids.slice(0, 10).join(", ");
+  return ids.length > 10 ? `${shown} and ${ids.length - 10} more` : shown;
+}
+
 function errorPreview(job) {
   if (!job.last_error_preview) return "";
   return job.last_error_truncated ? `${job.last_error_preview}…` : job.last_error_preview;
+}
+
+function tabHash(filter, state) {
+  const next = {};
+  for (const field of FILTER_FIELDS) next[field] = filter[field] || "";
+  next.state = state;
+  return `#/jobs${query(next)}`;
 }
 
 export function renderJobs(root, config, params) {
   const filter = filterFrom(params);
   const cursors = [null];
   let loop = null;
+  // Selected job ids (kept across refreshes and pages) and the last state seen of each.
+  const selected = new Map();
+
+  const tabs = h("nav", { class: "tabs", "aria-label": "job states" },
+    ["", ...STATES].map((st) => h("a", {
+      href: tabHash(filter, st),
+      class: (filter.state || "") === st ? "tab active" : "tab",
+      "data-tab": st || "all",
+    }, st || "all", " ", h("span", { class: "tab-count" }))));
+
+  function showCounts(data) {
+    let total = 0;
+    for (const st of STATES) total += data.counts[st] || 0;
+    const capped = new Set(data.capped);
+    const shown = (st, n) => `${count(n, data.exact)}${capped.has(st) || (st === "" && capped.size) ? "+" : ""}`;
+    for (const link of tabs.querySelectorAll("a")) {
+      const st = link.dataset.tab === "all" ? "" : link.dataset.tab;
+      link.querySelector(".tab-count").textContent = shown(st, st ? data.counts[st] || 0 : total);
+    }
+  }
 
   const stateSelect = h("select", { name: "state" },
     h("option", { value: "" }, "any state"),
@@ -102,8 +173,88 @@ export function renderJobs(root, config, params) {
   });
 
   const bulk = config.read_only ? null : h("span", { class: "bulk" },
-    h("button", { type: "button", on: { click: () => bulkAction("retry") } }, "Retry matching…"),
-    h("button", { type: "button", class: "danger", on: { click: () => bulkAction("cancel") } }, "Cancel matching…"));
+    h("button", { type: "button", "data-bulk": "retry", on: { click: () => bulkAction("retry") } }, "Retry matching…"),
+    h("button", { type: "button", class: "danger", "data-bulk": "cancel", on: { click: () => bulkAction("cancel") } }, "Cancel matching…"),
+    h("button", { type: "button", class: "danger", "data-bulk": "delete", on: { click: () => bulkAction("delete") } }, "Delete matching…"));
+
+  const selectedLabel = h("span", { class: "selected-count" });
+  const selectionBar = config.read_only ? null : h("div", { class: "selection", hidden: true },
+    selectedLabel,
+    h("button", { type: "button", "data-selection": "retry", on: { click: () => selectionAction("retry") } }, "Retry selected…"),
+    h("button", { type: "button", class: "danger", "data-selection": "cancel", on: { click: () => selectionAction("cancel") } }, "Cancel selected…"),
+    h("button", { type: "button", class: "danger", "data-selection": "delete", on: { click: () => selectionAction("delete") } }, "Delete selected…"),
+    h("button", { type: "button", class: "link", "data-selection": "clear", on: { click: () => { selected.clear(); syncSelection(); } } }, "clear selection"));
+  const selectAll = config.read_only ? null : h("input", { type: "checkbox", class: "select-all", "aria-label": "select every job on this page" });
+  if (selectAll) {
+    selectAll.addEventListener("change", () => {
+      for (const box of rows.querySelectorAll("input.select-row")) {
+        box.checked = selectAll.checked;
+        if (selectAll.checked) selected.set(Number(box.dataset.job), box.dataset.state);
+        else selected.delete(Number(box.dataset.job));
+      }
+      syncSelection();
+    });
+  }
+
+  function syncSelection() {
+    if (!selectionBar) return;
+    selectionBar.hidden = selected.size === 0;
+    selectedLabel.textContent = `${count(selected.size)} selected`;
+    const boxes = [...rows.querySelectorAll("input.select-row")];
+    for (const box of boxes) box.checked = selected.has(Number(box.dataset.job));
+    selectAll.checked = boxes.length > 0 && boxes.every((box) => box.checked);
+  }
+
+  function rowBox(job) {
+    if (config.read_only) return null;
+    const box = h("input", {
+      type: "checkbox",
+      class: "select-row",
+      "data-job": String(job.id),
+      "data-state": job.state,
+      "aria-label": `select job ${job.id}`,
+      checked: selected.has(job.id),
+    });
+    box.addEventListener("change", () => {
+      if (box.checked) selected.set(job.id, job.state);
+      else selected.delete(job.id);
+      syncSelection();
+    });
+    return h("td", { class: "select" }, box);
+  }
+
+  // The verb on the selected jobs it applies to (by their last state seen), one request
+  // each; a job whose state changed meanwhile is refused by the server and reported.
+  function selectionAction(verb) {
+    const spec = VERBS[verb];
+    const all = [...selected.keys()].sort((a, b) => a - b);
+    const ids = all.filter((jobId) => spec.states.includes(selected.get(jobId)));
+    const left = all.length - ids.length;
+    const leftText = left ? ` ${count(left)} selected job(s) that are not ${spec.which} are left alone.` : "";
+    if (!ids.length) {
+      confirmDialog(`${spec.label} selected`, `None of the ${count(all.length)} selected job(s) is ${spec.which}; nothing to do.`, "", false, null);
+      return;
+    }
+    const undo = verb === "delete" ? " Their history goes too; this cannot be undone." : "";
+    const message = `${spec.label} ${count(ids.length)} selected ${spec.which} job(s): ${idList(ids)}?${leftText}${undo}`;
+    confirmDialog(`${spec.label} selected`, message, `${spec.label} them`, verb !== "retry", async () => {
+      const refused = [];
+      let done = 0;
+      for (const jobId of ids) {
+        try {
+          await act(verb, jobId);
+          done += 1;
+          selected.delete(jobId);
+        } catch (error) {
+          refused.push(`job ${jobId}: ${error.message}`);
+        }
+      }
+      syncSelection();
+      loop.refresh();
+      const summary = `${spec.done} ${count(done)} job(s).`;
+      return refused.length ? `${summary} Refused: ${refused.join("; ")}.` : summary;
+    });
+  }
 
   async function bulkAction(verb) {
     const scope = describe(filter);
@@ -114,19 +265,21 @@ export function renderJobs(root, config, params) {
       reportError(error);
       return;
     }
-    const which = verb === "retry" ? "dead or cancelled" : "waiting, pending or running";
+    // Deleting by filter purges finished jobs only (a pending one is deleted on its own).
+    const which = verb === "delete" ? "finished (succeeded, dead or cancelled)" : VERBS[verb].which;
     if (counted.count === 0) {
       confirmDialog(`Bulk ${verb}`, `No ${which} jobs match ${scope}; nothing to do.`, "", false, null);
       return;
     }
     const amount = counted.capped ? `the first ${count(counted.count)} (more match)` : count(counted.count);
-    const message = `${verb === "retry" ? "Retry" : "Cancel"} ${amount} ${which} job(s) matching ${scope}?`;
-    confirmDialog(`Bulk ${verb}`, message, verb === "retry" ? "Retry them" : "Cancel them", verb === "cancel", async () => {
+    const undo = verb === "delete" ? " Their history goes too; this cannot be undone." : "";
+    const message = `${VERBS[verb].label} ${amount} ${which} job(s) matching ${scope}?${undo}`;
+    confirmDialog(`Bulk ${verb}`, message, `${VERBS[verb].label} them`, verb !== "retry", async () => {
       const body = { ...filter };
       if (body.state) body.state = body.state.split(",").map((st) => st.trim()).filter(Boolean);
       const result = await postJSON(`/api/jobs/bulk/${verb}`, body);
       loop.refresh();
-      return `${verb === "retry" ? "Retried" : "Cancelled"} ${count(result.count)} job(s).`;
+      return `${VERBS[verb].done} ${count(result.count)} job(s).`;
     });
   }
 
@@ -135,31 +288,44 @@ export function renderJobs(root, config, params) {
   appendChildren(root,
     h("h1", { text: "Jobs" }),
     presets(config, () => loop && loop.refresh()),
+    tabs,
     form,
     h("div", { class: "toolbar" },
       h("label", { class: "switch" }, live, " live"),
       newer, older, pageLabel, bulk),
+    selectionBar,
     h("table", { class: "grid jobs" },
-      h("thead", {}, h("tr", {}, ["id", "kind", "queue", "state", "attempt", "prio", "tenant", "when", "worker", "last error", ""].map((t) =>
-        h("th", { class: t === "attempt" || t === "prio" ? "num" : null, text: t })))),
+      h("thead", {}, h("tr", {},
+        selectAll ? h("th", { class: "select" }, selectAll) : null,
+        ["id", "kind", "queue", "state", "attempt", "prio", "tenant", "when", "worker", "last error", ""].map((t) =>
+          h("th", { class: t === "attempt" || t === "prio" ? "num" : null, text: t })))),
       rows),
     empty,
   );
 
   loop = poller(async () => {
     const cursor = cursors[cursors.length - 1];
-    const data = await getJSON(`/api/jobs${query({ ...filter, cursor, limit: PAGE_SIZE })}`);
+    const { state: _state, ...others } = filter;
+    const [data, counts] = await Promise.all([
+      getJSON(`/api/jobs${query({ ...filter, cursor, limit: PAGE_SIZE })}`),
+      getJSON(`/api/jobs/counts${query(others)}`),
+    ]);
+    showCounts(counts);
     const now = parseTime(data.now);
+    for (const job of data.jobs) {
+      if (selected.has(job.id)) selected.set(job.id, job.state);
+    }
     empty.hidden = data.jobs.length > 0;
     newer.disabled = cursors.length <= 1;
     older.disabled = !data.next_cursor;
     older.dataset.cursor = data.next_cursor || "";
     pageLabel.textContent = `page ${cursors.length}`;
     replaceChildren(rows, data.jobs.map((job) => h("tr", { "data-job": String(job.id) },
+      rowBox(job),
       h("td", { class: "mono" }, h("a", { href: `#/jobs/${job.id}` }, String(job.id))),
       h("td", { class: "kind" }, job.kind),
       h("td", {}, job.queue),
-      h("td", {}, badge(displayState(job, now)), progressBar(job)),
+      h("td", {}, badge(displayState(job, now)), progressBar(job), blockedLine(job)),
       h("td", { class: "num" }, `${job.attempt}/${job.max_attempts}`),
       h("td", { class: "num" }, String(job.priority)),
       h("td", {}, job.tenant || ""),
@@ -170,6 +336,7 @@ export function renderJobs(root, config, params) {
       h("td", { class: job.state === "succeeded" ? "error-cell muted" : "error-cell", title: errorPreview(job) }, errorPreview(job)),
       h("td", { class: "row-actions" }, actionButtons(job, config, () => loop.refresh())),
     )));
+    syncSelection();
   });
   return loop;
 }

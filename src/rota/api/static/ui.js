@@ -1,7 +1,9 @@
-// Pieces every view uses: the notice line, live polling, the demo presets, the confirm dialog.
+// Pieces every view uses: the notice line, live polling, the demo presets, the confirm dialog,
+// the UTC / local time switch.
 
 import { ApiError, postJSON } from "./api.js";
 import { h, replaceChildren } from "./dom.js";
+import { setTimeMode, timeMode } from "./format.js";
 
 let noticeTimer = null;
 
@@ -117,16 +119,42 @@ export function presets(config, onDone) {
   return h("div", { class: "presets" }, h("span", { class: "muted" }, "Demo: "), buttons);
 }
 
+// The header's switch between UTC and the browser's zone; `onChange` redraws the view.
+export function timeToggle(onChange) {
+  const label = () => (timeMode() === "local" ? "local time" : "UTC");
+  const button = h("button", {
+    type: "button",
+    id: "time-mode",
+    class: "link",
+    title: "Show times in UTC or in this browser's time zone",
+  }, label());
+  button.addEventListener("click", () => {
+    setTimeMode(timeMode() === "local" ? "utc" : "local");
+    button.textContent = label();
+    onChange();
+  });
+  return button;
+}
+
 // A modal asking to confirm `message`; `action` runs on confirm and returns the result text.
-// Without an action it only informs.
-export function confirmDialog(title, message, confirmLabel, destructive, action) {
+// Without an action it only informs. Navigating away (a link, the browser's Back) closes it:
+// what it asked about belongs to the page that was left. `onClose` runs once it closed.
+export function confirmDialog(title, message, confirmLabel, destructive, action, onClose) {
   const body = h("p", { class: "dialog-text" }, message);
   const confirm = h("button", { type: "button", class: destructive ? "danger" : "primary" }, confirmLabel);
   const cancel = h("button", { type: "button" }, action ? "Cancel" : "Close");
   const dialog = h("dialog", { class: "confirm" },
     h("h2", { text: title }), body, h("div", { class: "dialog-actions" }, cancel, action ? confirm : null));
   cancel.addEventListener("click", () => dialog.close());
-  dialog.addEventListener("close", () => dialog.remove());
+  const leave = () => dialog.close();
+  window.addEventListener("hashchange", leave);
+  window.addEventListener("popstate", leave);
+  dialog.addEventListener("close", () => {
+    window.removeEventListener("hashchange", leave);
+    window.removeEventListener("popstate", leave);
+    dialog.remove();
+    if (onClose) onClose();
+  });
   confirm.addEventListener("click", async () => {
     confirm.disabled = true;
     try {
