@@ -17,6 +17,7 @@ from rota.api.context import ApiContext
 from rota.api.schemas import BlockerOut
 from rota.domain.blockers import FlowSnapshot, LimitUse, blockers, is_held
 from rota.domain.job import Job
+from rota.store.base import kinds_by_queue
 
 
 async def flow_snapshot(ctx: ApiContext, now: datetime) -> FlowSnapshot:
@@ -25,7 +26,9 @@ async def flow_snapshot(ctx: ApiContext, now: datetime) -> FlowSnapshot:
     queues = await store.list_queues()
     limits = await store.list_limits(now=now)
     workers = await ctx.client.workers()
+    live = [worker for worker in workers if worker.is_alive(now, ctx.heartbeat)]
     flow = FlowSnapshot.of(
+        served_kinds=kinds_by_queue((worker.queues, worker.kinds) for worker in live),
         paused_queues=[queue.name for queue in queues if queue.paused],
         limits=[LimitUse(info.limit, info.running, info.recent_starts) for info in limits],
         served_queues=[

@@ -403,6 +403,7 @@ BlockedName = Literal[
     "kind_rate",
     "tenant_rate",
     "no_worker",
+    "no_worker_for_kind",
 ]
 
 

@@ -31,6 +31,8 @@ class Blocked(StrEnum):
     KIND_RATE = "kind_rate"  #: the kind's rate limit used its starts for the period
     TENANT_RATE = "tenant_rate"  #: the tenant's rate limit used its starts for the period
     NO_WORKER = "no_worker"  #: no live worker claims from the job's queue
+    #: the live workers of the job's queue all listed their kinds, none of them the job's
+    NO_WORKER_FOR_KIND = "no_worker_for_kind"
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +65,9 @@ class FlowSnapshot:
     tenant_running: Mapping[str, int] = field(default_factory=dict)
     #: Queues some live worker claims from; None when unknown (then never a blocker).
     served_queues: frozenset[str] | None = None
+    #: The kinds the live workers of each served queue run; a queue is absent, or None, when
+    #: one of its workers did not list its kinds (it may run any).
+    served_kinds: Mapping[str, frozenset[str] | None] = field(default_factory=dict)
 
     @classmethod
     def of(
@@ -72,12 +77,17 @@ class FlowSnapshot:
         limits: Iterable[LimitUse] = (),
         tenant_running: Mapping[str, int] | None = None,
         served_queues: Iterable[str] | None = None,
+        served_kinds: Mapping[str, Iterable[str] | None] | None = None,
     ) -> FlowSnapshot:
         return cls(
             paused_queues=frozenset(paused_queues),
             limits={use.limit.ident: use for use in limits},
             tenant_running=dict(tenant_running or {}),
             served_queues=None if served_queues is None else frozenset(served_queues),
+            served_kinds={
+                queue: None if kinds is None else frozenset(kinds)
+                for queue, kinds in (served_kinds or {}).items()
+            },
         )
 
     @property
@@ -118,6 +128,13 @@ def blockers(job: Job, now: datetime, flow: FlowSnapshot) -> list[Blocker]:
         found.extend(_limit_blockers(flow, scope, name))
     if flow.served_queues is not None and job.queue not in flow.served_queues:
         found.append(Blocker(Blocked.NO_WORKER, f"no live worker claims from queue {job.queue}"))
+    elif (kinds := flow.served_kinds.get(job.queue)) is not None and job.kind not in kinds:
+        found.append(
+            Blocker(
+                Blocked.NO_WORKER_FOR_KIND,
+                f"no live worker of queue {job.queue} runs kind {job.kind} (a deploy pending?)",
+            )
+        )
     return found
 
 

@@ -66,6 +66,14 @@ async def test_not_due_follows_the_store_clock_and_no_worker_the_registry(
     assert why((await api.get(path)).json()) == [
         ("no_worker", "no live worker claims from queue default")
     ]
+    # A worker of older code, which lists its kinds and not this one (a rolling deploy).
+    await store.register_worker(WorkerInfo("w2", "host", 2, ("default",), 4, kinds=("pdf",)))
+    assert why((await api.get(path)).json()) == [
+        (
+            "no_worker_for_kind",
+            "no live worker of queue default runs kind email (a deploy pending?)",
+        )
+    ]
 
 
 async def test_a_tenant_at_its_every_tenant_cap_is_named_with_its_own_count(

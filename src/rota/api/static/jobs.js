@@ -49,6 +49,7 @@ const BLOCKED_LABELS = {
   kind_rate: "kind rate",
   tenant_rate: "tenant rate",
   no_worker: "no worker",
+  no_worker_for_kind: "no worker for kind",
 };
 
 export function blockedLabel(blocker) {
