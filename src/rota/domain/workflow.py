@@ -5,7 +5,10 @@ A job with parents starts ``waiting`` and becomes ``pending`` (claimable) once e
 parent is satisfied: the parent succeeded, or it ended dead or cancelled on an edge whose
 ``on_parent_failure`` is ``"run"``. On a ``"cancel"`` edge (the default) a parent that ends
 dead or cancelled cancels the child, with a reason naming that parent; retrying that parent
-puts the child back to waiting. Stores count the unsatisfied edges of each job
+puts the child back to waiting. A parent deleted before its end (or a finished one deleted
+while a retried child still waits for it) counts as one that ended without succeeding: its
+"cancel" children are cancelled with a reason naming it, its "run" children no longer wait for
+it, and nothing can re-arm them. Stores count the unsatisfied edges of each job
 (``Job.waiting_on``) and update only the direct children of the job whose state changed.
 """
 
@@ -36,6 +39,11 @@ def check_policy(value: object) -> str:
 def cancel_reason(parent_id: int, state: JobState) -> str:
     """The last_error of a job cancelled because its parent ended dead or cancelled."""
     return f"cancelled: parent job {parent_id} ended {state}"
+
+
+def deleted_reason(parent_id: int) -> str:
+    """The last_error of a waiting job cancelled because its parent was deleted."""
+    return f"cancelled: parent job {parent_id} was deleted"
 
 
 @dataclass(frozen=True, slots=True)

@@ -425,7 +425,13 @@ class Store(Protocol):
     async def delete(self, job_id: int) -> Job:
         """Remove a pending or finished job and its attempt history at once; return the job
         as it was. JobNotFound; JobRunning (nothing changes) while a worker holds it: cancel
-        it first. A deleted job's unique key and schedule slot are free again."""
+        it first. A deleted job's unique key and schedule slot are free again.
+
+        Deleting a workflow job settles the children it still holds up, in the same
+        transaction, as if it had ended without succeeding: a waiting child on a "cancel" edge
+        is cancelled ("cancelled: parent job N was deleted"), and one on a "run" edge stops
+        waiting for it (pending once nothing else holds it). The same holds for ``purge`` and
+        ``prune``; children deleted together with their parent are simply gone."""
         ...
 
     async def purge(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:

@@ -53,7 +53,7 @@ from rota.domain.job import (
 from rota.domain.lease import Lease
 from rota.domain.schedule import ScheduleSpec
 from rota.domain.schedule_state import Firing, Schedule, decide, upserted
-from rota.domain.workflow import Workflow, cancel_reason, plan, resolve
+from rota.domain.workflow import Workflow, cancel_reason, deleted_reason, plan, resolve
 from rota.store.base import (
     MAX_BULK,
     MAX_PAGE_SIZE,
@@ -669,6 +669,31 @@ class MemoryStore:
                     child, at, JobState.CANCELLED, Outcome.CANCELLED, cancel_reason(parent, state)
                 )
 
+    def _orphan_children(self, doomed: set[int], at: datetime) -> None:
+        """The jobs ``doomed`` are about to be deleted (the lock held): each edge by which one
+        still holds a child up stops counting; a waiting child on a "cancel" edge is cancelled
+        naming the deleted parent, and one whose last such edge it was becomes pending, as if
+        the parent had ended dead or cancelled. Children deleted with them are left alone."""
+        for parent in sorted(doomed):
+            for edge in self._children.get(parent, []):
+                child = self._jobs.get(edge.child)
+                if edge.satisfied or child is None or child.id in doomed:
+                    continue
+                edge.satisfied = True
+                child = replace(child, waiting_on=child.waiting_on - 1)
+                self._jobs[child.id] = child
+                if self._blocked_by.get(child.id) == parent:
+                    del self._blocked_by[child.id]  # nothing can re-arm it any more
+                if child.state is not JobState.WAITING:
+                    continue
+                if edge.policy == "cancel":
+                    self._finish(
+                        child, at, JobState.CANCELLED, Outcome.CANCELLED, deleted_reason(parent)
+                    )
+                elif child.waiting_on == 0:
+                    self._jobs[child.id] = replace(child, state=JobState.PENDING)
+                    self._announce(child.run_at)
+
     def _forget_edges(self, job_id: int) -> None:
         """Drop a pruned job's edges, both ways (what ON DELETE CASCADE does in SQL)."""
         for edge in self._children.pop(job_id, []):
@@ -819,12 +844,14 @@ class MemoryStore:
             job = self._get(job_id)
             if job.state is JobState.RUNNING:
                 raise JobRunning(job_id, "delete")
+            self._orphan_children({job_id}, self._now(None))
             self._forget(job)
             return job
 
     async def purge(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
         with self._lock:
             chosen = self._matching(filter, FINISHED_STATES, limit)
+            self._orphan_children({job.id for job in chosen}, self._now(None))
             for job in chosen:
                 self._forget(job)
             return len(chosen)
@@ -994,6 +1021,7 @@ class MemoryStore:
                 and job.finished_at < cutoff
             )
             doomed = [job_id for _, job_id in finished[: max(0, limit)]]
+            self._orphan_children(set(doomed), self._now(None))
             for job_id in doomed:
                 job = self._jobs.pop(job_id)
                 self._history.pop(job_id, None)

@@ -326,7 +326,9 @@ class SqliteStore:
         )
 
     async def delete(self, job_id: int) -> Job:
-        return await self._db.write(lambda conn: jobs.delete(conn, job_id))
+        job, released = await self._db.write(lambda conn: jobs.delete(conn, job_id, self._at(None)))
+        self._woken(released)
+        return job
 
     async def reschedule(self, job_id: int, edit: JobEdit, *, now: datetime | None = None) -> Job:
         job: Job = await self._db.write(
@@ -336,7 +338,11 @@ class SqliteStore:
         return job
 
     async def purge(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
-        return await self._db.write(lambda conn: jobs.purge(conn, filter, limit))
+        count, released = await self._db.write(
+            lambda conn: jobs.purge(conn, filter, limit, self._at(None))
+        )
+        self._woken(released)
+        return count
 
     # ------------------------------------------------------------------ workflows
 
@@ -412,7 +418,7 @@ class SqliteStore:
 
     async def prune(self, *, older_than: datetime, limit: int = 10_000) -> int:
         cutoff = utc(older_than)
-        return await self._db.write(lambda conn: jobs.prune(conn, cutoff, limit))
+        return await self._db.write(lambda conn: jobs.prune(conn, cutoff, limit, self._at(None)))
 
     # ------------------------------------------------------------------ flow control
 
