@@ -422,8 +422,9 @@ RETURNING {job_columns}
 ), {wake}
 SELECT done.* FROM done, woke;
 
--- name: cancel
-WITH done AS (
+-- name: _cancelling
+-- What cancelling a job writes, for cancel and cancel_workflow alike: a running job's attempt
+-- joins its history as cancelled.
 UPDATE rota_jobs SET state = 'cancelled', lease_until = NULL,
     finished_at = coalesce(%(now)s::timestamptz, now()),
     history = CASE WHEN state = 'running' THEN
@@ -433,6 +434,10 @@ UPDATE rota_jobs SET state = 'cancelled', lease_until = NULL,
             'finished_us', (extract(epoch FROM coalesce(%(now)s::timestamptz, now())) * 1000000)::bigint,
             'outcome', 'cancelled'))
         ELSE history END
+
+-- name: cancel
+WITH done AS (
+{_cancelling}
 WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('waiting', 'pending', 'running')
 RETURNING {job_columns}
 ), tally AS ({tally}), {finished}
@@ -749,15 +754,7 @@ ORDER BY d.child_id, d.parent_id;
 -- Every unfinished job of a workflow, as the cancel statement does for one job; the trigger
 -- of 012_workflows finds nothing left to cancel below them.
 WITH done AS (
-UPDATE rota_jobs SET state = 'cancelled', lease_until = NULL,
-    finished_at = coalesce(%(now)s::timestamptz, now()),
-    history = CASE WHEN state = 'running' THEN
-        coalesce(history, '[]'::jsonb) || jsonb_build_array(jsonb_build_object(
-            'attempt', attempt, 'token', lease_token, 'worker', worker,
-            'started_us', (extract(epoch FROM started_at) * 1000000)::bigint,
-            'finished_us', (extract(epoch FROM coalesce(%(now)s::timestamptz, now())) * 1000000)::bigint,
-            'outcome', 'cancelled'))
-        ELSE history END
+{_cancelling}
 WHERE id IN (SELECT id FROM rota_jobs WHERE workflow = %(workflow)s
                AND state IN ('waiting', 'pending', 'running') ORDER BY id FOR UPDATE)
 RETURNING id, state
