@@ -432,9 +432,11 @@ class App:
         With ``connection`` (a psycopg AsyncConnection on the same PostgreSQL database) the job
         is written inside that connection's transaction: it exists only if that commits.
         With ``depends_on`` (job ids) the job waits until every one of them succeeded; when
-        one ends dead or cancelled it is cancelled too, or runs anyway with
-        ``on_parent_failure="run"`` (rota.domain.workflow). Raises InvalidJob naming the field
-        for bad input, an unknown parent included; nothing is written then.
+        one ends dead or cancelled (or is deleted) it is cancelled too, or runs anyway with
+        ``on_parent_failure="run"`` (rota.domain.workflow); ``depends_on`` and
+        ``connection`` combine (the parents are looked up, and locked, in that transaction).
+        Raises InvalidJob naming the field for bad input, an unknown parent included;
+        nothing is written then.
         """
         spec = self.spec(
             kind,
@@ -455,24 +457,51 @@ class App:
         )
         store = await self.open()
         if depends_on is not None:
+            graph = workflows.graph_after(spec, depends_on, on_parent_failure)
             if connection is not None:
-                raise InvalidInput("depends_on cannot be combined with connection")
-            return await workflows.enqueue_after(store, spec, depends_on, on_parent_failure)
+                [job] = await _transactional(store).enqueue_workflow_on(connection, graph)
+                return EnqueueResult(job)
+            [job] = await store.enqueue_workflow(graph)
+            return EnqueueResult(job)
         if connection is not None:
             [result] = await _transactional(store).enqueue_on(connection, [spec])
             return result
         [result] = await store.enqueue([spec])
         return result
 
-    async def enqueue_workflow(self, graph: Workflow) -> WorkflowRun:
+    async def enqueue_workflow(self, graph: Workflow, *, connection: Any = None) -> WorkflowRun:
         """Write a whole graph of jobs (``rota.Workflow``, ``chain``, ``group``, ``chord``)
         in one transaction, checked before anything is written: at most MAX_WORKFLOW_JOBS
         jobs, no unique keys, parents known (InvalidJob otherwise). Returns its workflow id,
-        jobs and edges."""
+        jobs and edges. With ``connection`` (a psycopg AsyncConnection) the graph joins that
+        connection's transaction, as in ``enqueue``."""
+        self._check_kinds(graph)
+        store = await self.open()
+        if connection is not None:
+            jobs = await _transactional(store).enqueue_workflow_on(connection, graph)
+            return workflows.run_of(graph, jobs)
+        return await workflows.enqueue_workflow(store, graph)
+
+    def enqueue_workflow_sync(self, graph: Workflow, *, connection: Any = None) -> WorkflowRun:
+        """``enqueue_workflow`` for synchronous code (Django, Flask); with ``connection`` (a
+        sync psycopg Connection) the graph joins that connection's transaction. Bad input
+        raises before anything is written."""
+        self._check_kinds(graph)
+        if connection is not None:
+            jobs = _transactional(self._sync_store()).enqueue_workflow_on_sync(connection, graph)
+            return workflows.run_of(graph, jobs)
+        run: WorkflowRun = self._on_bridge(self._workflow_on_bridge(graph))
+        return run
+
+    def _check_kinds(self, graph: Workflow) -> None:
+        graph = workflows.checked(graph)
         accepted = self.registry.accepted_kinds()
         for spec in graph.specs:
             check_known_kind(spec.kind, accepted)
-        return await workflows.enqueue_workflow(await self.open(), graph)
+
+    async def _workflow_on_bridge(self, graph: Workflow) -> WorkflowRun:
+        assert self._bridge is not None
+        return await workflows.enqueue_workflow(await self._bridge.store(), graph)
 
     async def workflow(self, workflow_id: int) -> WorkflowRun:
         """The workflow's jobs (with their states) and edges. WorkflowNotFound."""
@@ -497,25 +526,52 @@ class App:
         return await store.enqueue(batch)
 
     def enqueue_sync(
-        self, kind: str, payload: Any = None, *, connection: Any = None, **options: Any
+        self,
+        kind: str,
+        payload: Any = None,
+        *,
+        connection: Any = None,
+        depends_on: Iterable[int] | None = None,
+        on_parent_failure: str = "cancel",
+        **options: Any,
     ) -> EnqueueResult:
         """``enqueue`` for synchronous code (Django, Flask). With ``connection`` (a sync psycopg
-        Connection) the job joins that connection's transaction. Bad input (an unknown kind
-        included) raises InvalidInput before anything is opened or written."""
+        Connection) the job joins that connection's transaction; ``depends_on`` and
+        ``on_parent_failure`` as in ``enqueue``, with or without ``connection``. Bad input (an
+        unknown kind included) raises InvalidInput before anything is opened or written."""
         spec = self.spec(kind, payload, **options)
+        graph = (
+            None
+            if depends_on is None
+            else workflows.graph_after(spec, depends_on, on_parent_failure)
+        )
         if connection is not None:
-            store = self._store or open_store(self.database_url, clock=self._clock)
-            self._store = store
-            [joined] = _transactional(store).enqueue_on_sync(connection, [spec])
+            joining = _transactional(self._sync_store())
+            if graph is not None:
+                [job] = joining.enqueue_workflow_on_sync(connection, graph)
+                return EnqueueResult(job)
+            [joined] = joining.enqueue_on_sync(connection, [spec])
             return joined
-        if self._bridge is None:
-            self._bridge = _SyncBridge(self)
-        result: EnqueueResult = self._bridge.call(self._enqueue_on_bridge(spec))
+        result: EnqueueResult = self._on_bridge(self._enqueue_on_bridge(spec, graph))
         return result
 
-    async def _enqueue_on_bridge(self, spec: JobSpec) -> EnqueueResult:
+    def _sync_store(self) -> Store:
+        """The store whose statements run on a caller's sync connection (no pool is used)."""
+        store = self._store or open_store(self.database_url, clock=self._clock)
+        self._store = store
+        return store
+
+    def _on_bridge(self, coro: Any) -> Any:
+        if self._bridge is None:
+            self._bridge = _SyncBridge(self)
+        return self._bridge.call(coro)
+
+    async def _enqueue_on_bridge(self, spec: JobSpec, graph: Workflow | None) -> EnqueueResult:
         assert self._bridge is not None
         store = await self._bridge.store()
+        if graph is not None:
+            [job] = await store.enqueue_workflow(graph)
+            return EnqueueResult(job)
         [result] = await store.enqueue([spec])
         return result
 
@@ -566,9 +622,7 @@ class App:
 
     def result_sync(self, job_id: int, *, timeout: timedelta | float | None = None) -> Any:
         """``result`` for synchronous code (Django, Flask), on the ``enqueue_sync`` bridge."""
-        if self._bridge is None:
-            self._bridge = _SyncBridge(self)
-        return self._bridge.call(self._result_on_bridge(job_id, timeout))
+        return self._on_bridge(self._result_on_bridge(job_id, timeout))
 
     async def _result_on_bridge(
         self,
@@ -803,6 +857,10 @@ class _TransactionalStore(Protocol):
     ) -> list[EnqueueResult]: ...
 
     def enqueue_on_sync(self, connection: Any, specs: Sequence[JobSpec]) -> list[EnqueueResult]: ...
+
+    async def enqueue_workflow_on(self, connection: Any, graph: Workflow) -> list[Job]: ...
+
+    def enqueue_workflow_on_sync(self, connection: Any, graph: Workflow) -> list[Job]: ...
 
 
 def _transactional(store: Store) -> _TransactionalStore:

@@ -47,25 +47,42 @@ def parent_list(depends_on: object) -> list[int]:
     return ids
 
 
+def graph_after(
+    spec: JobSpec, depends_on: Iterable[int], on_parent_failure: str = "cancel"
+) -> Workflow:
+    """The one-job graph of ``spec`` running once every job of ``depends_on`` succeeded;
+    InvalidJob for a bad list or policy."""
+    parents = parent_list(depends_on)
+    check_policy(on_parent_failure)
+    graph = Workflow()
+    graph.add(spec, after=parents, on_parent_failure=on_parent_failure)
+    return graph
+
+
 async def enqueue_after(
     store: Store, spec: JobSpec, depends_on: Iterable[int], on_parent_failure: str = "cancel"
 ) -> EnqueueResult:
     """Enqueue ``spec`` to run once every job of ``depends_on`` succeeded (see
     ``Store.enqueue_workflow``). InvalidJob for an unknown parent; nothing is written then."""
-    parents = parent_list(depends_on)
-    check_policy(on_parent_failure)
-    graph = Workflow()
-    graph.add(spec, after=parents, on_parent_failure=on_parent_failure)
-    [job] = await store.enqueue_workflow(graph)
+    [job] = await store.enqueue_workflow(graph_after(spec, depends_on, on_parent_failure))
     return EnqueueResult(job)
+
+
+def checked(graph: object) -> Workflow:
+    """``graph`` if it is a Workflow; InvalidJob otherwise."""
+    if not isinstance(graph, Workflow):
+        raise InvalidJob("workflow", "must be a rota.Workflow (see rota.chain, group, chord)")
+    return graph
 
 
 async def enqueue_workflow(store: Store, graph: Workflow) -> WorkflowRun:
     """Write the whole graph in one transaction; its workflow id and jobs (in the graph's
     order) and edges."""
-    if not isinstance(graph, Workflow):
-        raise InvalidJob("workflow", "must be a rota.Workflow (see rota.chain, group, chord)")
-    jobs = await store.enqueue_workflow(graph)
+    return run_of(graph, await store.enqueue_workflow(checked(graph)))
+
+
+def run_of(graph: Workflow, jobs: list[Job]) -> WorkflowRun:
+    """The WorkflowRun of ``graph`` written as ``jobs`` (in the graph's order)."""
     ids = [job.id for job in jobs]
     edges = [_edge(edge, ids) for edge in graph.edges]
     return WorkflowRun(jobs[0].workflow or ids[0], jobs, edges)
