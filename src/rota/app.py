@@ -38,7 +38,7 @@ from rota.domain.job import (
 )
 from rota.domain.retry import RetryPolicy
 from rota.domain.schedule import Misfire, Overlap, Rule, ScheduleSpec
-from rota.domain.workflow import Workflow
+from rota.domain.workflow import Workflow, WorkflowBuilder
 from rota.observability.metrics import Metrics, serve_metrics
 from rota.results import ResultWaiter
 from rota.runtime.hooks import Hook, Hooks, Middleware
@@ -167,7 +167,8 @@ class App:
         self,
         name: str,
         *,
-        kind: str,
+        kind: str | None = None,
+        workflow: WorkflowBuilder | None = None,
         cron: str | None = None,
         every: timedelta | float | None = None,
         timezone: str = "UTC",
@@ -189,12 +190,21 @@ class App:
         accept seconds. Validated now: InvalidSchedule names the field. Every worker this App
         starts upserts its schedules (definition fields from code win; a pause set at run time
         is kept) and fires them.
+
+        With ``workflow`` instead of ``kind`` (a function of a ``rota.ScheduledRun`` returning
+        a ``rota.Workflow``), each slot writes that whole graph, atomically with the slot's
+        claim, exactly once per slot (see ``workflow_schedule``).
         """
         if name in self._schedules:
             raise InvalidSchedule("name", f"schedule {name!r} is already defined")
+        if (kind is None) == (workflow is None):
+            raise InvalidSchedule("kind", "give exactly one of kind or workflow")
+        if workflow is not None and not callable(workflow):
+            raise InvalidSchedule("workflow", "must be a function returning a rota.Workflow")
         options: dict[str, Any] = {
             "name": name,
-            "kind": kind,
+            "kind": name if workflow is not None else kind,
+            "workflow": workflow,
             "cron": cron,
             "every": every,
             "timezone": timezone,
@@ -212,6 +222,37 @@ class App:
         spec = self._schedule_spec(options)
         self._schedules[name] = options
         return spec
+
+    def workflow_schedule(
+        self, name: str, **options: Any
+    ) -> Callable[[WorkflowBuilder], WorkflowBuilder]:
+        """Decorate a builder: a schedule ``name`` (``cron=`` or ``every=`` and the policies of
+        ``schedule``) whose every slot writes the graph the builder returns for it.
+
+        The builder gets a ``rota.ScheduledRun`` (schedule, slot_at, payload) and returns a
+        ``rota.Workflow``; it runs inside the transaction that claims the slot, so it must be
+        quick and do no I/O. The graph is written whole in that transaction, its first job
+        holding the slot's unique key: one graph per slot however many workers fire. Overlap
+        (``overlap="skip"``, the default) waits for the whole previous workflow. A builder
+        that raises (or returns something else, or a kind this App has no handler for) skips
+        that slot with an error in the log; the schedule goes on.
+        """
+
+        def register(builder: WorkflowBuilder) -> WorkflowBuilder:
+            self.schedule(name, workflow=builder, **options)
+            return builder
+
+        return register
+
+    def workflow_builders(self) -> dict[str, WorkflowBuilder]:
+        """The builders of this App's workflow schedules, by schedule name, each checking the
+        kinds of the graph it returns against this App's handlers."""
+        accepted = self.registry.accepted_kinds()
+        return {
+            name: workflows.checking_kinds(options["workflow"], accepted)
+            for name, options in self._schedules.items()
+            if options.get("workflow") is not None
+        }
 
     @property
     def schedules(self) -> list[ScheduleSpec]:
@@ -249,6 +290,7 @@ class App:
             misfire=options["misfire"],
             misfire_limit=options["misfire_limit"],
             overlap=options["overlap"],
+            workflow=options.get("workflow") is not None,
             **fields,
         )
 
@@ -258,7 +300,8 @@ class App:
         then fires every due slot."""
         store = store or self.store
         specs = self.schedules
-        unknown = sorted({spec.kind for spec in specs} - set(self.registry.kinds()))
+        kinds = {spec.kind for spec in specs if not spec.workflow}
+        unknown = sorted(kinds - set(self.registry.kinds()))
         if unknown:
             log.warning(
                 "schedules enqueue kinds with no handler in this app: %s", ", ".join(unknown)
@@ -267,6 +310,7 @@ class App:
         return Scheduler(
             store,
             specs=specs,
+            workflows=self.workflow_builders(),
             metrics=self.metrics,
             max_wait=PUSHED_MAX_WAIT if pushed else MAX_WAIT,
         )

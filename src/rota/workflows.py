@@ -3,12 +3,12 @@ look at one, cancel one. ``App`` forwards to these; the rules are rota.domain.wo
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 from rota.domain.errors import InvalidJob, WorkflowNotFound
-from rota.domain.job import EnqueueResult, Job, JobSpec, JobState
-from rota.domain.workflow import Edge, Workflow, check_policy
+from rota.domain.job import EnqueueResult, Job, JobSpec, JobState, check_known_kind
+from rota.domain.workflow import Edge, ScheduledRun, Workflow, WorkflowBuilder, check_policy
 from rota.store.base import Store
 
 
@@ -86,6 +86,20 @@ def run_of(graph: Workflow, jobs: list[Job]) -> WorkflowRun:
     ids = [job.id for job in jobs]
     edges = [_edge(edge, ids) for edge in graph.edges]
     return WorkflowRun(jobs[0].workflow or ids[0], jobs, edges)
+
+
+def checking_kinds(builder: WorkflowBuilder, accepted: Collection[str] | None) -> WorkflowBuilder:
+    """``builder`` whose graphs are refused (InvalidInput) when a job's kind is not in
+    ``accepted`` (None: any kind), as ``App.enqueue_workflow`` refuses them."""
+
+    def build(run: ScheduledRun) -> Workflow:
+        graph = builder(run)
+        if isinstance(graph, Workflow):
+            for spec in graph.specs:
+                check_known_kind(spec.kind, accepted)
+        return graph
+
+    return build
 
 
 def _edge(edge: Edge, ids: list[int]) -> tuple[int, int, str]:

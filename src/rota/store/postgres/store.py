@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -50,7 +50,7 @@ from rota.domain.job import (
 from rota.domain.lease import Lease
 from rota.domain.schedule import ScheduleSpec
 from rota.domain.schedule_state import Firing, Schedule
-from rota.domain.workflow import Workflow
+from rota.domain.workflow import Workflow, WorkflowBuilder
 from rota.store.base import (
     MAX_BULK,
     MAX_PAGE_SIZE,
@@ -851,20 +851,32 @@ class PostgresStore:
         if not await self._fetch("delete_schedule", {"name": name}):
             raise ScheduleNotFound(name)
 
-    async def trigger_schedule(self, name: str, *, now: datetime | None = None) -> EnqueueResult:
+    async def trigger_schedule(
+        self,
+        name: str,
+        *,
+        now: datetime | None = None,
+        workflows: Mapping[str, WorkflowBuilder] | None = None,
+    ) -> EnqueueResult:
         result: EnqueueResult = await self._run_flow(
-            schedules.trigger_flow(name, self._now(now), enqueue_flow)
+            schedules.trigger_flow(name, self._now(now), enqueue_flow, workflows or {})
         )
         return result
 
-    async def fire_due(self, *, now: datetime | None = None, limit: int = 100) -> list[Firing]:
+    async def fire_due(
+        self,
+        *,
+        now: datetime | None = None,
+        limit: int = 100,
+        workflows: Mapping[str, WorkflowBuilder] | None = None,
+    ) -> list[Firing]:
         firings: list[Firing] = await self._run_flow(
-            schedules.fire_flow(self._now(now), limit, enqueue_flow)
+            schedules.fire_flow(self._now(now), limit, enqueue_flow, workflows or {})
         )
         return firings
 
-    async def next_fire_at(self) -> datetime | None:
-        [(due,)] = await self._fetch("next_fire_at", {})
+    async def next_fire_at(self, *, workflows: Collection[str] | None = None) -> datetime | None:
+        [(due,)] = await self._fetch("next_fire_at", {"workflows": sorted(workflows or ())})
         return due  # type: ignore[no-any-return]
 
     # ------------------------------------------------------------------ flow control

@@ -159,6 +159,12 @@ def _holder(conn: sqlite3.Connection, spec: JobSpec, slot_us: int | None, at_us:
     return None
 
 
+def slot_job(conn: sqlite3.Connection, schedule: str, slot_at: datetime) -> Job | None:
+    """The job that holds ``schedule``'s slot ``slot_at``, if any."""
+    row = conn.execute(_BY_SLOT, (schedule, to_us(slot_at))).fetchone()
+    return None if row is None else job_from_row(row)
+
+
 # ------------------------------------------------------------------ operator verbs
 
 

@@ -13,7 +13,7 @@ import logging
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from functools import partial
 
@@ -33,7 +33,7 @@ from rota.domain.job import (
 from rota.domain.lease import Lease
 from rota.domain.schedule import ScheduleSpec
 from rota.domain.schedule_state import Firing, Schedule
-from rota.domain.workflow import Workflow
+from rota.domain.workflow import Workflow, WorkflowBuilder
 from rota.store.base import (
     MAX_BULK,
     Beat,
@@ -496,19 +496,31 @@ class SqliteStore:
     async def delete_schedule(self, name: str) -> None:
         await self._db.write(lambda conn: schedules.delete(conn, name))
 
-    async def trigger_schedule(self, name: str, *, now: datetime | None = None) -> EnqueueResult:
+    async def trigger_schedule(
+        self,
+        name: str,
+        *,
+        now: datetime | None = None,
+        workflows: Mapping[str, WorkflowBuilder] | None = None,
+    ) -> EnqueueResult:
         result, earliest = await self._db.write(
-            lambda conn: schedules.trigger(conn, name, self._at(now))
+            lambda conn: schedules.trigger(conn, name, self._at(now), workflows or {})
         )
         self._woken(earliest)
         return result
 
-    async def fire_due(self, *, now: datetime | None = None, limit: int = 100) -> list[Firing]:
+    async def fire_due(
+        self,
+        *,
+        now: datetime | None = None,
+        limit: int = 100,
+        workflows: Mapping[str, WorkflowBuilder] | None = None,
+    ) -> list[Firing]:
         firings, earliest = await self._db.write(
-            lambda conn: schedules.fire_due(conn, self._at(now), limit)
+            lambda conn: schedules.fire_due(conn, self._at(now), limit, workflows or {})
         )
         self._woken(earliest)
         return firings
 
-    async def next_fire_at(self) -> datetime | None:
-        return await self._db.read(schedules.next_fire_at)
+    async def next_fire_at(self, *, workflows: Collection[str] | None = None) -> datetime | None:
+        return await self._db.read(lambda conn: schedules.next_fire_at(conn, workflows or ()))

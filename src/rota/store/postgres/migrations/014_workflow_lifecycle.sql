@@ -1,5 +1,7 @@
--- rota schema, version 14: what a workflow's children see when a parent is deleted
--- (rota.domain.workflow): each edge by which the parent still held a child up stops counting;
+-- rota schema, version 14: what a workflow's children see when a parent is deleted, and
+-- schedules that start workflows (at the end).
+--
+-- A deleted parent (rota.domain.workflow): each edge by which the parent still held a child up stops counting;
 -- a waiting child on a 'cancel' edge is cancelled naming the parent, and one whose last such
 -- edge it was becomes pending, as if the parent had ended without succeeding.
 --
@@ -67,3 +69,8 @@ $$;
 CREATE TRIGGER rota_jobs_orphan_dependents AFTER DELETE ON rota_jobs
     FOR EACH ROW WHEN (OLD.workflow IS NOT NULL)
     EXECUTE FUNCTION rota_orphan_dependents();
+
+-- Schedules that start workflows (rota.domain.workflow.slot_graph): each slot writes the graph
+-- a builder registered in code under the schedule's name returns, in the transaction that
+-- claims the slot. A constant default rewrites nothing.
+ALTER TABLE rota_schedules ADD COLUMN workflow boolean NOT NULL DEFAULT false;
