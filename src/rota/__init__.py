@@ -33,7 +33,7 @@ from rota.domain.lease import Lease
 from rota.domain.retry import RetryPolicy
 from rota.domain.schedule import Misfire, Overlap, Rule, ScheduleSpec
 from rota.domain.schedule_state import Schedule
-from rota.domain.workflow import Node, Workflow, chain, chord, group
+from rota.domain.workflow import Node, ScheduledRun, Workflow, chain, chord, group
 from rota.runtime.context import JobContext
 from rota.runtime.hooks import JobResult
 from rota.runtime.worker import Worker, WorkerSettings
@@ -81,6 +81,7 @@ __all__ = [
     "Schedule",
     "ScheduleNotFound",
     "ScheduleSpec",
+    "ScheduledRun",
     "Snooze",
     "StateConflict",
     "StoreUnavailable",

@@ -39,7 +39,7 @@ from rota.domain.job import (
 )
 from rota.domain.retry import RetryPolicy
 from rota.domain.schedule import Misfire, Overlap, Rule, ScheduleSpec
-from rota.domain.workflow import Workflow
+from rota.domain.workflow import Workflow, WorkflowBuilder
 from rota.observability.metrics import Metrics, serve_metrics
 from rota.results import ResultWaiter
 from rota.runtime.hooks import Hook, Hooks, Middleware
@@ -168,7 +168,8 @@ class App:
         self,
         name: str,
         *,
-        kind: str,
+        kind: str | None = None,
+        workflow: WorkflowBuilder | None = None,
         cron: str | None = None,
         every: timedelta | float | None = None,
         timezone: str = "UTC",
@@ -190,12 +191,21 @@ class App:
         accept seconds. Validated now: InvalidSchedule names the field. Every worker this App
         starts upserts its schedules (definition fields from code win; a pause set at run time
         is kept) and fires them.
+
+        With ``workflow`` instead of ``kind`` (a function of a ``rota.ScheduledRun`` returning
+        a ``rota.Workflow``), each slot writes that whole graph, atomically with the slot's
+        claim, exactly once per slot (see ``workflow_schedule``).
         """
         if name in self._schedules:
             raise InvalidSchedule("name", f"schedule {name!r} is already defined")
+        if (kind is None) == (workflow is None):
+            raise InvalidSchedule("kind", "give exactly one of kind or workflow")
+        if workflow is not None and not callable(workflow):
+            raise InvalidSchedule("workflow", "must be a function returning a rota.Workflow")
         options: dict[str, Any] = {
             "name": name,
-            "kind": kind,
+            "kind": name if workflow is not None else kind,
+            "workflow": workflow,
             "cron": cron,
             "every": every,
             "timezone": timezone,
@@ -213,6 +223,37 @@ class App:
         spec = self._schedule_spec(options)
         self._schedules[name] = options
         return spec
+
+    def workflow_schedule(
+        self, name: str, **options: Any
+    ) -> Callable[[WorkflowBuilder], WorkflowBuilder]:
+        """Decorate a builder: a schedule ``name`` (``cron=`` or ``every=`` and the policies of
+        ``schedule``) whose every slot writes the graph the builder returns for it.
+
+        The builder gets a ``rota.ScheduledRun`` (schedule, slot_at, payload) and returns a
+        ``rota.Workflow``; it runs inside the transaction that claims the slot, so it must be
+        quick and do no I/O. The graph is written whole in that transaction, its first job
+        holding the slot's unique key: one graph per slot however many workers fire. Overlap
+        (``overlap="skip"``, the default) waits for the whole previous workflow. A builder
+        that raises (or returns something else, or a kind this App has no handler for) skips
+        that slot with an error in the log; the schedule goes on.
+        """
+
+        def register(builder: WorkflowBuilder) -> WorkflowBuilder:
+            self.schedule(name, workflow=builder, **options)
+            return builder
+
+        return register
+
+    def workflow_builders(self) -> dict[str, WorkflowBuilder]:
+        """The builders of this App's workflow schedules, by schedule name, each checking the
+        kinds of the graph it returns against this App's handlers."""
+        accepted = self.registry.accepted_kinds()
+        return {
+            name: workflows.checking_kinds(options["workflow"], accepted)
+            for name, options in self._schedules.items()
+            if options.get("workflow") is not None
+        }
 
     @property
     def schedules(self) -> list[ScheduleSpec]:
@@ -250,6 +291,7 @@ class App:
             misfire=options["misfire"],
             misfire_limit=options["misfire_limit"],
             overlap=options["overlap"],
+            workflow=options.get("workflow") is not None,
             **fields,
         )
 
@@ -259,7 +301,8 @@ class App:
         then fires every due slot."""
         store = store or self.store
         specs = self.schedules
-        unknown = sorted({spec.kind for spec in specs} - set(self.registry.kinds()))
+        kinds = {spec.kind for spec in specs if not spec.workflow}
+        unknown = sorted(kinds - set(self.registry.kinds()))
         if unknown:
             log.warning(
                 "schedules enqueue kinds with no handler in this app: %s", ", ".join(unknown)
@@ -268,6 +311,7 @@ class App:
         return Scheduler(
             store,
             specs=specs,
+            workflows=self.workflow_builders(),
             metrics=self.metrics,
             max_wait=PUSHED_MAX_WAIT if pushed else MAX_WAIT,
         )
@@ -433,9 +477,11 @@ class App:
         With ``connection`` (a psycopg AsyncConnection on the same PostgreSQL database) the job
         is written inside that connection's transaction: it exists only if that commits.
         With ``depends_on`` (job ids) the job waits until every one of them succeeded; when
-        one ends dead or cancelled it is cancelled too, or runs anyway with
-        ``on_parent_failure="run"`` (rota.domain.workflow). Raises InvalidJob naming the field
-        for bad input, an unknown parent included; nothing is written then.
+        one ends dead or cancelled (or is deleted) it is cancelled too, or runs anyway with
+        ``on_parent_failure="run"`` (rota.domain.workflow); ``depends_on`` and
+        ``connection`` combine (the parents are looked up, and locked, in that transaction).
+        Raises InvalidJob naming the field for bad input, an unknown parent included;
+        nothing is written then.
         """
         spec = self.spec(
             kind,
@@ -456,24 +502,51 @@ class App:
         )
         store = await self.open()
         if depends_on is not None:
+            graph = workflows.graph_after(spec, depends_on, on_parent_failure)
             if connection is not None:
-                raise InvalidInput("depends_on cannot be combined with connection")
-            return await workflows.enqueue_after(store, spec, depends_on, on_parent_failure)
+                [job] = await _transactional(store).enqueue_workflow_on(connection, graph)
+                return EnqueueResult(job)
+            [job] = await store.enqueue_workflow(graph)
+            return EnqueueResult(job)
         if connection is not None:
             [result] = await _transactional(store).enqueue_on(connection, [spec])
             return result
         [result] = await store.enqueue([spec])
         return result
 
-    async def enqueue_workflow(self, graph: Workflow) -> WorkflowRun:
+    async def enqueue_workflow(self, graph: Workflow, *, connection: Any = None) -> WorkflowRun:
         """Write a whole graph of jobs (``rota.Workflow``, ``chain``, ``group``, ``chord``)
         in one transaction, checked before anything is written: at most MAX_WORKFLOW_JOBS
         jobs, no unique keys, parents known (InvalidJob otherwise). Returns its workflow id,
-        jobs and edges."""
+        jobs and edges. With ``connection`` (a psycopg AsyncConnection) the graph joins that
+        connection's transaction, as in ``enqueue``."""
+        self._check_kinds(graph)
+        store = await self.open()
+        if connection is not None:
+            jobs = await _transactional(store).enqueue_workflow_on(connection, graph)
+            return workflows.run_of(graph, jobs)
+        return await workflows.enqueue_workflow(store, graph)
+
+    def enqueue_workflow_sync(self, graph: Workflow, *, connection: Any = None) -> WorkflowRun:
+        """``enqueue_workflow`` for synchronous code (Django, Flask); with ``connection`` (a
+        sync psycopg Connection) the graph joins that connection's transaction. Bad input
+        raises before anything is written."""
+        self._check_kinds(graph)
+        if connection is not None:
+            jobs = _transactional(self._sync_store()).enqueue_workflow_on_sync(connection, graph)
+            return workflows.run_of(graph, jobs)
+        run: WorkflowRun = self._on_bridge(self._workflow_on_bridge(graph))
+        return run
+
+    def _check_kinds(self, graph: Workflow) -> None:
+        graph = workflows.checked(graph)
         accepted = self.registry.accepted_kinds()
         for spec in graph.specs:
             check_known_kind(spec.kind, accepted)
-        return await workflows.enqueue_workflow(await self.open(), graph)
+
+    async def _workflow_on_bridge(self, graph: Workflow) -> WorkflowRun:
+        assert self._bridge is not None
+        return await workflows.enqueue_workflow(await self._bridge.store(), graph)
 
     async def workflow(self, workflow_id: int) -> WorkflowRun:
         """The workflow's jobs (with their states) and edges. WorkflowNotFound."""
@@ -498,25 +571,52 @@ class App:
         return await store.enqueue(batch)
 
     def enqueue_sync(
-        self, kind: str, payload: Any = None, *, connection: Any = None, **options: Any
+        self,
+        kind: str,
+        payload: Any = None,
+        *,
+        connection: Any = None,
+        depends_on: Iterable[int] | None = None,
+        on_parent_failure: str = "cancel",
+        **options: Any,
     ) -> EnqueueResult:
         """``enqueue`` for synchronous code (Django, Flask). With ``connection`` (a sync psycopg
-        Connection) the job joins that connection's transaction. Bad input (an unknown kind
-        included) raises InvalidInput before anything is opened or written."""
+        Connection) the job joins that connection's transaction; ``depends_on`` and
+        ``on_parent_failure`` as in ``enqueue``, with or without ``connection``. Bad input (an
+        unknown kind included) raises InvalidInput before anything is opened or written."""
         spec = self.spec(kind, payload, **options)
+        graph = (
+            None
+            if depends_on is None
+            else workflows.graph_after(spec, depends_on, on_parent_failure)
+        )
         if connection is not None:
-            store = self._store or open_store(self.database_url, clock=self._clock)
-            self._store = store
-            [joined] = _transactional(store).enqueue_on_sync(connection, [spec])
+            joining = _transactional(self._sync_store())
+            if graph is not None:
+                [job] = joining.enqueue_workflow_on_sync(connection, graph)
+                return EnqueueResult(job)
+            [joined] = joining.enqueue_on_sync(connection, [spec])
             return joined
-        if self._bridge is None:
-            self._bridge = _SyncBridge(self)
-        result: EnqueueResult = self._bridge.call(self._enqueue_on_bridge(spec))
+        result: EnqueueResult = self._on_bridge(self._enqueue_on_bridge(spec, graph))
         return result
 
-    async def _enqueue_on_bridge(self, spec: JobSpec) -> EnqueueResult:
+    def _sync_store(self) -> Store:
+        """The store whose statements run on a caller's sync connection (no pool is used)."""
+        store = self._store or open_store(self.database_url, clock=self._clock)
+        self._store = store
+        return store
+
+    def _on_bridge(self, coro: Any) -> Any:
+        if self._bridge is None:
+            self._bridge = _SyncBridge(self)
+        return self._bridge.call(coro)
+
+    async def _enqueue_on_bridge(self, spec: JobSpec, graph: Workflow | None) -> EnqueueResult:
         assert self._bridge is not None
         store = await self._bridge.store()
+        if graph is not None:
+            [job] = await store.enqueue_workflow(graph)
+            return EnqueueResult(job)
         [result] = await store.enqueue([spec])
         return result
 
@@ -531,13 +631,14 @@ class App:
 
     def get_sync(self, job_id: int) -> Job:
         """``get`` for synchronous code (Django, Flask), on the ``enqueue_sync`` bridge."""
-        return cast(Job, self._on_bridge(lambda client: client.get(job_id)))
+        return cast(Job, self._with_client(lambda client: client.get(job_id)))
 
     def attempts_sync(self, job_id: int) -> list[Attempt]:
         """``attempts`` for synchronous code, on the ``enqueue_sync`` bridge."""
-        return cast(list[Attempt], self._on_bridge(lambda client: client.attempts(job_id)))
+        return cast(list[Attempt], self._with_client(lambda client: client.attempts(job_id)))
 
-    def _on_bridge(self, use: Callable[[Client], Awaitable[Any]]) -> Any:
+    def _with_client(self, use: Callable[[Client], Awaitable[Any]]) -> Any:
+        """``use`` a Client on the bridge's store, from sync code."""
         if self._bridge is None:
             self._bridge = _SyncBridge(self)
         bridge = self._bridge
@@ -590,9 +691,7 @@ class App:
 
     def result_sync(self, job_id: int, *, timeout: timedelta | float | None = None) -> Any:
         """``result`` for synchronous code (Django, Flask), on the ``enqueue_sync`` bridge."""
-        if self._bridge is None:
-            self._bridge = _SyncBridge(self)
-        return self._bridge.call(self._result_on_bridge(job_id, timeout))
+        return self._on_bridge(self._result_on_bridge(job_id, timeout))
 
     async def _result_on_bridge(
         self,
@@ -835,6 +934,10 @@ class _TransactionalStore(Protocol):
     ) -> list[EnqueueResult]: ...
 
     def enqueue_on_sync(self, connection: Any, specs: Sequence[JobSpec]) -> list[EnqueueResult]: ...
+
+    async def enqueue_workflow_on(self, connection: Any, graph: Workflow) -> list[Job]: ...
+
+    def enqueue_workflow_on_sync(self, connection: Any, graph: Workflow) -> list[Job]: ...
 
 
 def _transactional(store: Store) -> _TransactionalStore:

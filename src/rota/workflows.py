@@ -3,12 +3,12 @@ look at one, cancel one. ``App`` forwards to these; the rules are rota.domain.wo
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 from rota.domain.errors import InvalidJob, WorkflowNotFound
-from rota.domain.job import EnqueueResult, Job, JobSpec, JobState
-from rota.domain.workflow import Edge, Workflow, check_policy
+from rota.domain.job import EnqueueResult, Job, JobSpec, JobState, check_known_kind
+from rota.domain.workflow import Edge, ScheduledRun, Workflow, WorkflowBuilder, check_policy
 from rota.store.base import Store
 
 
@@ -47,28 +47,59 @@ def parent_list(depends_on: object) -> list[int]:
     return ids
 
 
+def graph_after(
+    spec: JobSpec, depends_on: Iterable[int], on_parent_failure: str = "cancel"
+) -> Workflow:
+    """The one-job graph of ``spec`` running once every job of ``depends_on`` succeeded;
+    InvalidJob for a bad list or policy."""
+    parents = parent_list(depends_on)
+    check_policy(on_parent_failure)
+    graph = Workflow()
+    graph.add(spec, after=parents, on_parent_failure=on_parent_failure)
+    return graph
+
+
 async def enqueue_after(
     store: Store, spec: JobSpec, depends_on: Iterable[int], on_parent_failure: str = "cancel"
 ) -> EnqueueResult:
     """Enqueue ``spec`` to run once every job of ``depends_on`` succeeded (see
     ``Store.enqueue_workflow``). InvalidJob for an unknown parent; nothing is written then."""
-    parents = parent_list(depends_on)
-    check_policy(on_parent_failure)
-    graph = Workflow()
-    graph.add(spec, after=parents, on_parent_failure=on_parent_failure)
-    [job] = await store.enqueue_workflow(graph)
+    [job] = await store.enqueue_workflow(graph_after(spec, depends_on, on_parent_failure))
     return EnqueueResult(job)
+
+
+def checked(graph: object) -> Workflow:
+    """``graph`` if it is a Workflow; InvalidJob otherwise."""
+    if not isinstance(graph, Workflow):
+        raise InvalidJob("workflow", "must be a rota.Workflow (see rota.chain, group, chord)")
+    return graph
 
 
 async def enqueue_workflow(store: Store, graph: Workflow) -> WorkflowRun:
     """Write the whole graph in one transaction; its workflow id and jobs (in the graph's
     order) and edges."""
-    if not isinstance(graph, Workflow):
-        raise InvalidJob("workflow", "must be a rota.Workflow (see rota.chain, group, chord)")
-    jobs = await store.enqueue_workflow(graph)
+    return run_of(graph, await store.enqueue_workflow(checked(graph)))
+
+
+def run_of(graph: Workflow, jobs: list[Job]) -> WorkflowRun:
+    """The WorkflowRun of ``graph`` written as ``jobs`` (in the graph's order)."""
     ids = [job.id for job in jobs]
     edges = [_edge(edge, ids) for edge in graph.edges]
     return WorkflowRun(jobs[0].workflow or ids[0], jobs, edges)
+
+
+def checking_kinds(builder: WorkflowBuilder, accepted: Collection[str] | None) -> WorkflowBuilder:
+    """``builder`` whose graphs are refused (InvalidInput) when a job's kind is not in
+    ``accepted`` (None: any kind), as ``App.enqueue_workflow`` refuses them."""
+
+    def build(run: ScheduledRun) -> Workflow:
+        graph = builder(run)
+        if isinstance(graph, Workflow):
+            for spec in graph.specs:
+                check_known_kind(spec.kind, accepted)
+        return graph
+
+    return build
 
 
 def _edge(edge: Edge, ids: list[int]) -> tuple[int, int, str]:

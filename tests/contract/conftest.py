@@ -54,3 +54,14 @@ async def store(store_url: str, listen_url: str | None, clock: FakeClock) -> Asy
         # T24: through a transaction pooler no advisory lock outlives its transaction.
         assert advisory_locks(listen_url) == 0, "an advisory lock outlived its transaction"
     await store.close()
+
+
+@pytest.fixture
+async def second_store(store_url: str, clock: FakeClock) -> AsyncIterator[Store | None]:
+    """Another store object on the same database (None for memory, which cannot share)."""
+    if store_url.startswith("memory"):
+        yield None
+        return
+    other = open_store(store_url, clock=clock)
+    yield other
+    await other.close()

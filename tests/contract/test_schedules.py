@@ -4,7 +4,6 @@ definitions, pause and resume, run now, and fire_due turning each due slot into 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -14,7 +13,7 @@ from rota.domain.errors import InvalidInput, InvalidSchedule, ScheduleNotFound, 
 from rota.domain.job import JobState
 from rota.domain.schedule import Misfire, Overlap, Rule, ScheduleSpec, jitter_offset
 from rota.domain.schedule_state import Firing
-from rota.store import JobFilter, Store, open_store
+from rota.store import JobFilter, Store
 from rota.testing import FakeClock
 from tests.contract.helpers import claim_one
 
@@ -562,17 +561,6 @@ async def test_the_last_outcome_follows_the_last_job(store: Store) -> None:
 
 
 # ---------------------------------------------------------------------- concurrency
-
-
-@pytest.fixture
-async def second_store(store_url: str, clock: FakeClock) -> AsyncIterator[Store | None]:
-    """Another store object on the same database (None for memory, which cannot share)."""
-    if store_url.startswith("memory"):
-        yield None
-        return
-    other = open_store(store_url, clock=clock)
-    yield other
-    await other.close()
 
 
 async def test_concurrent_firers_produce_exactly_one_job_per_slot(

@@ -134,6 +134,82 @@ async def test_cancelling_a_parent_cancels_its_waiting_children(store: Store) ->
     assert cancelled.last_error == f"cancelled: parent job {parent.id} ended cancelled"
 
 
+async def test_an_expired_parent_cancels_its_waiting_children(
+    store: Store, clock: FakeClock
+) -> None:
+    parent = await add(store, expire_after=timedelta(minutes=1))
+    child = await after(store, [parent.id])
+    clock.advance(timedelta(minutes=1))
+    assert await store.expire() == [parent.id]
+    cancelled = await store.get(child.id)
+    assert cancelled.state is JobState.CANCELLED
+    assert cancelled.last_error == f"cancelled: parent job {parent.id} ended cancelled"
+
+
+async def test_deleting_a_pending_parent_cancels_its_waiting_children(store: Store) -> None:
+    parent = await add(store)
+    child = await after(store, [parent.id])
+    grandchild = await after(store, [child.id])
+    await store.delete(parent.id)
+    cancelled = await store.get(child.id)
+    assert (cancelled.state, cancelled.waiting_on) == (JobState.CANCELLED, 0)
+    assert cancelled.last_error == f"cancelled: parent job {parent.id} was deleted"
+    assert cancelled.finished_at is not None
+    below = await store.get(grandchild.id)
+    assert below.state is JobState.CANCELLED
+    assert below.last_error == f"cancelled: parent job {child.id} ended cancelled"
+    # Nothing can re-arm it now; retried, it runs without the parent that is gone, and its
+    # own child waits for it again.
+    assert (await store.retry(child.id)).state is JobState.PENDING
+    assert await state_of(store, grandchild.id) is JobState.WAITING
+    await run(store, child.id)
+    assert await state_of(store, grandchild.id) is JobState.PENDING
+
+
+async def test_deleting_a_waiting_parent_cancels_its_children_too(store: Store) -> None:
+    jobs = await store.enqueue_workflow(chain(JobSpec("a"), JobSpec("b"), JobSpec("c")))
+    await store.delete(jobs[1].id)
+    last = await store.get(jobs[2].id)
+    assert last.state is JobState.CANCELLED
+    assert last.last_error == f"cancelled: parent job {jobs[1].id} was deleted"
+    await run(store, jobs[0].id)
+    assert await state_of(store, jobs[2].id) is JobState.CANCELLED
+
+
+async def test_deleting_a_parent_releases_run_anyway_children_once_nothing_else_holds_them(
+    store: Store,
+) -> None:
+    first, second = await add(store), await add(store)
+    child = await after(store, [first.id, second.id], policy="run")
+    await store.delete(first.id)
+    held = await store.get(child.id)
+    assert (held.state, held.waiting_on) == (JobState.WAITING, 1)
+    await store.delete(second.id)
+    released = await store.get(child.id)
+    assert (released.state, released.waiting_on) == (JobState.PENDING, 0)
+    await run(store, child.id)
+
+
+async def test_purging_a_finished_parent_leaves_no_child_waiting_on_it(store: Store) -> None:
+    parent = await add(store)
+    child = await after(store, [parent.id])
+    await kill(store, parent.id)
+    assert (await store.retry(child.id)).state is JobState.WAITING  # waits for the parent
+    assert await store.purge(JobFilter(states=frozenset({JobState.DEAD}))) == 1
+    cancelled = await store.get(child.id)
+    assert (cancelled.state, cancelled.waiting_on) == (JobState.CANCELLED, 0)
+    assert cancelled.last_error == f"cancelled: parent job {parent.id} was deleted"
+
+
+async def test_purging_a_whole_finished_workflow_at_once_deletes_every_job(
+    store: Store,
+) -> None:
+    jobs = await store.enqueue_workflow(chain(JobSpec("a"), JobSpec("b"), JobSpec("c")))
+    await kill(store, jobs[0].id)
+    assert await store.purge(JobFilter()) == 3
+    assert await store.count_jobs(JobFilter()) == 0
+
+
 async def test_retrying_a_dead_parent_rearms_the_dependents_it_cancelled(store: Store) -> None:
     parent = await add(store)
     child = await after(store, [parent.id])

@@ -17,7 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from rota import App, JobContext, JobNotFound, JobState
+from rota import App, JobContext, JobNotFound, JobState, chain, chord
 from rota.store import JobFilter
 from tests.support.processes import eventually
 
@@ -246,3 +246,98 @@ async def test_enqueue_sync_that_begins_the_implicit_transaction_is_rolled_back_
     job_id = await asyncio.to_thread(enqueue_then_roll_back)
     assert await harness.signups() == []
     assert not await harness.job_exists(job_id)
+
+
+# ---------------------------------------------------------------------- workflows
+
+
+async def test_a_job_after_a_parent_joins_the_callers_transaction(harness: Harness) -> None:
+    app = harness.app
+    parent = await app.enqueue("welcome_email", {"n": 1})
+    async with await psycopg.AsyncConnection.connect(harness.url) as conn:
+        async with conn.transaction():
+            await conn.execute("INSERT INTO signups VALUES ('ada@example.com')")
+            child = await app.enqueue("welcome_email", depends_on=[parent.job.id], connection=conn)
+            assert child.job.state is JobState.WAITING
+            assert not await harness.job_exists(child.job.id)
+        rolled_back = await app.enqueue(
+            "welcome_email", depends_on=[parent.job.id], connection=conn
+        )
+        await conn.rollback()
+    assert not await harness.job_exists(rolled_back.job.id)
+    assert await harness.run_worker_until_idle() == 2  # the parent, then the child it released
+    assert harness.ran == [parent.job.id, child.job.id]
+
+
+async def test_a_whole_workflow_joins_the_callers_transaction_or_none_of_it(
+    harness: Harness,
+) -> None:
+    app = harness.app
+    graph = chain(app.spec("welcome_email", {"n": 1}), app.spec("welcome_email", {"n": 2}))
+    async with await psycopg.AsyncConnection.connect(harness.url) as conn:
+        async with conn.transaction():
+            run = await app.enqueue_workflow(graph, connection=conn)
+            assert not await harness.job_exists(run.job_ids[0])
+        dropped = await app.enqueue_workflow(graph, connection=conn)
+        await conn.rollback()
+    assert [await harness.job_exists(job_id) for job_id in dropped.job_ids] == [False, False]
+    assert await harness.run_worker_until_idle() == 2
+    assert harness.ran == run.job_ids
+    assert (await app.workflow(run.id)).is_finished
+
+
+async def test_enqueue_sync_after_a_parent_on_the_callers_connection(harness: Harness) -> None:
+    parent = await harness.app.enqueue("welcome_email")
+    child_id = await asyncio.to_thread(
+        signup_sync,
+        harness.app,
+        harness.url,
+        "ada@example.com",
+        commit=True,
+        depends_on=[parent.job.id],
+        on_parent_failure="run",
+    )
+    dropped_id = await asyncio.to_thread(
+        signup_sync,
+        harness.app,
+        harness.url,
+        "bob@example.com",
+        commit=False,
+        depends_on=[parent.job.id],
+    )
+    assert not await harness.job_exists(dropped_id)
+    child = await harness.app.get(child_id)
+    assert (child.state, child.waiting_on, child.workflow) == (
+        JobState.WAITING,
+        1,
+        parent.job.id,
+    )
+    await harness.app.cancel(parent.job.id)
+    assert (await harness.app.get(child_id)).state is JobState.PENDING  # "run" anyway
+
+
+async def test_enqueue_workflow_sync_on_the_callers_connection(harness: Harness) -> None:
+    app = harness.app
+
+    def in_a_view(commit: bool) -> list[int]:
+        with psycopg.connect(harness.url) as conn:
+            run = app.enqueue_workflow_sync(
+                chord(
+                    [app.spec("welcome_email"), app.spec("welcome_email")],
+                    app.spec("welcome_email"),
+                ),
+                connection=conn,
+            )
+            conn.execute("INSERT INTO signups VALUES (%s)", [f"{commit}@example.com"])
+            if commit:
+                conn.commit()
+            else:
+                conn.rollback()
+        return run.job_ids
+
+    kept = await asyncio.to_thread(in_a_view, True)
+    dropped = await asyncio.to_thread(in_a_view, False)
+    assert await harness.signups() == ["True@example.com"]
+    assert not any([await harness.job_exists(job_id) for job_id in dropped])
+    assert await harness.run_worker_until_idle() == 3
+    assert sorted(harness.ran) == kept

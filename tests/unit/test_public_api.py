@@ -42,6 +42,7 @@ PUBLIC = [
     "Schedule",
     "ScheduleNotFound",
     "ScheduleSpec",
+    "ScheduledRun",
     "Snooze",
     "StateConflict",
     "StoreUnavailable",

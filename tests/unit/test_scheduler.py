@@ -357,3 +357,78 @@ async def test_firers_sleep_long_only_where_schedule_changes_are_pushed() -> Non
     async with rota.App("memory://") as app:
         assert not app.store.pushes_schedule_changes
         assert app.scheduler().interval_s() <= MAX_WAIT.total_seconds()
+
+
+# ---------------------------------------------------------------------- workflow schedules
+
+
+async def test_a_workflow_schedule_runs_its_whole_graph_once_per_slot(clock: FakeClock) -> None:
+    app = rota.App("memory://", clock=clock)
+    totals: list[Any] = []
+
+    @app.job("part")
+    async def part(ctx: rota.JobContext, payload: Any) -> int:
+        return int(payload["n"])
+
+    @app.job("total")
+    async def total(ctx: rota.JobContext, payload: Any) -> None:
+        totals.append((payload["slot"], sorted(ctx.parent_results.values())))
+
+    @app.workflow_schedule("nightly", every=MINUTE, payload={"parts": 3})
+    def nightly(run: rota.ScheduledRun) -> rota.Workflow:
+        slot = run.slot_at.isoformat()
+        parts = [app.spec("part", {"n": n}) for n in range(run.payload["parts"])]
+        return rota.chord(parts, app.spec("total", {"slot": slot}))
+
+    assert [spec.workflow for spec in app.schedules] == [True]
+    async with app:
+        firer = app.scheduler()
+        await firer.tick()
+        await firer.tick()  # the same slot again: nothing new
+        assert await drain(app) == 4
+        clock.advance(MINUTE)
+        await firer.tick()
+        assert await drain(app) == 4
+        schedule = await app.store.get_schedule("nightly")
+
+    assert totals == [(START.isoformat(), [0, 1, 2]), ((START + MINUTE).isoformat(), [0, 1, 2])]
+    assert schedule.last_job_state is JobState.SUCCEEDED
+
+
+async def test_a_failing_workflow_builder_logs_the_slot_and_the_schedule_goes_on(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = rota.App("memory://", clock=clock)
+    app.job("part")(lambda ctx, payload: None)
+    calls: list[datetime] = []
+
+    @app.workflow_schedule("nightly", every=MINUTE)
+    def nightly(run: rota.ScheduledRun) -> rota.Workflow:
+        calls.append(run.slot_at)
+        if len(calls) == 1:
+            return rota.chain(rota.JobSpec("prat"))  # a kind this App has no handler for
+        return rota.chain(app.spec("part"))
+
+    async with app:
+        metrics = app.metrics
+        firer = app.scheduler()
+        with caplog.at_level(logging.ERROR, logger="rota.scheduler"):
+            [firing] = await firer.tick()
+        assert firing.jobs == ()
+        assert "schedule nightly: slot 2026-01-01T12:00:00+00:00 got no workflow" in caplog.text
+        assert "unknown kind 'prat'" in caplog.text
+        assert fired(metrics, "failed") == 1
+        clock.advance(MINUTE)
+        [firing] = await firer.tick()
+        assert [r.job.kind for r in firing.inserted] == ["part"]
+    assert calls == [START, START + MINUTE]
+
+
+def test_a_schedule_takes_exactly_one_of_kind_or_workflow() -> None:
+    app = rota.App("memory://")
+    with pytest.raises(InvalidSchedule, match="exactly one of kind or workflow"):
+        app.schedule("both", kind="report", workflow=lambda run: rota.Workflow(), every=60)
+    with pytest.raises(InvalidSchedule, match="exactly one of kind or workflow"):
+        app.schedule("neither", every=60)
+    with pytest.raises(InvalidSchedule, match="must be a function"):
+        app.schedule("text", workflow="nightly", every=60)  # type: ignore[arg-type]

@@ -189,6 +189,9 @@ class ScheduleOut(BaseModel):
     misfire_limit: int
     grace_seconds: float
     overlap: OverlapName
+    #: Each slot writes a whole workflow, built by code on the App (``kind`` is then the
+    #: schedule's name); run now needs the process that defines it.
+    workflow: bool = False
     paused: bool
     next_run_at: datetime
     #: next_run_at plus the jitter offset: when the next run is enqueued.

@@ -258,7 +258,10 @@ class ScheduleSpec:
     ``misfire`` decides what fires after missed slots (see ``schedule_plan.plan``): at most
     ``misfire_limit`` slots, and under ``Misfire.SKIP`` only those at most ``grace`` late.
     ``jitter`` delays every slot by a fixed offset derived from ``name``. ``overlap`` is carried
-    for the store, which applies it. Construction raises ``InvalidSchedule`` naming the field.
+    for the store, which applies it. With ``workflow``, each slot writes the graph a builder
+    registered in code under this schedule's name returns (rota.domain.workflow.slot_graph),
+    and ``kind`` is that name; queue, priority, tenant and max_attempts are then the graph's
+    jobs' own business. Construction raises ``InvalidSchedule`` naming the field.
     """
 
     name: str
@@ -274,6 +277,7 @@ class ScheduleSpec:
     misfire_limit: int = 100
     grace: timedelta = timedelta(minutes=1)
     overlap: Overlap = Overlap.SKIP
+    workflow: bool = False
     payload_json: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -295,6 +299,10 @@ class ScheduleSpec:
         _check_duration("grace", self.grace, MAX_GRACE)
         object.__setattr__(self, "misfire", _member("misfire", Misfire, self.misfire))
         object.__setattr__(self, "overlap", _member("overlap", Overlap, self.overlap))
+        if not isinstance(self.workflow, bool):
+            raise InvalidSchedule("workflow", "must be true or false")
+        if self.workflow and self.kind != self.name:
+            raise InvalidSchedule("kind", "a workflow schedule's kind is its name")
 
     @property
     def jitter_offset(self) -> timedelta:

@@ -79,7 +79,9 @@ class Schedule:
 
     @property
     def previous_run_active(self) -> bool:
-        """Whether the schedule's last job is still pending or running (what overlap checks)."""
+        """Whether the schedule's last job is still pending or running (what overlap checks);
+        for a workflow schedule, whether any job of its last workflow is unfinished (its stores
+        report the workflow's outcome, rota.domain.workflow.workflow_outcome, as the state)."""
         return self.last_job_state is not None and self.last_job_state.is_active
 
     def is_due(self, now: datetime) -> bool:
@@ -116,6 +118,9 @@ class Firing:
 
     ``jobs`` holds one result per enqueued slot, oldest first; a result with ``duplicate=True``
     is a slot that already had a job (a run-now at that very instant), so nothing was inserted.
+    For a workflow schedule each result is the first job of the slot's graph, and ``failed``
+    holds the slots whose builder failed (slot, why): they got nothing, and the schedule moved
+    past them.
     """
 
     schedule: str
@@ -123,6 +128,7 @@ class Firing:
     skipped_overlap: tuple[datetime, ...]
     missed: int
     next_run_at: datetime
+    failed: tuple[tuple[datetime, str], ...] = ()
 
     @property
     def inserted(self) -> tuple[EnqueueResult, ...]:
@@ -229,6 +235,7 @@ def schedule_fields(schedule: Schedule, *, upcoming: int = 5) -> dict[str, Any]:
         "misfire_limit": spec.misfire_limit,
         "grace_seconds": spec.grace.total_seconds(),
         "overlap": spec.overlap.value,
+        "workflow": spec.workflow,
         "paused": schedule.paused,
         "next_run_at": schedule.next_run_at,
         "due_at": schedule.due_at,
@@ -265,6 +272,7 @@ def spec_columns(spec: ScheduleSpec) -> dict[str, Any]:
         "misfire_limit": spec.misfire_limit,
         "grace_us": spec.grace // _MICROSECOND,
         "overlap": spec.overlap.value,
+        "workflow": spec.workflow,
     }
 
 
@@ -294,4 +302,5 @@ def spec_from_columns(columns: Mapping[str, Any]) -> ScheduleSpec:
         misfire_limit=columns["misfire_limit"],
         grace=timedelta(microseconds=columns["grace_us"]),
         overlap=Overlap(columns["overlap"]),
+        workflow=bool(columns.get("workflow", False)),
     )

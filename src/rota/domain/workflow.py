@@ -5,14 +5,19 @@ A job with parents starts ``waiting`` and becomes ``pending`` (claimable) once e
 parent is satisfied: the parent succeeded, or it ended dead or cancelled on an edge whose
 ``on_parent_failure`` is ``"run"``. On a ``"cancel"`` edge (the default) a parent that ends
 dead or cancelled cancels the child, with a reason naming that parent; retrying that parent
-puts the child back to waiting. Stores count the unsatisfied edges of each job
+puts the child back to waiting. A parent deleted before its end (or a finished one deleted
+while a retried child still waits for it) counts as one that ended without succeeding: its
+"cancel" children are cancelled with a reason naming it, its "run" children no longer wait for
+it, and nothing can re-arm them. Stores count the unsatisfied edges of each job
 (``Job.waiting_on``) and update only the direct children of the job whose state changed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
 
 from rota.domain.errors import InvalidJob, ParentNotFound
 from rota.domain.job import JobSpec, JobState
@@ -36,6 +41,11 @@ def check_policy(value: object) -> str:
 def cancel_reason(parent_id: int, state: JobState) -> str:
     """The last_error of a job cancelled because its parent ended dead or cancelled."""
     return f"cancelled: parent job {parent_id} ended {state}"
+
+
+def deleted_reason(parent_id: int) -> str:
+    """The last_error of a waiting job cancelled because its parent was deleted."""
+    return f"cancelled: parent job {parent_id} was deleted"
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,3 +230,68 @@ def resolve(planned: list[Planned], ids: Sequence[int]) -> list[Planned]:
         error = cancel_reason(parent, item.blocked_state)
         resolved.append(Planned(item.state, item.waiting_on, parent, item.blocked_state, error))
     return resolved
+
+
+# ---------------------------------------------------------------- workflows started by schedules
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledRun:
+    """What a workflow schedule's builder is given for one slot: the schedule's name, the
+    slot's instant and the schedule's payload (editable at run time like any schedule's)."""
+
+    schedule: str
+    slot_at: datetime
+    payload: Any
+
+
+#: Builds the graph a workflow schedule writes for one slot. It is code registered on the App
+#: (``app.schedule(name, workflow=builder)``), keyed by the schedule's name, never looked up
+#: by a name read from data; the store calls it inside the transaction that claims the slot,
+#: so it must be quick and do no I/O.
+WorkflowBuilder = Callable[[ScheduledRun], "Workflow"]
+
+
+def unknown_workflow(schedule: str) -> str:
+    """Why a workflow schedule cannot be run here: this process has no builder for it."""
+    return (
+        f"schedule {schedule!r} starts a workflow whose builder this process does not define; "
+        "run it from the App that defines it"
+    )
+
+
+def slot_graph(
+    builder: WorkflowBuilder, schedule: str, payload: Any, slot_at: datetime
+) -> Workflow:
+    """The graph of one slot, checked, its first job carrying the slot (schedule, slot_at):
+    the unique (schedule, slot) key that makes a slot get one graph. Whatever goes wrong in
+    the builder (it raised, or returned something that is not a valid Workflow) is raised as
+    InvalidJob naming the schedule, so a firer can skip the slot and go on with the others."""
+    try:
+        graph = builder(ScheduledRun(schedule, slot_at, payload))
+        if not isinstance(graph, Workflow):
+            raise InvalidJob("workflow", "the builder must return a rota.Workflow")
+        graph.check()
+    except InvalidJob as error:
+        raise InvalidJob("workflow", f"schedule {schedule!r}: {error}") from None
+    except Exception as error:  # user code: any failure of it skips this slot only
+        raise InvalidJob(
+            "workflow", f"schedule {schedule!r}: its builder raised {type(error).__name__}: {error}"
+        ) from None
+    head = replace(graph.specs[0], schedule=schedule, slot_at=slot_at)
+    return Workflow(specs=[head, *graph.specs[1:]], edges=list(graph.edges))
+
+
+def workflow_outcome(states: Iterable[JobState]) -> JobState | None:
+    """How a workflow stands, for the schedule that started it (its last outcome, and what
+    overlap=skip checks): running while any job of it is unfinished, then dead if any job
+    ended dead, cancelled if any was cancelled, else succeeded; None for no jobs (pruned)."""
+    seen = set(states)
+    if not seen:
+        return None
+    if seen & {JobState.WAITING, JobState.PENDING, JobState.RUNNING}:
+        return JobState.RUNNING
+    for state in (JobState.DEAD, JobState.CANCELLED):
+        if state in seen:
+            return state
+    return JobState.SUCCEEDED

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
 from rota.domain.schedule import ScheduleSpec
 from rota.domain.schedule_state import Firing
+from rota.domain.workflow import WorkflowBuilder
 from rota.observability.metrics import Metrics
 from rota.store.base import Store
 
@@ -38,6 +39,8 @@ class Scheduler:
 
     ``specs`` are upserted on the first tick (definition fields from code win; a pause set at
     run time is kept); a failing upsert is retried on the next tick, before any firing.
+    ``workflows`` are the builders of the workflow schedules this firer can fire, by schedule
+    name; others' workflow schedules are left to the processes that define them.
     """
 
     name = "scheduler"
@@ -47,6 +50,7 @@ class Scheduler:
         store: Store,
         *,
         specs: Sequence[ScheduleSpec] = (),
+        workflows: Mapping[str, WorkflowBuilder] | None = None,
         metrics: Metrics | None = None,
         batch: int = 100,
         min_wait: timedelta = MIN_WAIT,
@@ -54,6 +58,7 @@ class Scheduler:
     ) -> None:
         self._store = store
         self._unsynced = list(specs)
+        self._workflows = dict(workflows or {})
         self._metrics = metrics or Metrics()
         self._batch = batch
         self._min_s = min_wait.total_seconds()
@@ -75,13 +80,13 @@ class Scheduler:
         while self._unsynced:
             await self._store.upsert_schedule(self._unsynced[0])
             self._unsynced.pop(0)
-        firings = await self._store.fire_due(limit=self._batch)
+        firings = await self._store.fire_due(limit=self._batch, workflows=self._workflows)
         for firing in firings:
             self._report(firing)
         if len(firings) >= self._batch:
             self._wait_s = self._min_s  # more may be due right now
             return firings
-        due = await self._store.next_fire_at()
+        due = await self._store.next_fire_at(workflows=list(self._workflows))
         if due is None:
             self._wait_s = self._max_s
         else:
@@ -126,6 +131,9 @@ class Scheduler:
                 len(firing.skipped_overlap),
                 firing.skipped_overlap[-1].isoformat(),
             )
+        for slot, why in firing.failed:
+            counted.labels("failed").inc()
+            log.error("schedule %s: slot %s got no workflow: %s", firing.schedule, _slot(slot), why)
         if firing.missed:
             counted.labels("skipped_misfire").inc(firing.missed)
             log.debug(

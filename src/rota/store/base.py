@@ -29,7 +29,7 @@ from rota.domain.job import (
 from rota.domain.lease import Lease
 from rota.domain.schedule import ScheduleSpec
 from rota.domain.schedule_state import Firing, Schedule
-from rota.domain.workflow import Workflow
+from rota.domain.workflow import Workflow, WorkflowBuilder
 
 MAX_PAGE_SIZE = 500
 MAX_BULK = 10_000
@@ -448,7 +448,13 @@ class Store(Protocol):
     async def delete(self, job_id: int) -> Job:
         """Remove a pending or finished job and its attempt history at once; return the job
         as it was. JobNotFound; JobRunning (nothing changes) while a worker holds it: cancel
-        it first. A deleted job's unique key and schedule slot are free again."""
+        it first. A deleted job's unique key and schedule slot are free again.
+
+        Deleting a workflow job settles the children it still holds up, in the same
+        transaction, as if it had ended without succeeding: a waiting child on a "cancel" edge
+        is cancelled ("cancelled: parent job N was deleted"), and one on a "run" edge stops
+        waiting for it (pending once nothing else holds it). The same holds for ``purge`` and
+        ``prune``; children deleted together with their parent are simply gone."""
         ...
 
     async def purge(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
@@ -617,14 +623,28 @@ class Store(Protocol):
         """Remove the schedule; jobs it already enqueued stay. ScheduleNotFound."""
         ...
 
-    async def trigger_schedule(self, name: str, *, now: datetime | None = None) -> EnqueueResult:
+    async def trigger_schedule(
+        self,
+        name: str,
+        *,
+        now: datetime | None = None,
+        workflows: Mapping[str, WorkflowBuilder] | None = None,
+    ) -> EnqueueResult:
         """Run the schedule now, outside its slot grid: a job for it with slot_at = the store's
         now, recorded as its last job. next_run_at does not move, and a paused schedule can be
-        run too. ScheduleNotFound.
+        run too. ScheduleNotFound. A workflow schedule writes its builder's graph (from
+        ``workflows``, by schedule name) and returns its first job: StateConflict when its
+        builder is not given, InvalidJob when the builder fails; nothing is written then.
         """
         ...
 
-    async def fire_due(self, *, now: datetime | None = None, limit: int = 100) -> list[Firing]:
+    async def fire_due(
+        self,
+        *,
+        now: datetime | None = None,
+        limit: int = 100,
+        workflows: Mapping[str, WorkflowBuilder] | None = None,
+    ) -> list[Firing]:
         """Fire up to ``limit`` unpaused schedules whose next slot is due (slot + jitter offset
         <= now), earliest first, in one transaction.
 
@@ -635,12 +655,20 @@ class Store(Protocol):
         and next_run_at, last_run_at and last_job_id advance in the same transaction. Any
         number of processes may call this at once: each slot gets at most one job, and since
         next_run_at only moves forward, a clock that goes backwards never fires a slot twice.
+
+        A workflow schedule fires only where its builder is in ``workflows`` (by schedule
+        name; other callers pass it over): each chosen slot's graph is written whole in the same
+        transaction, its first job carrying the slot's unique (schedule, slot_at) key, so a
+        slot gets one graph however many processes fire; last_job_id is that first job (whose
+        id is the workflow's). A slot whose builder fails gets nothing and is reported in
+        ``Firing.failed``; the other slots and schedules fire all the same.
         """
         ...
 
-    async def next_fire_at(self) -> datetime | None:
+    async def next_fire_at(self, *, workflows: Collection[str] | None = None) -> datetime | None:
         """The earliest instant an unpaused schedule becomes due (next_run_at plus its jitter
-        offset), by the store's clock; None without unpaused schedules."""
+        offset), by the store's clock; None without unpaused schedules. Workflow schedules
+        count only when named in ``workflows`` (those this caller can fire)."""
         ...
 
     async def pause_queue(self, queue: str, *, now: datetime | None = None) -> QueueInfo:

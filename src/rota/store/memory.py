@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from rota.domain import blame
 from rota.domain.clock import Clock, SystemClock, utc
 from rota.domain.errors import (
+    InvalidJob,
     JobNotFound,
     JobRunning,
     LeaseLost,
@@ -54,7 +55,17 @@ from rota.domain.job import (
 from rota.domain.lease import Lease
 from rota.domain.schedule import ScheduleSpec
 from rota.domain.schedule_state import Firing, Schedule, decide, upserted
-from rota.domain.workflow import Workflow, cancel_reason, plan, resolve
+from rota.domain.workflow import (
+    Workflow,
+    WorkflowBuilder,
+    cancel_reason,
+    deleted_reason,
+    plan,
+    resolve,
+    slot_graph,
+    unknown_workflow,
+    workflow_outcome,
+)
 from rota.store.base import (
     MAX_BULK,
     MAX_PAGE_SIZE,
@@ -314,43 +325,45 @@ class MemoryStore:
     async def enqueue_workflow(self, graph: Workflow, *, now: datetime | None = None) -> list[Job]:
         graph.check()
         with self._lock:
-            at = self._now(now)
-            parents = {
-                job_id: self._jobs[job_id].state
-                for job_id in graph.parent_ids
-                if job_id in self._jobs
-            }
-            planned, satisfied = plan(graph, parents)
-            ids = list(range(self._next_id, self._next_id + len(graph.specs)))
-            existing = [self._jobs[job_id] for job_id in graph.parent_ids]
-            workflow = next((j.workflow for j in existing if j.workflow is not None), None)
-            workflow = workflow or (existing[0].id if existing else ids[0])
-            for job in existing:
-                if job.workflow is None:
-                    self._jobs[job.id] = replace(job, workflow=workflow)
-            results, earliest = self._insert(graph.specs, at)
-            jobs: list[Job] = []
-            for result, item in zip(results, resolve(planned, ids), strict=True):
-                job = replace(
-                    result.job, state=item.state, waiting_on=item.waiting_on, workflow=workflow
-                )
-                if item.state is JobState.CANCELLED:
-                    job = replace(job, finished_at=at, last_error=item.error)
-                    assert item.blocked_by is not None
-                    self._blocked_by[job.id] = item.blocked_by
-                self._jobs[job.id] = job
-                jobs.append(job)
-            for edge, done in zip(graph.edges, satisfied, strict=True):
-                parent = (
-                    edge.parent_id if edge.parent_id is not None else ids[edge.parent_node or 0]
-                )
-                row = _Dep(parent, ids[edge.child], edge.on_parent_failure, done)
-                self._children.setdefault(parent, []).append(row)
-                self._parents.setdefault(ids[edge.child], []).append(row)
+            jobs, earliest = self._write_workflow(graph, self._now(now))
             callbacks = list(self._wakeups) if earliest is not None else []
         for callback in callbacks:
             callback(earliest)
         return jobs
+
+    def _write_workflow(self, graph: Workflow, at: datetime) -> tuple[list[Job], datetime | None]:
+        """Write ``graph`` (already checked; the lock held): its jobs in the graph's order and
+        the earliest run_at of those pending."""
+        parents = {
+            job_id: self._jobs[job_id].state for job_id in graph.parent_ids if job_id in self._jobs
+        }
+        planned, satisfied = plan(graph, parents)
+        ids = list(range(self._next_id, self._next_id + len(graph.specs)))
+        existing = [self._jobs[job_id] for job_id in graph.parent_ids]
+        workflow = next((j.workflow for j in existing if j.workflow is not None), None)
+        workflow = workflow or (existing[0].id if existing else ids[0])
+        for job in existing:
+            if job.workflow is None:
+                self._jobs[job.id] = replace(job, workflow=workflow)
+        results, _ = self._insert(graph.specs, at)
+        jobs: list[Job] = []
+        for result, item in zip(results, resolve(planned, ids), strict=True):
+            job = replace(
+                result.job, state=item.state, waiting_on=item.waiting_on, workflow=workflow
+            )
+            if item.state is JobState.CANCELLED:
+                job = replace(job, finished_at=at, last_error=item.error)
+                assert item.blocked_by is not None
+                self._blocked_by[job.id] = item.blocked_by
+            self._jobs[job.id] = job
+            jobs.append(job)
+        for edge, done in zip(graph.edges, satisfied, strict=True):
+            parent = edge.parent_id if edge.parent_id is not None else ids[edge.parent_node or 0]
+            row = _Dep(parent, ids[edge.child], edge.on_parent_failure, done)
+            self._children.setdefault(parent, []).append(row)
+            self._parents.setdefault(ids[edge.child], []).append(row)
+        pending = [job.run_at for job in jobs if job.state is JobState.PENDING]
+        return jobs, min(pending, default=None)
 
     async def parent_results(self, job_id: int) -> dict[int, object]:
         with self._lock:
@@ -675,6 +688,31 @@ class MemoryStore:
                     child, at, JobState.CANCELLED, Outcome.CANCELLED, cancel_reason(parent, state)
                 )
 
+    def _orphan_children(self, doomed: set[int], at: datetime) -> None:
+        """The jobs ``doomed`` are about to be deleted (the lock held): each edge by which one
+        still holds a child up stops counting; a waiting child on a "cancel" edge is cancelled
+        naming the deleted parent, and one whose last such edge it was becomes pending, as if
+        the parent had ended dead or cancelled. Children deleted with them are left alone."""
+        for parent in sorted(doomed):
+            for edge in self._children.get(parent, []):
+                child = self._jobs.get(edge.child)
+                if edge.satisfied or child is None or child.id in doomed:
+                    continue
+                edge.satisfied = True
+                child = replace(child, waiting_on=child.waiting_on - 1)
+                self._jobs[child.id] = child
+                if self._blocked_by.get(child.id) == parent:
+                    del self._blocked_by[child.id]  # nothing can re-arm it any more
+                if child.state is not JobState.WAITING:
+                    continue
+                if edge.policy == "cancel":
+                    self._finish(
+                        child, at, JobState.CANCELLED, Outcome.CANCELLED, deleted_reason(parent)
+                    )
+                elif child.waiting_on == 0:
+                    self._jobs[child.id] = replace(child, state=JobState.PENDING)
+                    self._announce(child.run_at)
+
     def _forget_edges(self, job_id: int) -> None:
         """Drop a pruned job's edges, both ways (what ON DELETE CASCADE does in SQL)."""
         for edge in self._children.pop(job_id, []):
@@ -825,12 +863,14 @@ class MemoryStore:
             job = self._get(job_id)
             if job.state is JobState.RUNNING:
                 raise JobRunning(job_id, "delete")
+            self._orphan_children({job_id}, self._now(None))
             self._forget(job)
             return job
 
     async def purge(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
         with self._lock:
             chosen = self._matching(filter, FINISHED_STATES, limit)
+            self._orphan_children({job.id for job in chosen}, self._now(None))
             for job in chosen:
                 self._forget(job)
             return len(chosen)
@@ -1031,6 +1071,7 @@ class MemoryStore:
                 and job.finished_at < cutoff
             )
             doomed = [job_id for _, job_id in finished[: max(0, limit)]]
+            self._orphan_children(set(doomed), self._now(None))
             for job_id in doomed:
                 job = self._jobs.pop(job_id)
                 self._history.pop(job_id, None)
@@ -1094,31 +1135,59 @@ class MemoryStore:
             self._schedule(name)
             del self._schedules[name]
 
-    async def trigger_schedule(self, name: str, *, now: datetime | None = None) -> EnqueueResult:
+    async def trigger_schedule(
+        self,
+        name: str,
+        *,
+        now: datetime | None = None,
+        workflows: Mapping[str, WorkflowBuilder] | None = None,
+    ) -> EnqueueResult:
         with self._lock:
             at = self._now(now)
             schedule = self._schedule(name)
-            [result], earliest = self._insert([schedule.spec.job_spec(at)], at)
+            if schedule.spec.workflow:
+                builder = (workflows or {}).get(name)
+                if builder is None:
+                    raise StateConflict(unknown_workflow(name))
+                results, earliest, failed = self._fire_workflow(schedule, (at,), builder, at)
+                if failed:
+                    raise InvalidJob("workflow", failed[0][1])
+                [result] = results
+            else:
+                [result], earliest = self._insert([schedule.spec.job_spec(at)], at)
             self._schedules[name] = replace(schedule, last_job_id=result.job.id)
             callbacks = list(self._wakeups) if earliest is not None else []
         for callback in callbacks:
             callback(earliest)
         return result
 
-    async def fire_due(self, *, now: datetime | None = None, limit: int = 100) -> list[Firing]:
+    async def fire_due(
+        self,
+        *,
+        now: datetime | None = None,
+        limit: int = 100,
+        workflows: Mapping[str, WorkflowBuilder] | None = None,
+    ) -> list[Firing]:
         firings: list[Firing] = []
         earliest: datetime | None = None
+        builders = workflows or {}
         with self._lock:
             at = self._now(now)
             due = sorted(
-                (s for s in self._schedules.values() if s.is_due(at)),
+                (s for s in self._schedules.values() if s.is_due(at) and _fires(s, builders)),
                 key=lambda s: (s.due_at, s.name),
             )[: max(0, limit)]
             for stored in due:
                 schedule = self._with_last_state(stored)
                 decision = decide(schedule, at)
-                specs = [schedule.spec.job_spec(slot) for slot in decision.enqueue]
-                results, inserted_at = self._insert(specs, at)
+                failed: list[tuple[datetime, str]] = []
+                if schedule.spec.workflow:
+                    results, inserted_at, failed = self._fire_workflow(
+                        schedule, decision.enqueue, builders[schedule.name], at
+                    )
+                else:
+                    specs = [schedule.spec.job_spec(slot) for slot in decision.enqueue]
+                    results, inserted_at = self._insert(specs, at)
                 if inserted_at is not None:
                     earliest = inserted_at if earliest is None else min(earliest, inserted_at)
                 advanced = replace(stored, next_run_at=decision.next_run_at)
@@ -1133,6 +1202,7 @@ class MemoryStore:
                         skipped_overlap=decision.skipped_overlap,
                         missed=decision.missed,
                         next_run_at=decision.next_run_at,
+                        failed=tuple(failed),
                     )
                 )
             callbacks = list(self._wakeups) if earliest is not None else []
@@ -1140,9 +1210,44 @@ class MemoryStore:
             callback(earliest)
         return firings
 
-    async def next_fire_at(self) -> datetime | None:
+    def _fire_workflow(
+        self,
+        schedule: Schedule,
+        slots: Sequence[datetime],
+        builder: WorkflowBuilder,
+        at: datetime,
+    ) -> tuple[list[EnqueueResult], datetime | None, list[tuple[datetime, str]]]:
+        """One graph per slot (the lock held): a slot that has a job already is a duplicate,
+        one whose builder failed is reported and gets nothing."""
+        results: list[EnqueueResult] = []
+        failed: list[tuple[datetime, str]] = []
+        earliest: datetime | None = None
+        for slot in slots:
+            taken = self._slots.get((schedule.name, slot))
+            if taken is not None:
+                results.append(EnqueueResult(self._jobs[taken], duplicate=True))
+                continue
+            try:
+                graph = slot_graph(builder, schedule.name, schedule.spec.payload, slot)
+            except InvalidJob as error:
+                failed.append((slot, error.reason))
+                continue
+            jobs, pending_at = self._write_workflow(graph, at)
+            if pending_at is not None:
+                earliest = pending_at if earliest is None else min(earliest, pending_at)
+            results.append(EnqueueResult(jobs[0]))
+        return results, earliest, failed
+
+    async def next_fire_at(self, *, workflows: Collection[str] | None = None) -> datetime | None:
         with self._lock:
-            return min((s.due_at for s in self._schedules.values() if not s.paused), default=None)
+            return min(
+                (
+                    s.due_at
+                    for s in self._schedules.values()
+                    if not s.paused and _fires(s, workflows or ())
+                ),
+                default=None,
+            )
 
     def _schedule(self, name: str) -> Schedule:
         schedule = self._schedules.get(name)
@@ -1156,7 +1261,12 @@ class MemoryStore:
 
     def _with_last_state(self, schedule: Schedule) -> Schedule:
         job = self._jobs.get(schedule.last_job_id) if schedule.last_job_id is not None else None
-        return replace(schedule, last_job_state=job.state if job is not None else None)
+        if job is None:
+            return replace(schedule, last_job_state=None)
+        if schedule.spec.workflow and job.workflow is not None:
+            states = (j.state for j in self._jobs.values() if j.workflow == job.workflow)
+            return replace(schedule, last_job_state=workflow_outcome(states))
+        return replace(schedule, last_job_state=job.state)
 
     # ------------------------------------------------------------------ workers registry
 
@@ -1199,6 +1309,12 @@ class MemoryStore:
             for name in stale:
                 del self._workers[name]
             return len(stale)
+
+
+def _fires(schedule: Schedule, workflows: Collection[str]) -> bool:
+    """Whether this firer can fire ``schedule``: a workflow schedule only where its builder
+    is known (another process that knows it fires it)."""
+    return not schedule.spec.workflow or schedule.name in workflows
 
 
 def _matches(job: Job, filter: JobFilter) -> bool:

@@ -19,7 +19,7 @@ from tests.unit.api.conftest import TOKEN, MakeApp, asgi_client, total_jobs
 SCHEDULE_FIELDS = {
     "name", "kind", "queue", "priority", "tenant", "max_attempts", "payload", "every_seconds",
     "cron", "timezone", "description", "jitter_seconds", "misfire", "misfire_limit",
-    "grace_seconds", "overlap", "paused", "next_run_at", "due_at", "next_runs", "last_run_at",
+    "grace_seconds", "overlap", "workflow", "paused", "next_run_at", "due_at", "next_runs", "last_run_at",
     "last_job_id", "last_outcome", "created_at", "updated_at",
 }  # fmt: skip
 NIGHTLY = {"name": "nightly", "kind": "backup", "cron": "30 2 * * *", "timezone": "Europe/Berlin"}
@@ -344,3 +344,19 @@ async def test_a_bad_every_seconds_is_400(
     assert response.status_code == 400
     assert response.json()["error"].startswith(message)
     assert await store.list_schedules() == []
+
+
+async def test_a_workflow_schedule_is_shown_as_one_and_run_now_says_where_it_can_run(
+    api: httpx.AsyncClient, store: MemoryStore
+) -> None:
+    await store.upsert_schedule(
+        ScheduleSpec(
+            name="nightly", kind="nightly", rule=Rule.every(timedelta(hours=1)), workflow=True
+        )
+    )
+    shown = (await api.get("/api/schedules/nightly")).json()
+    assert (shown["workflow"], shown["kind"]) == (True, "nightly")
+    run = await api.post("/api/schedules/nightly/run")
+    assert run.status_code == 409
+    assert "builder this process does not define" in run.json()["error"]
+    assert await total_jobs(store) == 0

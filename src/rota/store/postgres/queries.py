@@ -17,13 +17,22 @@ JOB_COLUMNS = (
     "progress_message, expires_at, workflow, waiting_on"
 )
 
+#: A workflow schedule's last state is its last workflow's (rota.domain.workflow
+#: .workflow_outcome), read by the rota_jobs_workflow index; any other's, its last job's.
+_LAST_STATE = (
+    "CASE WHEN s.workflow AND j.workflow IS NOT NULL THEN ("
+    "SELECT CASE WHEN bool_or(w.state IN ('waiting', 'pending', 'running')) THEN 'running'"
+    " WHEN bool_or(w.state = 'dead') THEN 'dead'"
+    " WHEN bool_or(w.state = 'cancelled') THEN 'cancelled' ELSE 'succeeded' END"
+    " FROM rota_jobs w WHERE w.workflow = j.workflow) ELSE j.state END"
+)
 #: A schedule's columns (alias s) and its last job's state (alias j), in the order
 #: ``postgres.schedules`` reads them.
 SCHEDULE_COLUMNS = (
     "s.name, s.kind, s.payload, s.queue, s.priority, s.tenant, s.max_attempts, s.every_us, "
     "s.cron, s.timezone, s.anchor, s.jitter_us, s.misfire, s.misfire_limit, s.grace_us, "
-    "s.overlap, s.paused, s.next_run_at, s.last_run_at, s.last_job_id, s.created_at, "
-    "s.updated_at, j.state"
+    "s.overlap, s.workflow, s.paused, s.next_run_at, s.last_run_at, s.last_job_id, "
+    f"s.created_at, s.updated_at, {_LAST_STATE}"
 )
 
 _QUALIFIED_COLUMNS = ", ".join("j." + column.strip() for column in JOB_COLUMNS.split(","))

@@ -425,8 +425,9 @@ RETURNING {job_columns}
 ), {wake}
 SELECT done.* FROM done, woke;
 
--- name: cancel
-WITH done AS (
+-- name: _cancelling
+-- What cancelling a job writes, for cancel and cancel_workflow alike: a running job's attempt
+-- joins its history as cancelled.
 UPDATE rota_jobs SET state = 'cancelled', lease_until = NULL,
     finished_at = coalesce(%(now)s::timestamptz, now()),
     history = CASE WHEN state = 'running' THEN
@@ -436,6 +437,10 @@ UPDATE rota_jobs SET state = 'cancelled', lease_until = NULL,
             'finished_us', (extract(epoch FROM coalesce(%(now)s::timestamptz, now())) * 1000000)::bigint,
             'outcome', 'cancelled'))
         ELSE history END
+
+-- name: cancel
+WITH done AS (
+{_cancelling}
 WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('waiting', 'pending', 'running')
 RETURNING {job_columns}
 ), tally AS ({tally}), {finished}
@@ -654,11 +659,12 @@ FOR UPDATE OF s;
 -- DO NOTHING: a schedule of the same name created meanwhile wins; the caller then locks it.
 INSERT INTO rota_schedules (name, kind, payload, queue, priority, tenant, max_attempts,
     every_us, cron, timezone, anchor, jitter_us, misfire, misfire_limit, grace_us, overlap,
-    paused, next_run_at, due_at, last_run_at, last_job_id, created_at, updated_at)
+    workflow, paused, next_run_at, due_at, last_run_at, last_job_id, created_at, updated_at)
 VALUES (%(name)s, %(kind)s, %(payload)s::json, %(queue)s, %(priority)s, %(tenant)s,
     %(max_attempts)s, %(every_us)s, %(cron)s, %(timezone)s, %(anchor)s, %(jitter_us)s,
-    %(misfire)s, %(misfire_limit)s, %(grace_us)s, %(overlap)s, %(paused)s, %(next_run_at)s,
-    %(due_at)s, %(last_run_at)s, %(last_job_id)s, %(created_at)s, %(updated_at)s)
+    %(misfire)s, %(misfire_limit)s, %(grace_us)s, %(overlap)s, %(workflow)s, %(paused)s,
+    %(next_run_at)s, %(due_at)s, %(last_run_at)s, %(last_job_id)s, %(created_at)s,
+    %(updated_at)s)
 ON CONFLICT (name) DO NOTHING
 RETURNING name;
 
@@ -667,7 +673,8 @@ UPDATE rota_schedules SET kind = %(kind)s, payload = %(payload)s::json, queue = 
     priority = %(priority)s, tenant = %(tenant)s, max_attempts = %(max_attempts)s,
     every_us = %(every_us)s, cron = %(cron)s, timezone = %(timezone)s, anchor = %(anchor)s,
     jitter_us = %(jitter_us)s, misfire = %(misfire)s, misfire_limit = %(misfire_limit)s,
-    grace_us = %(grace_us)s, overlap = %(overlap)s, next_run_at = %(next_run_at)s,
+    grace_us = %(grace_us)s, overlap = %(overlap)s, workflow = %(workflow)s,
+    next_run_at = %(next_run_at)s,
     due_at = %(due_at)s, updated_at = %(updated_at)s
 WHERE name = %(name)s;
 
@@ -709,9 +716,11 @@ UPDATE rota_schedules SET last_job_id = %(job_id)s WHERE name = %(name)s;
 -- name: due_schedules
 -- Lock the due rows; SKIP LOCKED lets concurrent firers take other schedules instead of
 -- queueing behind this one, and makes each due schedule fire in exactly one transaction.
+-- A workflow schedule only where this firer knows its builder (%(workflows)s, by name).
 SELECT {schedule_columns}, coalesce(%(now)s::timestamptz, now())
 FROM rota_schedules s LEFT JOIN rota_jobs j ON j.id = s.last_job_id
 WHERE NOT s.paused AND s.due_at <= coalesce(%(now)s::timestamptz, now())
+  AND (NOT s.workflow OR s.name = ANY(%(workflows)s::text[]))
 ORDER BY s.due_at, s.name
 LIMIT %(limit)s
 FOR UPDATE OF s SKIP LOCKED;
@@ -726,7 +735,11 @@ FROM unnest(%(names)s::text[], %(next_run_at)s::timestamptz[], %(due_at)s::times
 WHERE s.name = a.name;
 
 -- name: next_fire_at
-SELECT min(due_at) FROM rota_schedules WHERE NOT paused;
+SELECT min(due_at) FROM rota_schedules
+WHERE NOT paused AND (NOT workflow OR name = ANY(%(workflows)s::text[]));
+
+-- name: slot_job
+SELECT {job_columns} FROM rota_jobs WHERE schedule = %(schedule)s AND slot_at = %(slot_at)s;
 
 -- name: workflow_parents
 -- The existing parents of a graph being written, locked (in id order, so two writers cannot
@@ -743,21 +756,24 @@ UPDATE rota_jobs SET workflow = %(workflow)s WHERE id = ANY(%(ids)s::bigint[]) A
 
 -- name: workflow_insert
 -- A graph's jobs in their planned states (rota.domain.workflow.plan), with ids reserved first.
+-- A scheduled graph's first job holds its slot (schedule, slot_at).
 INSERT INTO rota_jobs (id, kind, queue, payload, state, priority, run_at, max_attempts, tenant,
                        timeout_us, created_at, trace_context, workflow, waiting_on, blocked_by,
-                       last_error, finished_at)
+                       last_error, finished_at, schedule, slot_at)
 SELECT i.id, i.kind, i.queue, i.payload::json, i.state, i.priority,
        coalesce(i.run_at, coalesce(%(now)s::timestamptz, now()) + i.delay_us * interval '1 microsecond'),
        i.max_attempts, i.tenant, i.timeout_us, coalesce(%(now)s::timestamptz, now()),
        i.trace_context::json, %(workflow)s, i.waiting_on, i.blocked_by, i.last_error,
-       CASE WHEN i.state = 'cancelled' THEN coalesce(%(now)s::timestamptz, now()) END
+       CASE WHEN i.state = 'cancelled' THEN coalesce(%(now)s::timestamptz, now()) END,
+       i.schedule, i.slot_at
 FROM unnest(%(id)s::bigint[], %(kind)s::text[], %(queue)s::text[], %(payload)s::text[],
             %(state)s::text[], %(priority)s::smallint[], %(run_at)s::timestamptz[],
             %(delay_us)s::bigint[], %(max_attempts)s::int[], %(tenant)s::text[],
             %(timeout_us)s::bigint[], %(trace_context)s::text[], %(waiting_on)s::int[],
-            %(blocked_by)s::bigint[], %(last_error)s::text[])
+            %(blocked_by)s::bigint[], %(last_error)s::text[], %(schedule)s::text[],
+            %(slot_at)s::timestamptz[])
      AS i(id, kind, queue, payload, state, priority, run_at, delay_us, max_attempts, tenant,
-          timeout_us, trace_context, waiting_on, blocked_by, last_error)
+          timeout_us, trace_context, waiting_on, blocked_by, last_error, schedule, slot_at)
 ORDER BY i.id
 RETURNING {job_columns};
 
@@ -783,15 +799,7 @@ ORDER BY d.child_id, d.parent_id;
 -- Every unfinished job of a workflow, as the cancel statement does for one job; the trigger
 -- of 012_workflows finds nothing left to cancel below them.
 WITH done AS (
-UPDATE rota_jobs SET state = 'cancelled', lease_until = NULL,
-    finished_at = coalesce(%(now)s::timestamptz, now()),
-    history = CASE WHEN state = 'running' THEN
-        coalesce(history, '[]'::jsonb) || jsonb_build_array(jsonb_build_object(
-            'attempt', attempt, 'token', lease_token, 'worker', worker,
-            'started_us', (extract(epoch FROM started_at) * 1000000)::bigint,
-            'finished_us', (extract(epoch FROM coalesce(%(now)s::timestamptz, now())) * 1000000)::bigint,
-            'outcome', 'cancelled'))
-        ELSE history END
+{_cancelling}
 WHERE id IN (SELECT id FROM rota_jobs WHERE workflow = %(workflow)s
                AND state IN ('waiting', 'pending', 'running') ORDER BY id FOR UPDATE)
 RETURNING id, state

@@ -9,12 +9,12 @@ row with ``FOR UPDATE``, so they never interleave with a firing of the same sche
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any, TypeAlias
 
-from rota.domain.errors import ScheduleNotFound, StateConflict, StoreUnavailable
+from rota.domain.errors import InvalidJob, ScheduleNotFound, StateConflict, StoreUnavailable
 from rota.domain.job import EnqueueResult, JobSpec, JobState
 from rota.domain.schedule import ScheduleSpec
 from rota.domain.schedule_state import (
@@ -25,7 +25,10 @@ from rota.domain.schedule_state import (
     spec_from_columns,
     upserted,
 )
+from rota.domain.workflow import WorkflowBuilder, slot_graph, unknown_workflow
 from rota.store.postgres.queries import query
+from rota.store.postgres.rows import row_to_job
+from rota.store.postgres.workflows import enqueue_workflow_flow
 
 Row: TypeAlias = tuple[Any, ...]
 Step: TypeAlias = tuple[str, dict[str, Any]]
@@ -50,6 +53,7 @@ _DEFINITION = (
     "misfire_limit",
     "grace_us",
     "overlap",
+    "workflow",
 )
 _LAST_STATE = len(_DEFINITION) + 6  # after paused, next/last run, last job, created, updated
 #: Creating a schedule races only with creations of the same name; each lost race means the
@@ -106,20 +110,63 @@ def upsert_flow(spec: ScheduleSpec, now: datetime | None, *, create_only: bool) 
     raise StoreUnavailable(f"creating schedule {spec.name!r} kept racing with other writers")
 
 
-def trigger_flow(name: str, now: datetime | None, enqueue: EnqueueFlow) -> Flow:
+def trigger_flow(
+    name: str, now: datetime | None, enqueue: EnqueueFlow, workflows: Mapping[str, WorkflowBuilder]
+) -> Flow:
     """Enqueue a run of ``name`` with slot_at = the store's now; returns its EnqueueResult."""
     rows = yield query("schedule_for_update"), {"name": name, "now": now}
     if not rows:
         raise ScheduleNotFound(name)
     schedule, at = row_to_schedule(rows[0]), rows[0][-1]
-    [result] = yield from enqueue([schedule.spec.job_spec(at)], at)
+    if schedule.spec.workflow:
+        builder = workflows.get(name)
+        if builder is None:
+            raise StateConflict(unknown_workflow(name))
+        results, failed = yield from _fire_workflow(schedule, (at,), builder, at)
+        if failed:
+            raise InvalidJob("workflow", failed[0][1])
+        [result] = results
+    else:
+        [result] = yield from enqueue([schedule.spec.job_spec(at)], at)
     yield query("set_schedule_last_job"), {"name": name, "job_id": result.job.id}
     return result
 
 
-def fire_flow(now: datetime | None, limit: int, enqueue: EnqueueFlow) -> Flow:
+def _fire_workflow(
+    schedule: Schedule, slots: Sequence[datetime], builder: WorkflowBuilder, at: datetime
+) -> Flow:
+    """One graph per slot, in the transaction that holds the schedule's row lock (every
+    writer of its slots takes it first, so the slot check below cannot race): a slot that has
+    a job already is a duplicate, one whose builder failed is reported and gets nothing.
+    Returns (results, failed)."""
+    results: list[EnqueueResult] = []
+    failed: list[tuple[datetime, str]] = []
+    for slot in slots:
+        taken = yield query("slot_job"), {"schedule": schedule.name, "slot_at": slot}
+        if taken:
+            results.append(EnqueueResult(row_to_job(taken[0]), duplicate=True))
+            continue
+        try:
+            graph = slot_graph(builder, schedule.name, schedule.spec.payload, slot)
+        except InvalidJob as error:
+            failed.append((slot, error.reason))
+            continue
+        jobs = yield from enqueue_workflow_flow(graph, at)
+        results.append(EnqueueResult(jobs[0]))
+    return results, failed
+
+
+def fire_flow(
+    now: datetime | None,
+    limit: int,
+    enqueue: EnqueueFlow,
+    workflows: Mapping[str, WorkflowBuilder],
+) -> Flow:
     """Fire the due schedules (see ``Store.fire_due``); returns the list of Firings."""
-    rows = yield query("due_schedules"), {"now": now, "limit": max(0, limit)}
+    rows = yield (
+        query("due_schedules"),
+        {"now": now, "limit": max(0, limit), "workflows": sorted(workflows)},
+    )
     if not rows:
         return []
     at = rows[0][-1]
@@ -128,6 +175,7 @@ def fire_flow(now: datetime | None, limit: int, enqueue: EnqueueFlow) -> Flow:
     specs = [
         schedule.spec.job_spec(slot)
         for schedule, decision in zip(schedules, decisions, strict=True)
+        if not schedule.spec.workflow
         for slot in decision.enqueue
     ]
     results: list[EnqueueResult] = (yield from enqueue(specs, at)) if specs else []
@@ -135,8 +183,15 @@ def fire_flow(now: datetime | None, limit: int, enqueue: EnqueueFlow) -> Flow:
     advanced: list[Schedule] = []
     taken = 0
     for schedule, decision in zip(schedules, decisions, strict=True):
-        mine = tuple(results[taken : taken + len(decision.enqueue)])
-        taken += len(decision.enqueue)
+        failed: list[tuple[datetime, str]] = []
+        if schedule.spec.workflow:
+            mine, failed = yield from _fire_workflow(
+                schedule, decision.enqueue, workflows[schedule.name], at
+            )
+            mine = tuple(mine)
+        else:
+            mine = tuple(results[taken : taken + len(decision.enqueue)])
+            taken += len(decision.enqueue)
         moved = replace(schedule, next_run_at=decision.next_run_at)
         if mine:
             moved = replace(moved, last_run_at=mine[-1].job.slot_at, last_job_id=mine[-1].job.id)
@@ -148,6 +203,7 @@ def fire_flow(now: datetime | None, limit: int, enqueue: EnqueueFlow) -> Flow:
                 skipped_overlap=decision.skipped_overlap,
                 missed=decision.missed,
                 next_run_at=decision.next_run_at,
+                failed=tuple(failed),
             )
         )
     yield (

@@ -51,7 +51,7 @@ from rota.domain.job import (
 from rota.domain.lease import Lease
 from rota.domain.schedule import ScheduleSpec
 from rota.domain.schedule_state import Firing, Schedule
-from rota.domain.workflow import Workflow
+from rota.domain.workflow import Workflow, WorkflowBuilder
 from rota.store.base import (
     MAX_BULK,
     MAX_PAGE_SIZE,
@@ -279,19 +279,33 @@ class PostgresStore:
         the jobs exist only if and when that transaction commits."""
         if not specs:
             return []
-        flow = enqueue_any_flow(specs, self._now(None))
+        results: list[EnqueueResult] = await self._run_on(
+            connection, enqueue_any_flow(specs, self._now(None))
+        )
+        return results
+
+    async def enqueue_workflow_on(
+        self, connection: psycopg.AsyncConnection[Any], graph: Workflow
+    ) -> list[Job]:
+        """``enqueue_workflow`` on the caller's own connection, as ``enqueue_on``: the graph
+        exists, whole, only if and when that transaction commits."""
+        graph.check()
+        jobs: list[Job] = await self._run_on(
+            connection, enqueue_workflow_flow(graph, self._now(None))
+        )
+        return jobs
+
+    async def _run_on(self, connection: psycopg.AsyncConnection[Any], flow: Flow) -> Any:
         try:
             if connection.autocommit:
-                # No transaction of the caller's to join: the batch is atomic on its own.
+                # No transaction of the caller's to join: the flow is atomic on its own.
                 async with connection.transaction():
-                    results: list[EnqueueResult] = await drive_async(connection, flow)
-                return results
+                    return await drive_async(connection, flow)
             # Join the caller's transaction. psycopg opens one implicitly on the first
             # statement if none is open; transaction() here would instead commit on exit.
-            joined: list[EnqueueResult] = await drive_async(connection, flow)
+            return await drive_async(connection, flow)
         except SCHEMA_ERRORS as error:
             raise await self._schema_error(error) from error
-        return joined
 
     def enqueue_on_sync(
         self, connection: psycopg.Connection[Any], specs: Sequence[JobSpec]
@@ -299,17 +313,30 @@ class PostgresStore:
         """``enqueue_on`` for a synchronous psycopg connection (Django, Flask)."""
         if not specs:
             return []
-        flow = enqueue_any_flow(specs, self._now(None))
+        results: list[EnqueueResult] = self._run_on_sync(
+            connection, enqueue_any_flow(specs, self._now(None))
+        )
+        return results
+
+    def enqueue_workflow_on_sync(
+        self, connection: psycopg.Connection[Any], graph: Workflow
+    ) -> list[Job]:
+        """``enqueue_workflow_on`` for a synchronous psycopg connection (Django, Flask)."""
+        graph.check()
+        jobs: list[Job] = self._run_on_sync(
+            connection, enqueue_workflow_flow(graph, self._now(None))
+        )
+        return jobs
+
+    def _run_on_sync(self, connection: psycopg.Connection[Any], flow: Flow) -> Any:
         try:
             if connection.autocommit:
                 with connection.transaction():
-                    results: list[EnqueueResult] = drive_sync(connection, flow)
-                return results
-            joined: list[EnqueueResult] = drive_sync(connection, flow)
+                    return drive_sync(connection, flow)
+            return drive_sync(connection, flow)
         except SCHEMA_ERRORS as error:
             # No loop here to ask the pool which migrations are pending: the error says it.
             raise migrations_pending(error) from error
-        return joined
 
     # ------------------------------------------------------------------ claim and leases
 
@@ -852,20 +879,32 @@ class PostgresStore:
         if not await self._fetch("delete_schedule", {"name": name}):
             raise ScheduleNotFound(name)
 
-    async def trigger_schedule(self, name: str, *, now: datetime | None = None) -> EnqueueResult:
+    async def trigger_schedule(
+        self,
+        name: str,
+        *,
+        now: datetime | None = None,
+        workflows: Mapping[str, WorkflowBuilder] | None = None,
+    ) -> EnqueueResult:
         result: EnqueueResult = await self._run_flow(
-            schedules.trigger_flow(name, self._now(now), enqueue_flow)
+            schedules.trigger_flow(name, self._now(now), enqueue_flow, workflows or {})
         )
         return result
 
-    async def fire_due(self, *, now: datetime | None = None, limit: int = 100) -> list[Firing]:
+    async def fire_due(
+        self,
+        *,
+        now: datetime | None = None,
+        limit: int = 100,
+        workflows: Mapping[str, WorkflowBuilder] | None = None,
+    ) -> list[Firing]:
         firings: list[Firing] = await self._run_flow(
-            schedules.fire_flow(self._now(now), limit, enqueue_flow)
+            schedules.fire_flow(self._now(now), limit, enqueue_flow, workflows or {})
         )
         return firings
 
-    async def next_fire_at(self) -> datetime | None:
-        [(due,)] = await self._fetch("next_fire_at", {})
+    async def next_fire_at(self, *, workflows: Collection[str] | None = None) -> datetime | None:
+        [(due,)] = await self._fetch("next_fire_at", {"workflows": sorted(workflows or ())})
         return due  # type: ignore[no-any-return]
 
     # ------------------------------------------------------------------ flow control

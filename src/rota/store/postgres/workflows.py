@@ -49,6 +49,8 @@ def enqueue_workflow_flow(graph: Workflow, now: datetime | None) -> Flow:
             "waiting_on": [item.waiting_on for item in items],
             "blocked_by": [item.blocked_by for item in items],
             "last_error": [item.error for item in items],
+            "schedule": [s.schedule for s in specs],
+            "slot_at": [s.slot_at for s in specs],
         },
     )
     if graph.edges:

@@ -28,6 +28,7 @@ from rota.domain.job import (
     state_mask,
     unrunnable,
 )
+from rota.domain.workflow import deleted_reason
 from rota.store.base import (
     MAX_BULK,
     MAX_PAGE_SIZE,
@@ -160,6 +161,12 @@ def _holder(conn: sqlite3.Connection, spec: JobSpec, slot_us: int | None, at_us:
     return None
 
 
+def slot_job(conn: sqlite3.Connection, schedule: str, slot_at: datetime) -> Job | None:
+    """The job that holds ``schedule``'s slot ``slot_at``, if any."""
+    row = conn.execute(_BY_SLOT, (schedule, to_us(slot_at))).fetchone()
+    return None if row is None else job_from_row(row)
+
+
 # ------------------------------------------------------------------ operator verbs
 
 
@@ -248,13 +255,13 @@ def bulk_cancel(conn: sqlite3.Connection, filter: JobFilter, limit: int, at: dat
     return len(chosen)
 
 
-def delete(conn: sqlite3.Connection, job_id: int) -> Job:
-    """Remove a job no worker holds, with its attempt history; see ``Store.delete``."""
+def delete(conn: sqlite3.Connection, job_id: int, at: datetime) -> tuple[Job, datetime | None]:
+    """Remove a job no worker holds, with its attempt history; see ``Store.delete``. The job
+    as it was, and the earliest run_at of the children its deletion released (if any)."""
     job = job_from_row(_row(conn, JOB_COLUMNS, job_id))
     if job.state is JobState.RUNNING:
         raise JobRunning(job_id, "delete")
-    _delete_ids(conn, [job_id])
-    return job
+    return job, _delete_ids(conn, [job_id], at)
 
 
 def reschedule(conn: sqlite3.Connection, job_id: int, edit: JobEdit, at: datetime) -> Job:
@@ -274,17 +281,79 @@ def reschedule(conn: sqlite3.Connection, job_id: int, edit: JobEdit, at: datetim
     return job_from_row(row)
 
 
-def purge(conn: sqlite3.Connection, filter: JobFilter, limit: int) -> int:
-    """Delete up to ``limit`` matching finished jobs, oldest id first, with their history."""
+def purge(
+    conn: sqlite3.Connection, filter: JobFilter, limit: int, at: datetime
+) -> tuple[int, datetime | None]:
+    """Delete up to ``limit`` matching finished jobs, oldest id first, with their history;
+    how many, and the earliest run_at of the children their deletion released."""
     chosen = [job_id for (job_id,) in _matching(conn, filter, FINISHED_STATES, limit, "id")]
-    _delete_ids(conn, chosen)
-    return len(chosen)
+    return len(chosen), _delete_ids(conn, chosen, at)
 
 
-def _delete_ids(conn: sqlite3.Connection, ids: Sequence[int]) -> None:
+def _delete_ids(conn: sqlite3.Connection, ids: Sequence[int], at: datetime) -> datetime | None:
+    """Delete the jobs ``ids`` and their history, their children settled first (see
+    ``_orphan_children``); the earliest run_at of the children released."""
+    released = _orphan_children(conn, ids, at)
     for part in chunks(ids):
         conn.execute(f"DELETE FROM rota_attempts WHERE job_id IN ({marks(len(part))})", part)
         conn.execute(f"DELETE FROM rota_jobs WHERE id IN ({marks(len(part))})", part)
+    return released
+
+
+_ORPHAN = """
+UPDATE rota_jobs SET waiting_on = waiting_on - :held,
+    state = CASE WHEN state <> 'waiting' THEN state
+                 WHEN :reason IS NOT NULL THEN 'cancelled'
+                 WHEN waiting_on = :held THEN 'pending' ELSE state END,
+    finished_at = CASE WHEN state = 'waiting' AND :reason IS NOT NULL THEN :at
+                       ELSE finished_at END,
+    last_error = CASE WHEN state = 'waiting' AND :reason IS NOT NULL THEN :reason
+                      ELSE last_error END
+WHERE id = :id
+RETURNING state, run_at
+"""
+
+
+def _orphan_children(conn: sqlite3.Connection, ids: Sequence[int], at: datetime) -> datetime | None:
+    """The jobs ``ids`` are about to be deleted: each edge by which one still holds a child up
+    stops counting; a waiting child on a "cancel" edge is cancelled naming the (lowest) deleted
+    parent, and one whose last such edge it was becomes pending, as if the parent had ended
+    without succeeding (rota.domain.workflow). Children deleted with them are left alone. The
+    children's own triggers settle their children in turn. Returns the earliest run_at of the
+    children that became pending."""
+    doomed = set(ids)
+    held: dict[int, tuple[int, int | None]] = {}
+    for part in chunks(ids):
+        for parent, child, policy in conn.execute(
+            "SELECT parent_id, child_id, on_parent_failure FROM rota_job_deps "
+            f"WHERE parent_id IN ({marks(len(part))}) AND NOT satisfied",
+            part,
+        ):
+            if child in doomed:
+                continue
+            count, blocker = held.get(child, (0, None))
+            if policy == "cancel" and (blocker is None or parent < blocker):
+                blocker = parent
+            held[child] = (count + 1, blocker)
+    if not held:
+        return None
+    for part in chunks(ids):
+        # Nothing can re-arm a job cancelled by a parent that is gone.
+        conn.execute(
+            f"UPDATE rota_jobs SET blocked_by = NULL WHERE blocked_by IN ({marks(len(part))})",
+            part,
+        )
+    at_us = to_us(at)
+    earliest: datetime | None = None
+    for child, (count, blocker) in sorted(held.items()):
+        reason = None if blocker is None else deleted_reason(blocker)
+        state, run_at = conn.execute(
+            _ORPHAN, {"held": count, "reason": reason, "at": at_us, "id": child}
+        ).fetchone()
+        if state == JobState.PENDING:
+            due = from_us(run_at)
+            earliest = due if earliest is None else min(earliest, due)
+    return earliest
 
 
 def _matching(
@@ -535,8 +604,10 @@ def end_unrunnable(
     return sorted(job_id for job_id, _ in doomed)
 
 
-def prune(conn: sqlite3.Connection, older_than: datetime, limit: int) -> int:
-    """Delete up to ``limit`` terminal jobs finished before ``older_than``, with their history."""
+def prune(conn: sqlite3.Connection, older_than: datetime, limit: int, at: datetime) -> int:
+    """Delete up to ``limit`` terminal jobs finished before ``older_than``, with their history.
+    A finished parent holds children up only on "cancel" edges (its end settled the rest), so
+    pruning it may cancel a child but never releases one: no worker needs waking."""
     if limit <= 0:
         return 0
     doomed = [
@@ -550,7 +621,7 @@ def prune(conn: sqlite3.Connection, older_than: datetime, limit: int) -> int:
             (to_us(older_than), clamp(limit)),
         )
     ]
-    _delete_ids(conn, doomed)
+    _delete_ids(conn, doomed, at)
     # Seconds whose every job is gone no longer count for anything.
     conn.execute(
         "DELETE FROM rota_finished_per_second WHERE second < ? AND n <= 0", (to_us(older_than),)

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from rota.domain.errors import ScheduleNotFound, StateConflict
+from rota.domain.errors import InvalidJob, ScheduleNotFound, StateConflict
 from rota.domain.job import EnqueueResult, JobState
 from rota.domain.schedule import ScheduleSpec
 from rota.domain.schedule_state import (
@@ -26,7 +26,9 @@ from rota.domain.schedule_state import (
     spec_from_columns,
     upserted,
 )
+from rota.domain.workflow import WorkflowBuilder, slot_graph, unknown_workflow
 from rota.store.sqlite import jobs
+from rota.store.sqlite import workflows as workflows_sql
 from rota.store.sqlite.rows import from_us, to_us
 
 _DEFINITION = (
@@ -46,14 +48,22 @@ _DEFINITION = (
     "misfire_limit",
     "grace_us",
     "overlap",
+    "workflow",
 )
 _STATE = ("paused", "next_run_at", "last_run_at", "last_job_id", "created_at", "updated_at")
 _WRITTEN = (*_DEFINITION, *_STATE, "due_at")
 #: A schedule's columns and its last job's state, in the order ``_from_row`` reads them.
+#: A workflow schedule's last state is its last workflow's (rota.domain.workflow
+#: .workflow_outcome), read by the rota_jobs_workflow index.
+_LAST_STATE = """CASE WHEN s.workflow AND j.workflow IS NOT NULL THEN (
+    SELECT CASE WHEN max(w.state IN ('waiting', 'pending', 'running')) THEN 'running'
+                WHEN max(w.state = 'dead') THEN 'dead'
+                WHEN max(w.state = 'cancelled') THEN 'cancelled' ELSE 'succeeded' END
+    FROM rota_jobs w WHERE w.workflow = j.workflow) ELSE j.state END"""
 _SELECT = (
     "SELECT "
     + ", ".join(f"s.{column}" for column in (*_DEFINITION, *_STATE))
-    + ", j.state FROM rota_schedules s LEFT JOIN rota_jobs j ON j.id = s.last_job_id"
+    + f", {_LAST_STATE} FROM rota_schedules s LEFT JOIN rota_jobs j ON j.id = s.last_job_id"
 )
 _UPSERT = (
     f"INSERT INTO rota_schedules ({', '.join(_WRITTEN)}) "
@@ -88,6 +98,7 @@ def _row_values(schedule: Schedule) -> dict[str, Any]:
     anchor = columns["anchor"]
     return {
         **columns,
+        "workflow": int(columns["workflow"]),
         "anchor": None if anchor is None else to_us(anchor),
         "paused": int(schedule.paused),
         "next_run_at": to_us(schedule.next_run_at),
@@ -162,9 +173,21 @@ def delete(conn: sqlite3.Connection, name: str) -> None:
         raise ScheduleNotFound(name)
 
 
-def next_fire_at(conn: sqlite3.Connection) -> datetime | None:
+def _fires(workflows: Collection[str]) -> tuple[str, list[str]]:
+    """The condition (and its parameters) of the schedules this firer can fire: a workflow
+    schedule only where its builder is known (another process that knows it fires it)."""
+    names = sorted(workflows)
+    if not names:
+        return "s.workflow = 0", []
+    return f"(s.workflow = 0 OR s.name IN ({', '.join('?' for _ in names)}))", names
+
+
+def next_fire_at(conn: sqlite3.Connection, workflows: Collection[str]) -> datetime | None:
+    fires, names = _fires(workflows)
     (due,) = conn.execute(
-        "SELECT min(due_at) FROM rota_schedules INDEXED BY rota_schedules_due WHERE paused = 0"
+        "SELECT min(due_at) FROM rota_schedules AS s INDEXED BY rota_schedules_due "
+        f"WHERE paused = 0 AND {fires}",
+        names,
     ).fetchone()
     return None if due is None else from_us(due)
 
@@ -173,33 +196,85 @@ def next_fire_at(conn: sqlite3.Connection) -> datetime | None:
 
 
 def trigger(
-    conn: sqlite3.Connection, name: str, at: datetime
+    conn: sqlite3.Connection,
+    name: str,
+    at: datetime,
+    workflows: Mapping[str, WorkflowBuilder],
 ) -> tuple[EnqueueResult, datetime | None]:
     """Enqueue a run of ``name`` at slot ``at``; the result and the run_at inserted (if any)."""
     schedule = _get(conn, name)
-    [result], earliest = jobs.enqueue(conn, [schedule.spec.job_spec(at)], at)
+    if schedule.spec.workflow:
+        builder = workflows.get(name)
+        if builder is None:
+            raise StateConflict(unknown_workflow(name))
+        results, earliest, failed = _fire_workflow(conn, schedule, (at,), builder, at)
+        if failed:
+            raise InvalidJob("workflow", failed[0][1])
+        [result] = results
+    else:
+        [result], earliest = jobs.enqueue(conn, [schedule.spec.job_spec(at)], at)
     conn.execute("UPDATE rota_schedules SET last_job_id = ? WHERE name = ?", (result.job.id, name))
     return result, earliest
 
 
+def _fire_workflow(
+    conn: sqlite3.Connection,
+    schedule: Schedule,
+    slots: Sequence[datetime],
+    builder: WorkflowBuilder,
+    at: datetime,
+) -> tuple[list[EnqueueResult], datetime | None, list[tuple[datetime, str]]]:
+    """One graph per slot, in the caller's write transaction: a slot that has a job already
+    is a duplicate, one whose builder failed is reported and gets nothing."""
+    results: list[EnqueueResult] = []
+    failed: list[tuple[datetime, str]] = []
+    earliest: datetime | None = None
+    for slot in slots:
+        taken = jobs.slot_job(conn, schedule.name, slot)
+        if taken is not None:
+            results.append(EnqueueResult(taken, duplicate=True))
+            continue
+        try:
+            graph = slot_graph(builder, schedule.name, schedule.spec.payload, slot)
+        except InvalidJob as error:
+            failed.append((slot, error.reason))
+            continue
+        written, pending_at = workflows_sql.enqueue_workflow(conn, graph, at)
+        if pending_at is not None:
+            earliest = pending_at if earliest is None else min(earliest, pending_at)
+        results.append(EnqueueResult(written[0]))
+    return results, earliest, failed
+
+
 def fire_due(
-    conn: sqlite3.Connection, at: datetime, limit: int
+    conn: sqlite3.Connection,
+    at: datetime,
+    limit: int,
+    workflows: Mapping[str, WorkflowBuilder],
 ) -> tuple[list[Firing], datetime | None]:
     """Fire up to ``limit`` due schedules, earliest first; see ``Store.fire_due``.
 
     Returns the firings and the earliest run_at of the jobs inserted (to wake workers).
     """
+    fires, names = _fires(workflows)
     rows = conn.execute(
-        f"{_SELECT} WHERE s.paused = 0 AND s.due_at <= ? ORDER BY s.due_at, s.name LIMIT ?",
-        (to_us(at), max(0, limit)),
+        f"{_SELECT} WHERE s.paused = 0 AND s.due_at <= ? AND {fires} "
+        "ORDER BY s.due_at, s.name LIMIT ?",
+        (to_us(at), *names, max(0, limit)),
     ).fetchall()
     firings: list[Firing] = []
     earliest: datetime | None = None
     for row in rows:
         schedule = _from_row(row)
         decision = decide(schedule, at)
-        specs = [schedule.spec.job_spec(slot) for slot in decision.enqueue]
-        results, inserted_at = jobs.enqueue(conn, specs, at) if specs else ([], None)
+        failed: list[tuple[datetime, str]] = []
+        if schedule.spec.workflow:
+            results, inserted_at, failed = _fire_workflow(
+                conn, schedule, decision.enqueue, workflows[schedule.name], at
+            )
+        else:
+            specs = [schedule.spec.job_spec(slot) for slot in decision.enqueue]
+            results, inserted_at = jobs.enqueue(conn, specs, at) if specs else ([], None)
         if inserted_at is not None:
             earliest = inserted_at if earliest is None else min(earliest, inserted_at)
         advanced = replace(schedule, next_run_at=decision.next_run_at)
@@ -224,6 +299,7 @@ def fire_due(
                 skipped_overlap=decision.skipped_overlap,
                 missed=decision.missed,
                 next_run_at=decision.next_run_at,
+                failed=tuple(failed),
             )
         )
     return firings, earliest

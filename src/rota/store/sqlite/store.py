@@ -33,7 +33,7 @@ from rota.domain.job import (
 from rota.domain.lease import Lease
 from rota.domain.schedule import ScheduleSpec
 from rota.domain.schedule_state import Firing, Schedule
-from rota.domain.workflow import Workflow
+from rota.domain.workflow import Workflow, WorkflowBuilder
 from rota.store.base import (
     MAX_BULK,
     Beat,
@@ -328,7 +328,9 @@ class SqliteStore:
         )
 
     async def delete(self, job_id: int) -> Job:
-        return await self._db.write(lambda conn: jobs.delete(conn, job_id))
+        job, released = await self._db.write(lambda conn: jobs.delete(conn, job_id, self._at(None)))
+        self._woken(released)
+        return job
 
     async def reschedule(self, job_id: int, edit: JobEdit, *, now: datetime | None = None) -> Job:
         job: Job = await self._db.write(
@@ -338,7 +340,11 @@ class SqliteStore:
         return job
 
     async def purge(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
-        return await self._db.write(lambda conn: jobs.purge(conn, filter, limit))
+        count, released = await self._db.write(
+            lambda conn: jobs.purge(conn, filter, limit, self._at(None))
+        )
+        self._woken(released)
+        return count
 
     # ------------------------------------------------------------------ workflows
 
@@ -426,7 +432,7 @@ class SqliteStore:
 
     async def prune(self, *, older_than: datetime, limit: int = 10_000) -> int:
         cutoff = utc(older_than)
-        return await self._db.write(lambda conn: jobs.prune(conn, cutoff, limit))
+        return await self._db.write(lambda conn: jobs.prune(conn, cutoff, limit, self._at(None)))
 
     # ------------------------------------------------------------------ flow control
 
@@ -504,19 +510,31 @@ class SqliteStore:
     async def delete_schedule(self, name: str) -> None:
         await self._db.write(lambda conn: schedules.delete(conn, name))
 
-    async def trigger_schedule(self, name: str, *, now: datetime | None = None) -> EnqueueResult:
+    async def trigger_schedule(
+        self,
+        name: str,
+        *,
+        now: datetime | None = None,
+        workflows: Mapping[str, WorkflowBuilder] | None = None,
+    ) -> EnqueueResult:
         result, earliest = await self._db.write(
-            lambda conn: schedules.trigger(conn, name, self._at(now))
+            lambda conn: schedules.trigger(conn, name, self._at(now), workflows or {})
         )
         self._woken(earliest)
         return result
 
-    async def fire_due(self, *, now: datetime | None = None, limit: int = 100) -> list[Firing]:
+    async def fire_due(
+        self,
+        *,
+        now: datetime | None = None,
+        limit: int = 100,
+        workflows: Mapping[str, WorkflowBuilder] | None = None,
+    ) -> list[Firing]:
         firings, earliest = await self._db.write(
-            lambda conn: schedules.fire_due(conn, self._at(now), limit)
+            lambda conn: schedules.fire_due(conn, self._at(now), limit, workflows or {})
         )
         self._woken(earliest)
         return firings
 
-    async def next_fire_at(self) -> datetime | None:
-        return await self._db.read(schedules.next_fire_at)
+    async def next_fire_at(self, *, workflows: Collection[str] | None = None) -> datetime | None:
+        return await self._db.read(lambda conn: schedules.next_fire_at(conn, workflows or ()))

@@ -17,8 +17,8 @@ from rota.store.sqlite.rows import JOB_COLUMNS, chunks, duration_us, job_from_ro
 _INSERT = f"""
 INSERT INTO rota_jobs (kind, queue, payload, state, priority, run_at, attempt, max_attempts,
                        tenant, timeout_us, created_at, trace_context, workflow, waiting_on,
-                       blocked_by, last_error, finished_at)
-VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                       blocked_by, last_error, finished_at, schedule, slot_at)
+VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 RETURNING {JOB_COLUMNS}
 """
 
@@ -72,6 +72,8 @@ def enqueue_workflow(
                 item.blocked_by,
                 item.error,
                 at_us if cancelled else None,
+                spec.schedule,  # a scheduled graph's first job holds its slot
+                None if spec.slot_at is None else to_us(spec.slot_at),
             ),
         ).fetchone()
         job = job_from_row(row)
