@@ -34,9 +34,9 @@ async def test_sqlite_at_009_migrates_to_011_and_keeps_its_jobs(tmp_path: Path) 
     conn.close()
     store = open_store(f"sqlite:///{path}")
     try:
-        # 011 and every migration after it (012_workflows) apply on a database at 009.
-        assert await store.pending_migrations() == ["011_operator", "012_workflows"]
-        assert await store.migrate() == ["011_operator", "012_workflows"]
+        # 011 and every migration after it (012_workflows, 013_audit) apply on a database at 009.
+        assert await store.pending_migrations() == ["011_operator", "012_workflows", "013_audit"]
+        assert await store.migrate() == ["011_operator", "012_workflows", "013_audit"]
         job = await store.get(1)
         assert (job.kind, job.expires_at) == ("old", None)
         assert await store.expire() == []

@@ -41,7 +41,7 @@ def test_the_state_check_gains_waiting_and_still_refuses_the_rest(tmp_path: Path
 
     upgrader = sqlite3.connect(path, isolation_level=None)
     upgrader.execute("BEGIN IMMEDIATE")
-    assert apply_pending(upgrader, 0) == ["012_workflows"]
+    assert apply_pending(upgrader, 0) == ["012_workflows", "013_audit"]
     upgrader.execute("COMMIT")
 
     for conn in (before, upgrader):
