@@ -778,12 +778,20 @@ def _duration(field: str, value: object) -> timedelta:
 
 
 def _settings(options: dict[str, Any], *, default_poll: float | None) -> WorkerSettings:
-    durations = ("lease", "heartbeat", "poll", "rescue", "shutdown_timeout", "retention")
+    durations = (
+        "lease",
+        "heartbeat",
+        "poll",
+        "rescue",
+        "shutdown_timeout",
+        "retention",
+        "audit_retention",
+    )
     values: dict[str, Any] = {}
     for key, value in options.items():
         if value is None:
             continue
-        if key == "retention" and value == "off":
+        if key in ("retention", "audit_retention") and value == "off":
             values[key] = None
             continue
         if key in durations and not isinstance(value, timedelta):

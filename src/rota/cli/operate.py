@@ -98,6 +98,13 @@ from rota.observability.logging import printable
     help="Delete finished jobs older than this (e.g. 24h, 30d), or 'off' to keep them.",
 )
 @click.option(
+    "--audit-retention",
+    envvar="ROTA_AUDIT_RETENTION",
+    default="90d",
+    show_default=True,
+    help="Delete audit log entries older than this (e.g. 30d, 365d), or 'off' to keep them.",
+)
+@click.option(
     "--metrics-port",
     envvar="ROTA_METRICS_PORT",
     type=click.IntRange(0, 65535),
@@ -123,6 +130,7 @@ def worker(
     rescue_seconds: float,
     shutdown_timeout: float,
     retention: str,
+    audit_retention: str,
     metrics_port: int | None,
     metrics_host: str,
 ) -> None:
@@ -153,6 +161,7 @@ def worker(
         "rescue": rescue_seconds,
         "shutdown_timeout": shutdown_timeout,
         "retention": parse_retention(retention),
+        "audit_retention": parse_retention(audit_retention, what="--audit-retention"),
     }
 
     async def go() -> bool:

@@ -92,17 +92,13 @@ class AuditEntry:
 @dataclass(frozen=True, slots=True)
 class AuditFilter:
     """Which entries a listing returns; ``None`` fields do not filter. ``since`` is
-    inclusive, ``until`` exclusive."""
+    inclusive, ``until`` exclusive (a ``since`` after ``until`` matches nothing)."""
 
     action: str | None = None
     identity: str | None = None
     target: str | None = None
     since: datetime | None = None
     until: datetime | None = None
-
-    def __post_init__(self) -> None:
-        if self.since is not None and self.until is not None and self.since > self.until:
-            raise InvalidInput("since must not be after until")
 
     def matches(self, entry: AuditEntry) -> bool:
         return (
