@@ -134,8 +134,8 @@ def audit_router(ctx: ApiContext) -> APIRouter:
             action=None if action is None else action.value,
             identity=_exact(identity),
             target=_exact(target),
-            since=None if not since else parse_instant("since", since),
-            until=None if not until else parse_instant("until", until),
+            since=None if since is None else parse_instant("since", since),
+            until=None if until is None else parse_instant("until", until),
         )
         page = await ctx.reads.store.list_audit(audit_filter, cursor=cursor or None, limit=limit)
         return AuditList(
