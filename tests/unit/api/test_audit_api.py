@@ -4,16 +4,18 @@ nothing, GET /api/audit filters and pages, and read-only identities change nothi
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from importlib import resources
 from typing import Any
 
 import pytest
 from fastapi.routing import iter_route_contexts
 
 from rota.api import ApiSettings
-from rota.domain.audit import AuditFilter
+from rota.domain.audit import AuditAction, AuditFilter
 from rota.domain.flow import Limit, LimitScope
 from rota.domain.job import JobSpec
 from rota.domain.schedule import Rule, ScheduleSpec
@@ -385,3 +387,10 @@ def test_read_credentials_must_not_shadow_the_admin_ones() -> None:
     with pytest.raises(ValueError, match="at least 8"):
         ApiSettings(read_token="short")
     assert ApiSettings(read_token=READ_TOKEN).has_auth
+
+
+def test_the_audit_view_offers_every_action_to_filter_by() -> None:
+    script = resources.files("rota.api").joinpath("static", "audit.js").read_text("utf-8")
+    listed = re.search(r"const ACTIONS = \[(.*?)\];", script, re.DOTALL)
+    assert listed is not None
+    assert re.findall(r'"([a-z.]+)"', listed.group(1)) == [action.value for action in AuditAction]
