@@ -1051,8 +1051,8 @@ class MemoryStore:
     async def prune_audit(self, *, older_than: datetime, limit: int = 10_000) -> int:
         cutoff = utc(older_than)
         with self._lock:
-            doomed = {e.id for e in self._audit if e.at < cutoff}
-            doomed = set(sorted(doomed)[: max(0, limit)])
+            oldest = sorted((e.at, e.id) for e in self._audit if e.at < cutoff)
+            doomed = {entry_id for _, entry_id in oldest[: max(0, limit)]}
             self._audit = [e for e in self._audit if e.id not in doomed]
             return len(doomed)
 
