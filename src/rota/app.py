@@ -909,12 +909,13 @@ def _settings(options: dict[str, Any], *, default_poll: float | None) -> WorkerS
         "shutdown_timeout",
         "retention",
         "unrunnable_grace",
+        "audit_retention",
     )
     values: dict[str, Any] = {}
     for key, value in options.items():
         if value is None:
             continue
-        if key in ("retention", "unrunnable_grace") and value == "off":
+        if key in ("retention", "unrunnable_grace", "audit_retention") and value == "off":
             values[key] = None
             continue
         if key in durations and not isinstance(value, timedelta):

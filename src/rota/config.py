@@ -50,11 +50,11 @@ def parse_duration(text: str, *, what: str = "duration") -> timedelta:
     return timedelta(seconds=seconds)
 
 
-def parse_retention(text: str) -> timedelta | str:
-    """A retention period, or the string "off" (keep finished jobs for ever)."""
+def parse_retention(text: str, *, what: str = "--retention") -> timedelta | str:
+    """A retention period, or the string "off" (keep for ever)."""
     if text.strip().lower() in ("off", "none", "never"):
         return "off"
-    return parse_duration(text, what="--retention")
+    return parse_duration(text, what=what)
 
 
 def parse_grace(text: str) -> timedelta | str:

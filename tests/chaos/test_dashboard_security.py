@@ -4,6 +4,7 @@ Chromium, and secrets hygiene of a real `rota serve` process on PostgreSQL."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import http.server
 import json
@@ -34,6 +35,9 @@ from tests.support.serve import serving
 
 MATRIX = Path(__file__).with_name("auth_matrix.json")
 TOKEN = "chaos-token-0123456789"
+READ_TOKEN = "chaos-read-token-9876543210"
+READ_BASIC = ("viewer", "chaos-viewer-password")
+READ_BASIC_HEADER = base64.b64encode(":".join(READ_BASIC).encode()).decode()
 PATH_VALUES = {"job_id": "1", "workflow_id": "1", "name": "app.js", "scope": "kind", "key": "email"}
 _ = (browser, chromium, served)  # fixtures for the browser test
 
@@ -61,7 +65,10 @@ async def test_the_auth_matrix_matches_the_checked_in_table_for_every_route() ->
     table: dict[str, dict[str, str]] = json.loads(MATRIX.read_text())
     apps = {
         "token": create_app(
-            Client(MemoryStore(clock=clock)), settings=ApiSettings(auth_token=TOKEN)
+            Client(MemoryStore(clock=clock)),
+            settings=ApiSettings(
+                auth_token=TOKEN, read_token=READ_TOKEN, read_basic_auth=READ_BASIC
+            ),
         ),
         "read_only": create_app(
             Client(MemoryStore(clock=clock)),
@@ -82,6 +89,10 @@ async def test_the_auth_matrix_matches_the_checked_in_table_for_every_route() ->
         "expired_session": ("token", {"cookie": f"{SESSION_COOKIE}={expired}"}),
         "valid_token": ("token", {"authorization": f"Bearer {TOKEN}"}),
         "read_only": ("read_only", {"authorization": f"Bearer {TOKEN}"}),
+        # Read-only identities in the same server as the admin token: they see everything,
+        # and every change is refused as read-only.
+        "read_token": ("token", {"authorization": f"Bearer {READ_TOKEN}"}),
+        "read_basic": ("token", {"authorization": f"Basic {READ_BASIC_HEADER}"}),
     }
     observed: dict[str, dict[str, str]] = {}
     for who, (which, headers) in identities.items():

@@ -609,6 +609,33 @@ async def test_the_pruner_deletes_only_jobs_finished_before_the_retention(
     assert (await app.get(waiting.id)).state is JobState.PENDING
 
 
+async def test_the_pruner_deletes_audit_entries_past_their_own_retention(
+    app: App, clock: FakeClock
+) -> None:
+    from rota.domain.audit import AuditAction, AuditFilter, AuditRecord
+    from rota.runtime.pruner import Pruner
+
+    record = AuditRecord(identity="cli:ops", action=AuditAction.QUEUE_PAUSE, target="queue:a")
+    await app.open()
+    old = await app.store.record_audit(record)
+    clock.advance(timedelta(days=91))
+    recent = await app.store.record_audit(record)
+    # Finished jobs have a week, the audit log its own 90 days; None keeps the jobs.
+    assert await Pruner(app.store, retention=None, audit_retention=timedelta(days=90)).tick() == 1
+    assert [e.id for e in (await app.store.list_audit(AuditFilter())).entries] == [recent.id]
+    assert old.id < recent.id
+    assert await Pruner(app.store, retention=timedelta(days=7)).tick() == 0  # log kept
+
+
+def test_workers_keep_the_audit_log_ninety_days_unless_told_otherwise() -> None:
+    from rota.domain.errors import InvalidInput
+
+    assert WorkerSettings().audit_retention == timedelta(days=90)
+    assert WorkerSettings(audit_retention=None).validated().audit_retention is None
+    with pytest.raises(InvalidInput, match="audit retention"):
+        WorkerSettings(audit_retention=timedelta(seconds=5)).validated()
+
+
 def test_workers_prune_after_seven_days_unless_told_otherwise() -> None:
     from rota.domain.errors import InvalidInput
 

@@ -13,6 +13,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from rota.api.context import ApiContext
 from rota.api.errors import install_error_handlers
 from rota.api.queue_models import LimitCreate
+from rota.api.routes_audit import audit_router
 from rota.api.routes_jobs import jobs_router
 from rota.api.routes_misc import misc_router
 from rota.api.routes_pages import login_page, pages_router
@@ -76,6 +77,7 @@ def create_app(
     app.include_router(schedules_router(ctx))
     app.include_router(queues_router(ctx))
     app.include_router(workflows_router(ctx))
+    app.include_router(audit_router(ctx))
     app.include_router(misc_router(ctx))
     app.include_router(pages_router(ctx))
     app.add_middleware(

@@ -7,11 +7,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TypeVar
 
-from rota.api.security import Authenticator
+from starlette.requests import Request
+
+from rota.api.security import Authenticator, principal_of
 from rota.api.settings import ApiSettings
 from rota.client import Client
 from rota.domain.errors import JobNotFound, ScheduleNotFound
 from rota.observability.metrics import Metrics
+from rota.operator import Operator
 from rota.store.replica import ReadReplica
 
 T = TypeVar("T")
@@ -43,6 +46,11 @@ class ApiContext:
             if self.reads is self.client:
                 raise
         return await read(self.client)
+
+    def operator(self, request: Request) -> Operator:
+        """The operator verbs on the primary, recorded in the audit log as this request's
+        authenticated identity."""
+        return Operator(self.client, principal_of(request.scope).identity)
 
     async def now(self) -> datetime:
         """The store's clock: the API's only source of "now"."""

@@ -161,7 +161,7 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
         if body.every_seconds is not None:
             if body.depends_on is not None:
                 raise InvalidJob("depends_on", "a schedule's jobs cannot depend on other jobs")
-            return await create_every_schedule(client, body)
+            return await create_every_schedule(client, body, ctx.operator(request))
         spec = client.spec(
             body.kind,
             body.payload,
@@ -253,7 +253,8 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
     async def bulk_retry(request: Request) -> BulkResult:
         """Retry up to the bulk cap of dead or cancelled jobs matching the filter."""
         job_filter = await _filter_body(request)
-        return BulkResult(count=await client.bulk_retry(job_filter, limit=MAX_BULK))
+        count = await ctx.operator(request).bulk_retry(job_filter, limit=MAX_BULK)
+        return BulkResult(count=count)
 
     @router.post(
         "/api/jobs/bulk/cancel",
@@ -264,7 +265,8 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
     async def bulk_cancel(request: Request) -> BulkResult:
         """Cancel up to the bulk cap of waiting, pending or running jobs matching the filter."""
         job_filter = await _filter_body(request)
-        return BulkResult(count=await client.bulk_cancel(job_filter, limit=MAX_BULK))
+        count = await ctx.operator(request).bulk_cancel(job_filter, limit=MAX_BULK)
+        return BulkResult(count=count)
 
     @router.post(
         "/api/jobs/bulk/delete",
@@ -276,7 +278,7 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
         """Delete (purge) up to the bulk cap of finished jobs matching the filter, with their
         history; confirm the scope first with ``GET /api/jobs/count?action=delete``."""
         job_filter = await _filter_body(request)
-        return BulkResult(count=await client.purge(job_filter, limit=MAX_BULK))
+        return BulkResult(count=await ctx.operator(request).purge(job_filter, limit=MAX_BULK))
 
     @router.get(
         "/api/jobs/{job_id}", response_model=JobDetail, responses=errors(400, 401, 404, 503)
@@ -301,11 +303,11 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
         response_class=Response,
         responses=errors(400, 401, 403, 404, 409, 415, 503),
     )
-    async def retry_job(job_id: JobId) -> Response:
+    async def retry_job(job_id: JobId, request: Request) -> Response:
         """A dead or cancelled job becomes pending now with its attempts reset (waiting, if its
         parents have not all succeeded), and the dependents its end cancelled wait again
         (409 otherwise)."""
-        await client.retry(job_id)
+        await ctx.operator(request).retry(job_id)
         return Response(status_code=204)
 
     @router.post(
@@ -313,20 +315,20 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
         response_model=JobOut,
         responses=errors(400, 401, 403, 404, 409, 415, 503),
     )
-    async def cancel_job(job_id: JobId) -> JobOut:
+    async def cancel_job(job_id: JobId, request: Request) -> JobOut:
         """A waiting, pending or running job becomes cancelled (409 when it already finished);
         its waiting dependents are cancelled with it."""
-        return JobOut(**job_out(await client.cancel(job_id)))
+        return JobOut(**job_out(await ctx.operator(request).cancel(job_id)))
 
     @router.post(
         "/api/jobs/{job_id}/rerun",
         response_model=JobOut,
         responses=errors(400, 401, 403, 404, 409, 415, 503),
     )
-    async def rerun_job(job_id: JobId) -> JobOut:
+    async def rerun_job(job_id: JobId, request: Request) -> JobOut:
         """Run a succeeded job again now: a new attempt series (attempt back to 0), its earlier
         attempts kept (409 in any other state, or while an active job holds its unique key)."""
-        return JobOut(**job_out(await client.rerun(job_id)))
+        return JobOut(**job_out(await ctx.operator(request).rerun(job_id)))
 
     @router.post(
         "/api/jobs/{job_id}/reschedule",
@@ -347,7 +349,7 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
             run_at = "now"
         elif body.run_at is not None:
             run_at = parse_instant("run_at", body.run_at)
-        job = await client.reschedule(
+        job = await ctx.operator(request).reschedule(
             job_id, run_at=run_at, priority=body.priority, queue=body.queue
         )
         return JobOut(**job_out(job))
@@ -365,10 +367,10 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
         response_class=Response,
         responses=errors(400, 401, 403, 404, 409, 503),
     )
-    async def delete_job(job_id: JobId) -> Response:
+    async def delete_job(job_id: JobId, request: Request) -> Response:
         """Delete a pending or finished job and its attempt history (409 while it runs:
         cancel it first)."""
-        await client.delete(job_id)
+        await ctx.operator(request).delete(job_id)
         return Response(status_code=204)
 
     async def _filter_body(request: Request) -> JobFilter:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from rota.api.context import ApiContext
@@ -21,6 +21,7 @@ from rota.api.schemas import (
     errors,
     worker_out,
 )
+from rota.api.security import principal_of
 
 THROUGHPUT_BUCKET = timedelta(minutes=1)
 THROUGHPUT_BUCKETS = 60
@@ -83,13 +84,16 @@ def misc_router(ctx: ApiContext) -> APIRouter:
     @router.get(
         "/api/config", response_model=DashboardConfig, responses=errors(401), tags=["dashboard"]
     )
-    async def config() -> DashboardConfig:
-        """What the dashboard shows: demo presets, read-only mode, the accepted kinds."""
+    async def config(request: Request) -> DashboardConfig:
+        """What the dashboard shows: demo presets, whether this identity may change anything
+        (read-only mode or a read-only token), the accepted kinds, and who it acts as."""
+        principal = principal_of(request.scope)
         return DashboardConfig(
             demo=ctx.demo,
-            read_only=ctx.settings.read_only,
+            read_only=ctx.settings.read_only or not principal.can_write,
             kinds=sorted(ctx.kinds) if ctx.kinds is not None else None,
             login=ctx.authenticator.login_enabled,
+            identity=principal.identity,
         )
 
     @router.get(

@@ -122,7 +122,8 @@ def pages_router(ctx: ApiContext) -> APIRouter:
         if throttle.address_blocked(address, now):
             return login_page("Too many failed attempts; wait a minute.", 429, root)
         token = next(iter(form.get("token", [])), "")
-        if not auth.token_matches(token):
+        principal = auth.token_principal(token)
+        if principal is None:
             blocked = throttle.prefix_blocked(token, now)
             throttle.failed(address, token, now)
             if blocked:
@@ -132,7 +133,7 @@ def pages_router(ctx: ApiContext) -> APIRouter:
         # Scoped to the mount point: a host app's other pages never receive the session.
         response.set_cookie(
             SESSION_COOKIE,
-            auth.session_value(now),
+            auth.session_value(now, principal),
             max_age=ctx.settings.session_seconds,
             path=root or "/",
             httponly=True,

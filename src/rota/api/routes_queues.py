@@ -81,10 +81,10 @@ def queues_router(ctx: ApiContext) -> APIRouter:
         responses=errors(400, 401, 403, 415, 503),
         tags=["queues"],
     )
-    async def pause_queue(name: QueueName) -> Response:
+    async def pause_queue(name: QueueName, request: Request) -> Response:
         """Stop every worker claiming from the queue until it is resumed; running jobs
         finish. A queue may be paused before it has jobs."""
-        await client.pause_queue(name)
+        await ctx.operator(request).pause_queue(name)
         return Response(status_code=204)
 
     @router.post(
@@ -94,9 +94,9 @@ def queues_router(ctx: ApiContext) -> APIRouter:
         responses=errors(400, 401, 403, 415, 503),
         tags=["queues"],
     )
-    async def resume_queue(name: QueueName) -> Response:
+    async def resume_queue(name: QueueName, request: Request) -> Response:
         """Let workers claim from the queue again."""
-        await client.resume_queue(name)
+        await ctx.operator(request).resume_queue(name)
         return Response(status_code=204)
 
     @router.get(
@@ -122,7 +122,7 @@ def queues_router(ctx: ApiContext) -> APIRouter:
             request, max_bytes=settings.max_body_bytes, max_depth=settings.max_json_depth
         )
         limit = limit_from_body(LimitCreate.model_validate(raw))
-        await client.set_limit(limit)
+        await ctx.operator(request).set_limit(limit)
         for info in await client.limits():
             if info.limit.ident == limit.ident:
                 return limit_out(info)
@@ -136,13 +136,13 @@ def queues_router(ctx: ApiContext) -> APIRouter:
         responses=limit_errors(400, 401, 403, 404, 415, 503),
         tags=["limits"],
     )
-    async def delete_limit(scope: Scope, key: LimitKey) -> Response:
+    async def delete_limit(scope: Scope, key: LimitKey, request: Request) -> Response:
         """Remove the limit; jobs it held back become claimable."""
         target = LimitScope(scope)
         if key == EVERY_TENANT and target is not LimitScope.TENANT:
             # ``*`` means every tenant; no queue or kind limit can have that key.
             raise ApiError(404, f"limit on {target.value} {key!r} not found")
-        if not await client.delete_limit(target, limit_key(target, key)):
+        if not await ctx.operator(request).delete_limit(target, limit_key(target, key)):
             raise ApiError(404, f"limit on {target.value} {key!r} not found")
         return Response(status_code=204)
 

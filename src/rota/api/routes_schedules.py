@@ -56,7 +56,6 @@ _RENDERER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rota-schedules
 def schedules_router(ctx: ApiContext) -> APIRouter:
     router = APIRouter(tags=["schedules"])
     settings = ctx.settings
-    store = ctx.client.store
 
     @router.get(
         "/api/schedules", response_model=ScheduleList, responses=schedule_errors(400, 401, 503)
@@ -107,7 +106,7 @@ def schedules_router(ctx: ApiContext) -> APIRouter:
         body = ScheduleCreate.model_validate(raw)
         check_known_kind(body.kind, ctx.kinds)
         spec = spec_from_body(ctx.client, body)
-        [created] = await rendered([await store.create_schedule(spec)])
+        [created] = await rendered([await ctx.operator(request).create_schedule(spec)])
         return created
 
     @router.get(
@@ -149,9 +148,9 @@ def schedules_router(ctx: ApiContext) -> APIRouter:
         response_class=Response,
         responses=schedule_errors(400, 401, 403, 404, 415, 503),
     )
-    async def pause_schedule(name: ScheduleName) -> Response:
+    async def pause_schedule(name: ScheduleName, request: Request) -> Response:
         """Stop firing the schedule until it is resumed; the pause survives deploys."""
-        await store.pause_schedule(name)
+        await ctx.operator(request).pause_schedule(name)
         return Response(status_code=204)
 
     @router.post(
@@ -160,9 +159,9 @@ def schedules_router(ctx: ApiContext) -> APIRouter:
         response_class=Response,
         responses=schedule_errors(400, 401, 403, 404, 415, 503),
     )
-    async def resume_schedule(name: ScheduleName) -> Response:
+    async def resume_schedule(name: ScheduleName, request: Request) -> Response:
         """Fire the schedule again; missed runs follow its misfire policy (latest: one run)."""
-        await store.resume_schedule(name)
+        await ctx.operator(request).resume_schedule(name)
         return Response(status_code=204)
 
     @router.post(
@@ -170,10 +169,10 @@ def schedules_router(ctx: ApiContext) -> APIRouter:
         response_model=JobCreated,
         responses=schedule_errors(400, 401, 403, 404, 415, 503),
     )
-    async def run_schedule(name: ScheduleName) -> JobCreated:
+    async def run_schedule(name: ScheduleName, request: Request) -> JobCreated:
         """Enqueue a run now, outside the schedule's slots; its next run does not move.
         ``duplicate`` means a run for this very instant existed already."""
-        result = await store.trigger_schedule(name)
+        result = await ctx.operator(request).trigger_schedule(name)
         return JobCreated(**job_out(result.job), duplicate=result.duplicate)
 
     @router.post(
@@ -182,9 +181,9 @@ def schedules_router(ctx: ApiContext) -> APIRouter:
         response_class=Response,
         responses=schedule_errors(400, 401, 403, 404, 415, 503),
     )
-    async def delete_schedule(name: ScheduleName) -> Response:
+    async def delete_schedule(name: ScheduleName, request: Request) -> Response:
         """Delete the schedule; the jobs it already enqueued stay."""
-        await store.delete_schedule(name)
+        await ctx.operator(request).delete_schedule(name)
         return Response(status_code=204)
 
     return router

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Path, Request
 
 from rota import workflows
 from rota.api.blockers import blocked_by
@@ -48,8 +48,8 @@ def workflows_router(ctx: ApiContext) -> APIRouter:
         response_model=BulkResult,
         responses=errors(400, 401, 403, 404, 415, 503),
     )
-    async def cancel_workflow(workflow_id: WorkflowId) -> BulkResult:
+    async def cancel_workflow(workflow_id: WorkflowId, request: Request) -> BulkResult:
         """Cancel every job of the workflow that has not finished; how many were."""
-        return BulkResult(count=await workflows.cancel_workflow(ctx.client.store, workflow_id))
+        return BulkResult(count=await ctx.operator(request).cancel_workflow(workflow_id))
 
     return router

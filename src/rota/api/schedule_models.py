@@ -40,6 +40,7 @@ from rota.domain.schedule import (
     ScheduleSpec,
 )
 from rota.domain.schedule_state import Schedule, schedule_fields
+from rota.operator import Operator
 
 #: How many upcoming runs each schedule shows.
 PREVIEW = 5
@@ -295,7 +296,7 @@ def _seconds(field: str, value: float, low: timedelta, high: timedelta) -> timed
 _NOT_FOR_SCHEDULES = ("delay_seconds", "run_at", "unique_key", "timeout_seconds")
 
 
-async def create_every_schedule(client: Client, body: JobCreate) -> ScheduleOut:
+async def create_every_schedule(client: Client, body: JobCreate, operator: Operator) -> ScheduleOut:
     """POST /api/jobs with ``every_seconds``: a schedule running ``kind`` on that interval,
     first run now. Named after the kind and interval (``email-every-10s``), with ``-2``,
     ``-3``... when the name is taken; 409 when every candidate is."""
@@ -319,7 +320,7 @@ async def create_every_schedule(client: Client, body: JobCreate) -> ScheduleOut:
     for suffix in range(1, MAX_NAME_SUFFIX + 1):
         name = base if suffix == 1 else f"{base}-{suffix}"
         try:
-            created = await client.store.create_schedule(replace(spec, name=name))
+            created = await operator.create_schedule(replace(spec, name=name))
         except StateConflict:
             continue
         return schedule_out(created)

@@ -562,9 +562,12 @@ class DashboardConfig(BaseModel):
     """What the dashboard needs to know about this server."""
 
     demo: bool
+    #: Whether this request's identity can change nothing (read-only mode, or a read token).
     read_only: bool
     kinds: list[str] | None
     login: bool
+    #: Who the dashboard acts as: the name the audit log records for its actions.
+    identity: str
 
 
 class Health(BaseModel):

@@ -15,6 +15,7 @@ import hmac
 import secrets
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -103,24 +104,57 @@ def client_address(scope: Scope) -> str:
     return str(client[0]) if client else ""
 
 
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who a request comes from, as the audit log names them, and whether they may change
+    anything: ``token:admin``, ``token:read``, ``basic:<user>``, or ``anonymous`` on a server
+    without authentication."""
+
+    identity: str
+    can_write: bool
+
+
+ANONYMOUS = Principal("anonymous", can_write=True)
+ADMIN_TOKEN = Principal("token:admin", can_write=True)
+READ_TOKEN = Principal("token:read", can_write=False)
+#: Where the security middleware leaves the request's Principal in the ASGI scope.
+PRINCIPAL_KEY = "rota.principal"
+
+
+def principal_of(scope: Scope) -> Principal:
+    """The Principal the security middleware authenticated for this request."""
+    principal = scope.get(PRINCIPAL_KEY)
+    return principal if isinstance(principal, Principal) else ANONYMOUS
+
+
 class Authenticator:
     """Checks credentials in constant time; issues and verifies dashboard session cookies.
 
-    A session cookie holds an expiry and an HMAC over it, keyed by a key derived from the token:
-    the token itself never leaves the server, and changing the token ends every session.
+    A session cookie holds an expiry and an HMAC over it, keyed by a key derived from the token
+    it was opened with (the admin or the read token): the token itself never leaves the server,
+    a session keeps its token's rights, and changing a token ends every session opened with it.
     """
 
     def __init__(self, settings: ApiSettings) -> None:
         self.settings = settings
-        token = settings.auth_token
-        self._token = token.encode() if token is not None else None
-        self._session_key = (
-            hmac.new(self._token, _SESSION_CONTEXT, hashlib.sha256).digest()
-            if self._token is not None
-            else None
-        )
-        basic = settings.basic_auth
-        self._basic = (basic[0].encode(), basic[1].encode()) if basic is not None else None
+        self._tokens: list[tuple[bytes, Principal]] = [
+            (token.encode(), principal)
+            for token, principal in (
+                (settings.auth_token, ADMIN_TOKEN),
+                (settings.read_token, READ_TOKEN),
+            )
+            if token is not None
+        ]
+        self._session_keys = [
+            (hmac.new(token, _SESSION_CONTEXT, hashlib.sha256).digest(), principal)
+            for token, principal in self._tokens
+        ]
+        self._basic = [
+            (user.encode(), password.encode(), Principal(f"basic:{user}", can_write))
+            for basic, can_write in ((settings.basic_auth, True), (settings.read_basic_auth, False))
+            if basic is not None
+            for user, password in [basic]
+        ]
         #: Sessions ended by a logout, by cookie value, with their expiry (epoch seconds).
         self._ended: dict[str, int] = {}
         self.throttle = GuessThrottle()
@@ -132,76 +166,101 @@ class Authenticator:
     @property
     def login_enabled(self) -> bool:
         """Whether the dashboard logs in with a token form (basic auth uses the browser's)."""
-        return self._session_key is not None
+        return bool(self._session_keys)
+
+    def token_principal(self, candidate: str) -> Principal | None:
+        """Whose token ``candidate`` is (every token is compared, in constant time)."""
+        raw = candidate.encode("utf-8", "surrogateescape")
+        found = None
+        for token, principal in self._tokens:
+            if hmac.compare_digest(raw, token):
+                found = principal
+        return found
 
     def token_matches(self, candidate: str) -> bool:
-        if self._token is None:
-            return False
-        return hmac.compare_digest(candidate.encode("utf-8", "surrogateescape"), self._token)
+        return self.token_principal(candidate) is not None
 
-    def header_matches(self, authorization: str | None) -> bool:
-        """Whether an Authorization header carries the configured token or basic credentials."""
+    def header_principal(self, authorization: str | None) -> Principal | None:
+        """Whose token or basic credentials an Authorization header carries, if anyone's."""
         if not authorization:
-            return False
+            return None
         scheme, _, value = authorization.partition(" ")
         scheme = scheme.lower()
         value = value.strip()
         if scheme == "bearer":
-            return self.token_matches(value)
-        if scheme == "basic" and self._basic is not None:
+            return self.token_principal(value)
+        if scheme == "basic" and self._basic:
             try:
                 decoded = base64.b64decode(value.encode("ascii"), validate=True)
             except (UnicodeError, binascii.Error, ValueError):
-                return False
+                return None
             user, sep, password = decoded.partition(b":")
-            user_ok = hmac.compare_digest(user, self._basic[0])
-            password_ok = hmac.compare_digest(password, self._basic[1])
-            return bool(sep) and user_ok and password_ok
-        return False
+            found = None
+            for known_user, known_password, principal in self._basic:
+                user_ok = hmac.compare_digest(user, known_user)
+                password_ok = hmac.compare_digest(password, known_password)
+                if sep and user_ok and password_ok:
+                    found = principal
+            return found
+        return None
 
-    def session_value(self, now: datetime) -> str:
-        """A fresh session cookie value valid for ``session_seconds`` from ``now``: its
-        expiry, a random id (so each login can be ended alone) and a MAC over both."""
-        if self._session_key is None:
+    def header_matches(self, authorization: str | None) -> bool:
+        """Whether an Authorization header carries a configured token or basic credentials."""
+        return self.header_principal(authorization) is not None
+
+    def session_value(self, now: datetime, principal: Principal = ADMIN_TOKEN) -> str:
+        """A fresh session cookie value for ``principal``'s token, valid for
+        ``session_seconds`` from ``now``: its expiry, a random id (so each login can be ended
+        alone) and a MAC over both."""
+        key = next((k for k, p in self._session_keys if p == principal), None)
+        if key is None:
             raise InvalidInput("sessions need a token")
         expires = int(now.timestamp()) + self.settings.session_seconds
         session = f"{expires}.{secrets.token_urlsafe(12)}"
-        return f"{session}.{self._mac(session).decode()}"
+        return f"{session}.{_mac(key, session).decode()}"
+
+    def session_principal(self, value: str | None, now: datetime) -> Principal | None:
+        """Whose live session ``value`` is: None when expired, ended, or not ours."""
+        issued = self._session_expiry(value)
+        if issued is None or now.timestamp() >= issued[0]:
+            return None
+        assert value is not None
+        return None if value in self._ended else issued[1]
 
     def session_valid(self, value: str | None, now: datetime) -> bool:
-        expires = self._session_expiry(value)
-        if expires is None or now.timestamp() >= expires:
-            return False
-        assert value is not None
-        return value not in self._ended
+        return self.session_principal(value, now) is not None
 
     def end_session(self, value: str | None, now: datetime) -> None:
         """Logout: the session is refused from now on, though its cookie may live on. Ended
         sessions are remembered until they would have expired anyway."""
-        expires = self._session_expiry(value)
+        issued = self._session_expiry(value)
         self._ended = {v: e for v, e in self._ended.items() if e > now.timestamp()}
-        if value is not None and expires is not None and expires > now.timestamp():
-            self._ended[value] = expires
+        if value is not None and issued is not None and issued[0] > now.timestamp():
+            self._ended[value] = issued[0]
 
-    def _session_expiry(self, value: str | None) -> int | None:
-        """The expiry of a session value we issued (MAC checked), else None."""
-        if self._session_key is None or not value:
+    def _session_expiry(self, value: str | None) -> tuple[int, Principal] | None:
+        """The expiry and owner of a session value we issued (MAC checked), else None."""
+        if not self._session_keys or not value:
             return None
         session, _, mac = value.rpartition(".")
         expires_text, _, _ = session.partition(".")
         if not (expires_text.isascii() and expires_text.isdigit()) or len(expires_text) > 12:
             return None
-        mac_ok = hmac.compare_digest(mac.encode("utf-8", "surrogateescape"), self._mac(session))
-        return int(expires_text) if mac_ok else None
-
-    def _mac(self, session: str) -> bytes:
-        assert self._session_key is not None
-        message = session.encode("utf-8", "surrogateescape")
-        return hmac.new(self._session_key, message, hashlib.sha256).hexdigest().encode()
+        presented = mac.encode("utf-8", "surrogateescape")
+        found = None
+        for key, principal in self._session_keys:
+            if hmac.compare_digest(presented, _mac(key, session)):
+                found = principal
+        return (int(expires_text), found) if found is not None else None
 
     def challenge(self) -> dict[str, str]:
-        scheme = "Basic" if self._basic is not None else "Bearer"
+        scheme = "Basic" if self._basic else "Bearer"
         return {"WWW-Authenticate": f'{scheme} realm="rota", charset="UTF-8"'}
+
+
+def _mac(key: bytes, session: str) -> bytes:
+    message = session.encode("utf-8", "surrogateescape")
+    return hmac.new(key, message, hashlib.sha256).hexdigest().encode()
 
 
 def split_host(host_header: str) -> tuple[str, str | None]:
@@ -285,23 +344,28 @@ class SecurityMiddleware:
             guess = await self._guess_refusal(scope, headers)
             if guess is not None:
                 return guess
-        if (
-            self.auth.enabled
-            and path not in PUBLIC_PATHS
-            and not await self._authenticated(headers)
-        ):
-            if (
-                self.auth.login_enabled
-                and method == "GET"
-                and "text/html" in headers.get("accept", "")
-            ):
-                return self.login_page(None, 401, root_path(scope))
-            return _refuse(401, "authentication required", self.auth.challenge())
+        principal = ANONYMOUS
+        if self.auth.enabled and path not in PUBLIC_PATHS:
+            found = await self._authenticated(headers)
+            if found is None:
+                if (
+                    self.auth.login_enabled
+                    and method == "GET"
+                    and "text/html" in headers.get("accept", "")
+                ):
+                    return self.login_page(None, 401, root_path(scope))
+                return _refuse(401, "authentication required", self.auth.challenge())
+            principal = found
+        scope[PRINCIPAL_KEY] = principal
         if method not in SAFE_METHODS:
             if not is_same_origin(scope.get("scheme", "http"), host_header, headers):
                 return _refuse(403, "cross-origin request refused")
             if self.settings.read_only and path.startswith("/api/"):
                 return _refuse(403, "read-only mode")
+            if not principal.can_write and path.startswith("/api/"):
+                return _refuse(
+                    403, f"read-only identity: {principal.identity} may read but change nothing"
+                )
             content_type = headers.get("content-type")
             if (
                 path.startswith("/api/")
@@ -338,14 +402,15 @@ class SecurityMiddleware:
             return too_many_guesses()
         return _refuse(401, "authentication required", self.auth.challenge())
 
-    async def _authenticated(self, headers: Headers) -> bool:
-        if self.auth.header_matches(headers.get("authorization")):
-            return True
+    async def _authenticated(self, headers: Headers) -> Principal | None:
+        principal = self.auth.header_principal(headers.get("authorization"))
+        if principal is not None:
+            return principal
         if self.auth.login_enabled:
             cookie = _cookie(headers.get("cookie"), SESSION_COOKIE)
             if cookie is not None:
-                return self.auth.session_valid(cookie, await self.now())
-        return False
+                return self.auth.session_principal(cookie, await self.now())
+        return None
 
 
 def too_many_guesses() -> Response:

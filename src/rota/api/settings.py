@@ -27,6 +27,10 @@ class ApiSettings:
 
     auth_token: str | None = field(default=None, repr=False)
     basic_auth: tuple[str, str] | None = field(default=None, repr=False)
+    #: A second token, and a second basic-auth user, that may read everything and change
+    #: nothing (every mutation answers 403), beside the admin credentials above.
+    read_token: str | None = field(default=None, repr=False)
+    read_basic_auth: tuple[str, str] | None = field(default=None, repr=False)
     read_only: bool = False
     max_body_bytes: int = MAX_PAYLOAD_BYTES + BODY_OVERHEAD_BYTES
     #: The payload sits one level below the body's root; a little margin lets the domain's
@@ -45,17 +49,32 @@ class ApiSettings:
     session_seconds: int = 12 * 3600
 
     def __post_init__(self) -> None:
-        if self.auth_token is not None:
+        for what, token in (("auth token", self.auth_token), ("read token", self.read_token)):
+            if token is None:
+                continue
             # Bearer values are read without surrounding whitespace, so such a token could
             # never match; a blank one would be a lock anyone could open.
-            if not self.auth_token.strip() or self.auth_token != self.auth_token.strip():
-                raise InvalidInput("auth token must not be blank or start or end with whitespace")
-            if len(self.auth_token) < 8:
-                raise InvalidInput("auth token must be at least 8 characters")
-        if self.basic_auth is not None:
-            user, password = self.basic_auth
-            if not user.strip() or ":" in user or not password.strip():
-                raise InvalidInput("basic auth needs a user without ':' and a non-empty password")
+            if not token.strip() or token != token.strip():
+                raise InvalidInput(f"{what} must not be blank or start or end with whitespace")
+            if len(token) < 8:
+                raise InvalidInput(f"{what} must be at least 8 characters")
+        if self.auth_token is not None and self.auth_token == self.read_token:
+            raise InvalidInput("the read token must differ from the auth token")
+        for what, basic in (
+            ("basic auth", self.basic_auth),
+            ("read basic auth", self.read_basic_auth),
+        ):
+            if basic is None:
+                continue
+            user, password = basic
+            if not user.strip() or ":" in user or not password.strip() or not user.isprintable():
+                raise InvalidInput(f"{what} needs a user without ':' and a non-empty password")
+        if (
+            self.basic_auth is not None
+            and self.read_basic_auth is not None
+            and self.basic_auth[0] == self.read_basic_auth[0]
+        ):
+            raise InvalidInput("the read-only basic-auth user must differ from the admin user")
         if self.max_body_bytes < 1024:
             raise InvalidInput("max_body_bytes must be at least 1024")
         if self.max_json_depth < 2:
@@ -67,7 +86,15 @@ class ApiSettings:
 
     @property
     def has_auth(self) -> bool:
-        return self.auth_token is not None or self.basic_auth is not None
+        return any(
+            credential is not None
+            for credential in (
+                self.auth_token,
+                self.basic_auth,
+                self.read_token,
+                self.read_basic_auth,
+            )
+        )
 
     def host_allowed(self, host: str) -> bool:
         """Whether a request's Host name (port removed) may reach this API."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import getpass
 import os
 import re
 import sys
@@ -42,6 +43,7 @@ from rota.runtime import loops
 if TYPE_CHECKING:
     from rota.app import App
     from rota.client import Client
+    from rota.operator import Operator
     from rota.store import Store
 
 T = TypeVar("T")
@@ -224,6 +226,26 @@ def with_client(target: Target, use: Callable[[Client], Awaitable[T]]) -> T:
     return run(go())
 
 
+def with_operator(target: Target, use: Callable[[Operator], Awaitable[T]]) -> T:
+    """``use`` the operator verbs on the target's store: each action that succeeds is
+    recorded in the audit log as ``cli:<os user>``."""
+    from rota.operator import Operator
+
+    identity = cli_user()
+    return with_client(target, lambda client: use(Operator(client, identity)))
+
+
+def cli_user() -> str:
+    """The audit identity of whoever runs the command: ``cli:`` and the OS login name."""
+    from rota.domain.audit import cli_identity
+
+    try:
+        user: str | None = getpass.getuser()
+    except (OSError, KeyError):  # no login name: a container user without a passwd entry
+        user = None
+    return cli_identity(user)
+
+
 async def _migrate_if_embedded(store: Store, target: Target, pending: list[str]) -> None:
     if not target.database_url.startswith(("sqlite:", "memory:")):
         raise MigrationsPending("the database needs migrations: run `rota migrate`")
@@ -293,6 +315,7 @@ def refuse_undecodable(args: Sequence[str], environ: Mapping[str, str]) -> None:
 
 
 # Importing the command modules registers their commands on the group.
+from rota.cli import audit as _audit  # noqa: E402
 from rota.cli import bulk as _bulk  # noqa: E402
 from rota.cli import jobs as _jobs  # noqa: E402
 from rota.cli import operate as _operate  # noqa: E402
@@ -302,4 +325,4 @@ from rota.cli import serve as _serve  # noqa: E402
 from rota.cli import workflows as _workflows  # noqa: E402
 
 __all__ = ["cli", "main"]
-_ = (_bulk, _jobs, _operate, _queues, _schedules, _serve, _workflows)
+_ = (_audit, _bulk, _jobs, _operate, _queues, _schedules, _serve, _workflows)

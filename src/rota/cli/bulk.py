@@ -4,6 +4,7 @@ Each confirms how many jobs it will touch (``--yes`` without a terminal), then w
 them in batches of BATCH, one short statement each, showing its progress on stderr when
 stderr is a terminal. Every verb takes its jobs out of the filter's reach (deleted, pending
 again, cancelled), so the batches never meet a job twice; a run covers at most MAX_BULK jobs.
+A run that touched any job leaves one audit entry, as ``cli:<os user>``, with the total.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from typing import Any
 
 import click
 
-from rota.cli import Target, uses_database, with_client
+from rota.cli import Target, cli_user, uses_database, with_client
 from rota.cli.jobs import jobs, name_filter
 from rota.cli.terminal import progress
 from rota.client import Client
+from rota.domain.audit import AuditAction
 from rota.domain.errors import InvalidInput
 from rota.domain.job import FINISHED_STATES, JobState
 from rota.store import JobFilter
@@ -92,6 +94,7 @@ def jobs_purge(
         doing="deleting",
         done="deleted",
         verb=lambda client, filter, limit: client.purge(filter, limit=limit),
+        action=AuditAction.JOBS_PURGE,
     )
 
 
@@ -121,6 +124,7 @@ def jobs_bulk_retry(
         doing="retrying",
         done="retried",
         verb=lambda client, filter, limit: client.bulk_retry(filter, limit=limit),
+        action=AuditAction.JOBS_RETRY,
     )
 
 
@@ -146,6 +150,7 @@ def jobs_bulk_cancel(
         doing="cancelling",
         done="cancelled",
         verb=lambda client, filter, limit: client.bulk_cancel(filter, limit=limit),
+        action=AuditAction.JOBS_CANCEL,
     )
 
 
@@ -159,6 +164,7 @@ def bulk(
     doing: str,
     done: str,
     verb: Verb,
+    action: AuditAction,
 ) -> None:
     """Count, confirm, then apply ``verb`` batch by batch with progress on a terminal."""
     scope = describe_filter(filter)
@@ -177,15 +183,23 @@ def bulk(
             click.echo(f"nothing {done}", err=True)
             return
 
+    identity = cli_user()
+
     async def run(client: Client) -> int:
+        from rota.operator import Operator
+
         count = 0
-        with progress(f"{doing} {what}", total) as advance:
-            while count < total:
-                changed = await verb(client, filter, min(BATCH, total - count))
-                if changed == 0:
-                    break
-                count += changed
-                advance(changed)
+        try:
+            with progress(f"{doing} {what}", total) as advance:
+                while count < total:
+                    changed = await verb(client, filter, min(BATCH, total - count))
+                    if changed == 0:
+                        break
+                    count += changed
+                    advance(changed)
+        finally:  # what an interrupted run did is recorded too
+            if count:
+                await Operator(client, identity).record_bulk(action, filter, count)
         return count
 
     count = with_client(target, run)

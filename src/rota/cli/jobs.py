@@ -8,7 +8,15 @@ from typing import Any, Literal
 
 import click
 
-from rota.cli import Target, cli, heartbeat_option, json_option, uses_database, with_client
+from rota.cli import (
+    Target,
+    cli,
+    heartbeat_option,
+    json_option,
+    uses_database,
+    with_client,
+    with_operator,
+)
 from rota.cli.terminal import console, shown, table
 from rota.config import parse_duration, parse_instant, parse_json
 from rota.domain import blame
@@ -285,7 +293,7 @@ def jobs_show(job_id: int, target: Target, as_json: bool) -> None:
 @click.option("--max-attempts", type=click.IntRange(1, 1000), help="Raise the attempt limit.")
 def jobs_retry(job_id: int, target: Target, max_attempts: int | None) -> None:
     """Run a dead or cancelled job again, with fresh attempts."""
-    job = with_client(target, lambda c: c.retry(job_id, max_attempts=max_attempts))
+    job = with_operator(target, lambda op: op.retry(job_id, max_attempts=max_attempts))
     click.echo(f"job {job.id} is {job.state} again")
 
 
@@ -295,7 +303,7 @@ def jobs_retry(job_id: int, target: Target, max_attempts: int | None) -> None:
 def jobs_cancel(job_id: int, target: Target) -> None:
     """Cancel a waiting, pending or running job (a running handler is stopped at its next
     heartbeat); the jobs waiting on it are cancelled too."""
-    job = with_client(target, lambda c: c.cancel(job_id))
+    job = with_operator(target, lambda op: op.cancel(job_id))
     click.echo(f"job {job.id} cancelled")
 
 
@@ -304,7 +312,7 @@ def jobs_cancel(job_id: int, target: Target) -> None:
 @uses_database(creates=False)
 def jobs_delete(job_id: int, target: Target) -> None:
     """Delete a pending or finished job and its history (a running job: cancel it first)."""
-    job = with_client(target, lambda c: c.delete(job_id))
+    job = with_operator(target, lambda op: op.delete(job_id))
     click.echo(f"job {job.id} deleted (it was {job.state})")
 
 
@@ -313,7 +321,7 @@ def jobs_delete(job_id: int, target: Target) -> None:
 @uses_database(creates=False)
 def jobs_rerun(job_id: int, target: Target) -> None:
     """Run a succeeded job again: a new attempt series, its earlier attempts kept."""
-    job = with_client(target, lambda c: c.rerun(job_id))
+    job = with_operator(target, lambda op: op.rerun(job_id))
     click.echo(f"job {job.id} is pending again (a new attempt series)")
 
 
@@ -337,8 +345,8 @@ def jobs_reschedule(
     run_at: datetime | Literal["now"] | None = None
     if at is not None:
         run_at = "now" if at.strip() == "now" else parse_instant(at, what="--at")
-    job = with_client(
-        target, lambda c: c.reschedule(job_id, run_at=run_at, priority=priority, queue=queue)
+    job = with_operator(
+        target, lambda op: op.reschedule(job_id, run_at=run_at, priority=priority, queue=queue)
     )
     if as_json:
         click.echo(json.dumps(job_json(job)))

@@ -107,6 +107,13 @@ from rota.observability.logging import printable
     "or 'off' to let it wait for ever.",
 )
 @click.option(
+    "--audit-retention",
+    envvar="ROTA_AUDIT_RETENTION",
+    default="90d",
+    show_default=True,
+    help="Delete audit log entries older than this (e.g. 30d, 365d), or 'off' to keep them.",
+)
+@click.option(
     "--metrics-port",
     envvar="ROTA_METRICS_PORT",
     type=click.IntRange(0, 65535),
@@ -133,6 +140,7 @@ def worker(
     shutdown_timeout: float,
     retention: str,
     unrunnable_grace: str,
+    audit_retention: str,
     metrics_port: int | None,
     metrics_host: str,
 ) -> None:
@@ -164,6 +172,7 @@ def worker(
         "shutdown_timeout": shutdown_timeout,
         "retention": parse_retention(retention),
         "unrunnable_grace": parse_grace(unrunnable_grace),
+        "audit_retention": parse_retention(audit_retention, what="--audit-retention"),
     }
 
     async def go() -> bool:

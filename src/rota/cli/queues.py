@@ -9,13 +9,14 @@ from typing import Any
 
 import click
 
-from rota.cli import Target, cli, json_option, uses_database, with_client
+from rota.cli import Target, cli, json_option, uses_database, with_client, with_operator
 from rota.cli.terminal import console, shown, table
-from rota.client import Client, QueueStatus, limit_selected, limit_spec
+from rota.client import QueueStatus, limit_selected, limit_spec
 from rota.config import parse_duration
 from rota.domain.errors import InvalidInput, NotFound
 from rota.domain.flow import Limit
 from rota.domain.job import JobState
+from rota.operator import Operator
 from rota.store.base import LimitInfo
 
 # ---------------------------------------------------------------------- queues
@@ -68,7 +69,7 @@ def queues_pause(name: str, target: Target) -> None:
 
     A queue may be paused before it has jobs; the pause survives restarts and deploys.
     """
-    with_client(target, lambda c: c.pause_queue(name))
+    with_operator(target, lambda op: op.pause_queue(name))
     click.echo(f"queue {shown(name)} paused")
 
 
@@ -77,7 +78,7 @@ def queues_pause(name: str, target: Target) -> None:
 @uses_database(creates=False)
 def queues_resume(name: str, target: Target) -> None:
     """Let workers claim from queue NAME again."""
-    with_client(target, lambda c: c.resume_queue(name))
+    with_operator(target, lambda op: op.resume_queue(name))
     click.echo(f"queue {shown(name)} resumed")
 
 
@@ -191,12 +192,12 @@ def limits_set(
         per=parse_duration(per, what="--per") if per is not None else None,
     )
 
-    async def go(client: Client) -> LimitInfo:
-        await client.set_limit(limit)
-        listed = await client.limits()
+    async def go(operator: Operator) -> LimitInfo:
+        await operator.set_limit(limit)
+        listed = await operator.client.limits()
         return next((info for info in listed if info.limit.ident == limit.ident), LimitInfo(limit))
 
-    info = with_client(target, go)
+    info = with_operator(target, go)
     if as_json:
         click.echo(json.dumps(limit_json(info)))
         return
@@ -211,7 +212,7 @@ def limits_remove(target: Target, kind: str | None, queue: str | None, tenant: s
     if sum(value is not None for value in (kind, queue, tenant)) != 1:
         raise InvalidInput("give one of --kind, --queue or --tenant")
     scope, key = limit_selected(kind=kind, queue=queue, tenant=tenant)
-    removed: bool = with_client(target, lambda c: c.delete_limit(scope, key))
+    removed: bool = with_operator(target, lambda op: op.delete_limit(scope, key))
     if not removed:
         raise NotFound(f"no limit on {scope.value} {key!r}")
     click.echo(f"limit {scope.value} {shown(key)} removed")

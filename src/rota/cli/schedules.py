@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 
 import click
 
-from rota.cli import Target, cli, json_option, uses_database, with_client
+from rota.cli import Target, cli, json_option, uses_database, with_client, with_operator
 from rota.cli.terminal import console, shown, table
 from rota.config import parse_duration, parse_json
 from rota.domain.errors import InvalidInput
@@ -232,9 +232,9 @@ def schedules_add(
         grace=_duration(grace, "--grace"),
         overlap=Overlap(overlap),
     )
-    schedule = with_client(
+    schedule = with_operator(
         target,
-        lambda c: c.store.upsert_schedule(spec) if replace else c.store.create_schedule(spec),
+        lambda op: op.upsert_schedule(spec) if replace else op.create_schedule(spec),
     )
     if as_json:
         click.echo(json.dumps(schedule_json(schedule)))
@@ -248,7 +248,7 @@ def schedules_add(
 @uses_database(creates=False)
 def schedules_pause(name: str, target: Target) -> None:
     """Stop firing a schedule until it is resumed (a pause survives deploys)."""
-    with_client(target, lambda c: c.store.pause_schedule(name))
+    with_operator(target, lambda op: op.pause_schedule(name))
     click.echo(f"schedule {shown(name)} paused")
 
 
@@ -257,7 +257,7 @@ def schedules_pause(name: str, target: Target) -> None:
 @uses_database(creates=False)
 def schedules_resume(name: str, target: Target) -> None:
     """Fire a paused schedule again; missed runs follow its --misfire policy."""
-    schedule = with_client(target, lambda c: c.store.resume_schedule(name))
+    schedule = with_operator(target, lambda op: op.resume_schedule(name))
     click.echo(
         f"schedule {shown(name)} resumed; next run "
         f"{_when(schedule.next_run_at, schedule.rule.timezone)}"
@@ -269,7 +269,7 @@ def schedules_resume(name: str, target: Target) -> None:
 @uses_database(creates=False)
 def schedules_remove(name: str, target: Target) -> None:
     """Delete a schedule; the jobs it already enqueued stay."""
-    with_client(target, lambda c: c.store.delete_schedule(name))
+    with_operator(target, lambda op: op.delete_schedule(name))
     click.echo(f"schedule {shown(name)} removed")
 
 
@@ -281,7 +281,7 @@ def schedules_run_now(name: str, target: Target, as_json: bool) -> None:
     """Enqueue a run of a schedule now, outside its slots (its next run does not move)."""
     from rota.cli.jobs import job_json
 
-    result: EnqueueResult = with_client(target, lambda c: c.store.trigger_schedule(name))
+    result: EnqueueResult = with_operator(target, lambda op: op.trigger_schedule(name))
     if as_json:
         click.echo(json.dumps({**job_json(result.job), "duplicate": result.duplicate}))
         return

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from rota.cli import cli, listen_option, run_workers
-from rota.config import DEFAULT_DATABASE_URL, load_app
+from rota.config import DEFAULT_DATABASE_URL, load_app, parse_retention
 from rota.domain.errors import InvalidInput
 from rota.runtime.crew import WorkerThread
 
@@ -85,6 +85,13 @@ log = logging.getLogger("rota.serve")
     help="Refuse every change through the API and dashboard.",
 )
 @click.option(
+    "--audit-retention",
+    envvar="ROTA_AUDIT_RETENTION",
+    default="90d",
+    show_default=True,
+    help="Delete audit log entries older than this (e.g. 30d, 365d), or 'off' to keep them.",
+)
+@click.option(
     "--allowed-host",
     "allowed_hosts",
     envvar="ROTA_ALLOWED_HOSTS",
@@ -132,6 +139,7 @@ def serve(
     host: str,
     port: int,
     read_only: bool,
+    audit_retention: str,
     allowed_hosts: tuple[str, ...],
     shutdown_timeout: float,
     header_timeout: float,
@@ -141,8 +149,9 @@ def serve(
     """Run the API, the dashboard and workers in one process (migrations applied on start).
 
     Protect it with ROTA_AUTH_TOKEN (bearer token, and a login page for the dashboard) or
-    ROTA_BASIC_AUTH=user:password; both are read from the environment only, never from flags,
-    so they do not show up in process listings.
+    ROTA_BASIC_AUTH=user:password; beside them, ROTA_READ_TOKEN and ROTA_READ_BASIC_AUTH give
+    an identity that sees everything and changes nothing. All are read from the environment
+    only, never from flags, so they do not show up in process listings.
     """
     from rota.api import ApiSettings, check_bind
     from rota.api.connections import ConnectionLimits, default_max_connections
@@ -171,10 +180,13 @@ def serve(
     if read_database_url:
         check_read_url(app.database_url, read_database_url)
     heartbeat = timing.get("heartbeat")
+    audit_kept = parse_retention(audit_retention, what="--audit-retention")
     settings = ApiSettings(
         # Set but blank is refused by ApiSettings, not read as "no auth".
         auth_token=os.environ.get("ROTA_AUTH_TOKEN"),
         basic_auth=_basic_auth(os.environ.get("ROTA_BASIC_AUTH")),
+        read_token=os.environ.get("ROTA_READ_TOKEN"),
+        read_basic_auth=_basic_auth(os.environ.get("ROTA_READ_BASIC_AUTH"), "ROTA_READ_BASIC_AUTH"),
         read_only=read_only,
         allowed_hosts=tuple(h.lower() for h in allowed_hosts) or None,
         heartbeat_interval_seconds=heartbeat.total_seconds() if heartbeat else 10.0,
@@ -197,7 +209,10 @@ def serve(
             concurrency=concurrency,
             demo=demo,
             shutdown_timeout=shutdown_timeout,
-            timing=timing,
+            timing={
+                **timing,
+                "audit_retention": audit_kept,
+            },
             limits=limits,
             read_url=read_database_url or None,
         )
@@ -217,6 +232,7 @@ async def _serve(
     concurrency: int,
     demo: bool,
     shutdown_timeout: float,
+    #: WorkerSettings fields for the workers (durations as seconds or timedeltas).
     timing: dict[str, Any],
     limits: ConnectionLimits | None = None,
     read_url: str | None = None,
@@ -308,10 +324,10 @@ def _listen(host: str, port: int) -> socket.socket:
         raise InvalidInput(f"could not listen on {host}:{port}: {reason}") from None
 
 
-def _basic_auth(value: str | None) -> tuple[str, str] | None:
+def _basic_auth(value: str | None, name: str = "ROTA_BASIC_AUTH") -> tuple[str, str] | None:
     if value is None:
         return None
     user, sep, password = value.partition(":")
     if not sep:
-        raise InvalidInput("ROTA_BASIC_AUTH must look like user:password")
+        raise InvalidInput(f"{name} must look like user:password")
     return user, password

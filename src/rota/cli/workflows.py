@@ -6,7 +6,7 @@ import json
 
 import click
 
-from rota.cli import Target, cli, json_option, uses_database, with_client
+from rota.cli import Target, cli, json_option, uses_database, with_client, with_operator
 from rota.cli.jobs import job_json
 from rota.cli.terminal import console, table
 
@@ -63,7 +63,5 @@ def workflows_show(workflow_id: int, target: Target, as_json: bool) -> None:
 @uses_database(creates=False)
 def workflows_cancel(workflow_id: int, target: Target) -> None:
     """Cancel every job of the workflow that has not finished."""
-    from rota import workflows as use
-
-    count = with_client(target, lambda client: use.cancel_workflow(client.store, workflow_id))
+    count = with_operator(target, lambda op: op.cancel_workflow(workflow_id))
     click.echo(f"workflow {workflow_id}: {count} job{'s' if count != 1 else ''} cancelled")

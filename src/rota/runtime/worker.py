@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from rota.domain.audit import DEFAULT_AUDIT_RETENTION
 from rota.domain.clock import Clock, SystemClock
 from rota.domain.errors import InvalidInput, InvalidJob
 from rota.domain.job import Job, validate_name
@@ -77,6 +78,8 @@ class WorkerSettings:
     shutdown_timeout: timedelta = timedelta(seconds=30)
     #: Finished jobs older than this are deleted (their attempts with them); None keeps all.
     retention: timedelta | None = timedelta(days=7)
+    #: Audit log entries older than this are deleted; None keeps them all.
+    audit_retention: timedelta | None = DEFAULT_AUDIT_RETENTION
     #: Most jobs one claim may take (it never takes more than the free slots).
     claim_batch: int = 100
     #: Let tenants take turns in each claim, so one tenant's backlog cannot starve another.
@@ -104,6 +107,10 @@ class WorkerSettings:
             raise InvalidInput("shutdown timeout must not be negative")
         if self.retention is not None and self.retention < timedelta(minutes=1):
             raise InvalidInput("retention must be at least a minute (or None to keep everything)")
+        if self.audit_retention is not None and self.audit_retention < timedelta(minutes=1):
+            raise InvalidInput(
+                "audit retention must be at least a minute (or None to keep everything)"
+            )
         if not 1 <= self.claim_batch <= 10_000:
             raise InvalidInput("claim batch must be between 1 and 10000")
         if self.name is not None:
@@ -175,8 +182,14 @@ class Worker:
             self.registration,
             *services,
         ]
-        if self.settings.retention is not None:
-            self._services.append(Pruner(store, retention=self.settings.retention))
+        if self.settings.retention is not None or self.settings.audit_retention is not None:
+            self._services.append(
+                Pruner(
+                    store,
+                    retention=self.settings.retention,
+                    audit_retention=self.settings.audit_retention,
+                )
+            )
         # asyncio events bind to a loop only when first awaited, so they can be made here.
         self._wake = asyncio.Event()
         self._slot_freed = asyncio.Event()

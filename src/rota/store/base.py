@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
 
+from rota.domain.audit import AuditEntry, AuditFilter, AuditRecord
 from rota.domain.errors import InvalidCursor, InvalidInput
 from rota.domain.flow import Limit, LimitScope
 from rota.domain.job import (
@@ -64,6 +65,14 @@ class Page:
     """One page of a job list, newest first, and the cursor of the next page (None at the end)."""
 
     jobs: list[Job]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class AuditPage:
+    """One page of audit entries, newest first, and the cursor of the next (None at the end)."""
+
+    entries: list[AuditEntry]
     next_cursor: str | None
 
 
@@ -574,6 +583,26 @@ class Store(Protocol):
 
     async def prune_workers(self, *, older_than: datetime) -> int:
         """Forget workers not seen since ``older_than``; return how many."""
+        ...
+
+    # ------------------------------------------------------------------ audit log
+
+    async def record_audit(self, record: AuditRecord, *, now: datetime | None = None) -> AuditEntry:
+        """Append an entry for an operator action, at ``now`` (None: the store's clock), and
+        return it. Ids strictly increase, and are never reused after pruning."""
+        ...
+
+    async def list_audit(
+        self, filter: AuditFilter, *, cursor: str | None = None, limit: int = 50
+    ) -> AuditPage:
+        """Entries matching ``filter``, newest (highest id) first, by keyset (cursors as for
+        jobs): a page is stable however many entries are appended meanwhile. At most
+        MAX_PAGE_SIZE per page. InvalidCursor for a cursor we did not issue."""
+        ...
+
+    async def prune_audit(self, *, older_than: datetime, limit: int = 10_000) -> int:
+        """Delete up to ``limit`` entries recorded before ``older_than``, oldest first; return
+        how many."""
         ...
 
     # ------------------------------------------------------------------ schedules

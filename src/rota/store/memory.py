@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from rota.domain import blame
+from rota.domain.audit import AuditEntry, AuditFilter, AuditRecord, from_json_text, json_text
 from rota.domain.clock import Clock, SystemClock, utc
 from rota.domain.errors import (
     InvalidJob,
@@ -69,6 +70,7 @@ from rota.domain.workflow import (
 from rota.store.base import (
     MAX_BULK,
     MAX_PAGE_SIZE,
+    AuditPage,
     Beat,
     Counts,
     JobFilter,
@@ -129,6 +131,9 @@ class MemoryStore:
         self._parents: dict[int, list[_Dep]] = {}
         #: The parent whose end cancelled a waiting job (its retry re-arms the job).
         self._blocked_by: dict[int, int] = {}
+        #: The audit log, oldest first (ids ascending), and the next entry's id.
+        self._audit: list[AuditEntry] = []
+        self._next_audit_id = 1
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -1082,6 +1087,51 @@ class MemoryStore:
                     # Slot keys outlive their job only as long as the job itself: a pruned
                     # slot is long in the past and its schedule has moved beyond it.
                     self._slots.pop((job.schedule, job.slot_at), None)
+            return len(doomed)
+
+    # ------------------------------------------------------------------ audit log
+
+    async def record_audit(self, record: AuditRecord, *, now: datetime | None = None) -> AuditEntry:
+        with self._lock:
+            entry = AuditEntry(
+                id=self._next_audit_id,
+                at=self._now(now),
+                identity=record.identity,
+                action=record.action.value,
+                target=record.target,
+                # Kept as JSON would be: later changes to the caller's dicts change nothing.
+                filter=from_json_text(json_text(record.filter)),
+                detail=from_json_text(json_text(record.detail)),
+                count=record.count,
+            )
+            self._next_audit_id += 1
+            self._audit.append(entry)
+            return entry
+
+    async def list_audit(
+        self, filter: AuditFilter, *, cursor: str | None = None, limit: int = 50
+    ) -> AuditPage:
+        limit = max(1, min(limit, MAX_PAGE_SIZE))
+        after = decode_cursor(cursor) if cursor is not None else None
+        page: list[AuditEntry] = []
+        with self._lock:
+            for entry in reversed(self._audit):
+                if after is not None and entry.id >= after:
+                    continue
+                if filter.matches(entry):
+                    page.append(entry)
+                    if len(page) > limit:
+                        break
+        more = len(page) > limit
+        page = page[:limit]
+        return AuditPage(page, encode_cursor(page[-1].id) if more else None)
+
+    async def prune_audit(self, *, older_than: datetime, limit: int = 10_000) -> int:
+        cutoff = utc(older_than)
+        with self._lock:
+            oldest = sorted((e.at, e.id) for e in self._audit if e.at < cutoff)
+            doomed = {entry_id for _, entry_id in oldest[: max(0, limit)]}
+            self._audit = [e for e in self._audit if e.id not in doomed]
             return len(doomed)
 
     # ------------------------------------------------------------------ schedules

@@ -10,9 +10,10 @@ import { renderWorkflow } from "./workflow.js";
 import { renderWorkers } from "./workers.js";
 import { renderSchedules } from "./schedules.js";
 import { renderQueues } from "./queues.js";
+import { renderAudit } from "./audit.js";
 
 let current = null;
-let config = { demo: false, read_only: false, kinds: null, login: false };
+let config = { demo: false, read_only: false, kinds: null, login: false, identity: "" };
 
 function route() {
   const hash = location.hash || "#/";
@@ -26,6 +27,7 @@ function route() {
   if (path === "/workers") return { view: "workers", render: (root) => renderWorkers(root, config) };
   if (path === "/queues") return { view: "queues", render: (root) => renderQueues(root, config) };
   if (path === "/schedules") return { view: "schedules", render: (root) => renderSchedules(root, config) };
+  if (path === "/audit") return { view: "audit", render: (root) => renderAudit(root, config, params) };
   return { view: "overview", render: (root) => renderOverview(root, config) };
 }
 

@@ -805,3 +805,27 @@ WHERE id IN (SELECT id FROM rota_jobs WHERE workflow = %(workflow)s
 RETURNING id, state
 ), tally AS ({tally}), {finished}
 SELECT count(*) FROM done, told;
+
+-- name: record_audit
+INSERT INTO rota_audit (at, identity, action, target, job_filter, detail, touched)
+VALUES (coalesce(%(now)s::timestamptz, now()), %(identity)s, %(action)s, %(target)s,
+        %(filter)s::jsonb, %(detail)s::jsonb, %(count)s)
+RETURNING id, at, identity, action, target, job_filter, detail, touched;
+
+-- name: list_audit
+-- Newest first by keyset on the primary key; a NULL parameter leaves its column unfiltered.
+SELECT id, at, identity, action, target, job_filter, detail, touched FROM rota_audit
+WHERE (%(after)s::bigint IS NULL OR id < %(after)s)
+  AND (%(action)s::text IS NULL OR action = %(action)s)
+  AND (%(identity)s::text IS NULL OR identity = %(identity)s)
+  AND (%(target)s::text IS NULL OR target = %(target)s)
+  AND (%(since)s::timestamptz IS NULL OR at >= %(since)s)
+  AND (%(until)s::timestamptz IS NULL OR at < %(until)s)
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: prune_audit
+-- Oldest first, at most %(limit)s, from the index on "at".
+DELETE FROM rota_audit WHERE id IN (
+    SELECT id FROM rota_audit WHERE at < %(older_than)s ORDER BY at, id LIMIT %(limit)s
+);

@@ -18,6 +18,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from rota.domain.audit import AuditEntry, AuditFilter, AuditRecord
 from rota.domain.clock import Clock, utc
 from rota.domain.errors import (
     JobNotFound,
@@ -55,6 +56,7 @@ from rota.domain.workflow import Workflow, WorkflowBuilder
 from rota.store.base import (
     MAX_BULK,
     MAX_PAGE_SIZE,
+    AuditPage,
     Beat,
     Counts,
     JobFilter,
@@ -69,7 +71,7 @@ from rota.store.base import (
     decode_cursor,
     encode_cursor,
 )
-from rota.store.postgres import schedules
+from rota.store.postgres import audit, schedules
 from rota.store.postgres.connect import Connections, url_settings
 from rota.store.postgres.enqueue import (
     COPY_THRESHOLD,
@@ -827,6 +829,24 @@ class PostgresStore:
         async with self._connection() as conn:
             cursor = await conn.execute(query("prune_workers"), {"older_than": utc(older_than)})
             return int(cursor.rowcount)
+
+    # ------------------------------------------------------------------ audit log
+
+    async def record_audit(self, record: AuditRecord, *, now: datetime | None = None) -> AuditEntry:
+        async with self._connection() as conn:
+            return await audit.record(conn, record, self._now(now))
+
+    async def list_audit(
+        self, filter: AuditFilter, *, cursor: str | None = None, limit: int = 50
+    ) -> AuditPage:
+        limit = max(1, min(limit, MAX_PAGE_SIZE))
+        after = decode_cursor(cursor) if cursor is not None else None
+        async with self._connection() as conn:
+            return await audit.list_page(conn, filter, after, limit)
+
+    async def prune_audit(self, *, older_than: datetime, limit: int = 10_000) -> int:
+        async with self._connection() as conn:
+            return await audit.prune(conn, utc(older_than), limit)
 
     # ------------------------------------------------------------------ schedules
 

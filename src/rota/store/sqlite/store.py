@@ -17,6 +17,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from functools import partial
 
+from rota.domain.audit import AuditEntry, AuditFilter, AuditRecord
 from rota.domain.clock import Clock, SystemClock, utc
 from rota.domain.errors import LeaseLost, RotaError
 from rota.domain.flow import Limit, LimitScope
@@ -36,6 +37,8 @@ from rota.domain.schedule_state import Firing, Schedule
 from rota.domain.workflow import Workflow, WorkflowBuilder
 from rota.store.base import (
     MAX_BULK,
+    MAX_PAGE_SIZE,
+    AuditPage,
     Beat,
     Counts,
     JobFilter,
@@ -48,7 +51,16 @@ from rota.store.base import (
     check_schedule_listing,
     decode_cursor,
 )
-from rota.store.sqlite import claims, flow, jobs, migrations, schedules, workers, workflows
+from rota.store.sqlite import (
+    audit,
+    claims,
+    flow,
+    jobs,
+    migrations,
+    schedules,
+    workers,
+    workflows,
+)
 from rota.store.sqlite.connection import Database
 from rota.store.sqlite.rows import to_us
 from rota.store.sqlite.url import DEFAULT_BUSY_TIMEOUT_MS, SqliteOptions, parse_url
@@ -475,6 +487,22 @@ class SqliteStore:
     async def prune_workers(self, *, older_than: datetime) -> int:
         cutoff = utc(older_than)
         return await self._db.write(lambda conn: workers.prune(conn, cutoff))
+
+    # ------------------------------------------------------------------ audit log
+
+    async def record_audit(self, record: AuditRecord, *, now: datetime | None = None) -> AuditEntry:
+        return await self._db.write(lambda conn: audit.record(conn, record, self._at(now)))
+
+    async def list_audit(
+        self, filter: AuditFilter, *, cursor: str | None = None, limit: int = 50
+    ) -> AuditPage:
+        limit = max(1, min(limit, MAX_PAGE_SIZE))
+        after = decode_cursor(cursor) if cursor is not None else None
+        return await self._db.read(lambda conn: audit.list_page(conn, filter, after, limit))
+
+    async def prune_audit(self, *, older_than: datetime, limit: int = 10_000) -> int:
+        cutoff = utc(older_than)
+        return await self._db.write(lambda conn: audit.prune(conn, cutoff, limit))
 
     # ------------------------------------------------------------------ schedules
 
