@@ -190,6 +190,12 @@ class Operator:
         )
         return schedule
 
+    async def edit_schedule(self, spec: ScheduleSpec) -> Schedule:
+        """Replace an existing schedule's definition; ScheduleNotFound when there is none
+        (an edit never creates)."""
+        await self.store.get_schedule(spec.name)
+        return await self.upsert_schedule(spec)
+
     async def pause_schedule(self, name: str) -> Schedule:
         schedule = await self.store.pause_schedule(name)
         await self._record(AuditAction.SCHEDULE_PAUSE, f"schedule:{name}")

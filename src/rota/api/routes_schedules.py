@@ -138,8 +138,7 @@ def schedules_router(ctx: ApiContext) -> APIRouter:
         body = ScheduleEdit.model_validate(raw)
         check_known_kind(body.kind, ctx.kinds)
         spec = spec_from_body(ctx.client, ScheduleCreate.named(name, body))
-        await store.get_schedule(name)  # ScheduleNotFound: edits never create
-        [edited] = await rendered([await store.upsert_schedule(spec)])
+        [edited] = await rendered([await ctx.operator(request).edit_schedule(spec)])
         return edited
 
     @router.post(

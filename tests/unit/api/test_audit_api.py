@@ -150,6 +150,14 @@ CASES: dict[str, Case] = {
         "schedule:hourly",
         body={"name": "hourly", "kind": "report", "cron": "@hourly"},
     ),
+    "POST /api/schedules/{name}/edit": Case(
+        "POST",
+        "/api/schedules/{id}/edit",
+        _schedule,
+        "schedule.replace",
+        "schedule:{id}",
+        body={"kind": "email", "every_seconds": 120},
+    ),
     "POST /api/schedules/{name}/pause": Case(
         "POST", "/api/schedules/{id}/pause", _schedule, "schedule.pause", "schedule:{id}"
     ),
@@ -189,7 +197,7 @@ CASES: dict[str, Case] = {
     ),
 }
 #: Routes that change nothing an operator did: answered 405 before any verb runs.
-NOT_ACTIONS = {"DELETE /api/jobs/count"}
+NOT_ACTIONS = {"DELETE /api/jobs/count", "DELETE /api/jobs/counts"}
 
 
 def test_every_route_that_changes_something_is_a_recorded_case(make_app: MakeApp) -> None:
