@@ -11,6 +11,7 @@ action itself stands.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Literal
 
@@ -21,6 +22,7 @@ from rota.domain.flow import Limit, LimitScope
 from rota.domain.job import EnqueueResult, Job
 from rota.domain.schedule import ScheduleSpec
 from rota.domain.schedule_state import Schedule
+from rota.domain.workflow import WorkflowBuilder
 from rota.store.base import MAX_BULK, JobFilter, QueueInfo
 
 
@@ -39,10 +41,18 @@ def filter_fields(filter: JobFilter) -> dict[str, Any]:
 class Operator:
     """The operator verbs on ``client``'s store, acting as ``identity``."""
 
-    def __init__(self, client: Client, identity: str) -> None:
+    def __init__(
+        self,
+        client: Client,
+        identity: str,
+        *,
+        workflows: Mapping[str, WorkflowBuilder] | None = None,
+    ) -> None:
         self.client = client
         self.store = client.store
         self.identity = check_identity(identity)
+        #: Builders of workflow schedules, by name, for ``trigger_schedule``.
+        self.workflows = dict(workflows or {})
 
     async def _record(
         self,
@@ -212,7 +222,7 @@ class Operator:
 
     async def trigger_schedule(self, name: str) -> EnqueueResult:
         """Run the schedule now; ``duplicate`` results touched no job (count 0)."""
-        result = await self.store.trigger_schedule(name)
+        result = await self.store.trigger_schedule(name, workflows=self.workflows)
         await self._record(
             AuditAction.SCHEDULE_RUN,
             f"schedule:{name}",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from importlib import metadata
 from typing import Any
 
@@ -26,6 +26,7 @@ from rota.api.security import Authenticator, SecurityMiddleware
 from rota.api.settings import ApiSettings
 from rota.client import Client
 from rota.domain.job import validate_name
+from rota.domain.workflow import WorkflowBuilder
 from rota.observability.metrics import Metrics
 from rota.store.replica import ReadReplica
 
@@ -48,12 +49,14 @@ def create_app(
     kinds: Collection[str] | None = None,
     demo: bool = False,
     replica: ReadReplica | None = None,
+    workflows: Mapping[str, WorkflowBuilder] | None = None,
 ) -> FastAPI:
     """The API and dashboard for ``client``'s store.
 
     ``kinds`` limits POST /api/jobs to those kinds (None: any valid kind name); ``demo`` shows
     the dashboard's preset buttons; with ``replica`` (a streaming replica of the store), the
-    read routes answer from it and /api/stats says how far it trails. Binding is the caller's
+    read routes answer from it and /api/stats says how far it trails; ``workflows`` (the App's
+    ``workflow_builders()``) lets "run now" start a workflow schedule. Binding is the caller's
     business: call ``check_bind``.
     """
     if kinds is not None:
@@ -69,6 +72,7 @@ def create_app(
         authenticator=authenticator,
         reads=Client(replica.store) if replica is not None else client,
         replica=replica,
+        workflows=dict(workflows or {}),
     )
     # Swagger UI and ReDoc load scripts from a CDN and inline, which our CSP forbids.
     app = FastAPI(title="rota", version=_version(), docs_url=None, redoc_url=None)

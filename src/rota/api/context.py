@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TypeVar
 
@@ -13,6 +13,7 @@ from rota.api.security import Authenticator, principal_of
 from rota.api.settings import ApiSettings
 from rota.client import Client
 from rota.domain.errors import JobNotFound, ScheduleNotFound
+from rota.domain.workflow import WorkflowBuilder
 from rota.observability.metrics import Metrics
 from rota.operator import Operator
 from rota.store.replica import ReadReplica
@@ -36,6 +37,9 @@ class ApiContext:
     authenticator: Authenticator
     reads: Client
     replica: ReadReplica | None = None
+    #: The serving App's workflow schedule builders, by schedule name: what "run now" on a
+    #: workflow schedule writes (without them it answers 409).
+    workflows: Mapping[str, WorkflowBuilder] = field(default_factory=dict)
 
     async def read_one(self, read: Callable[[Client], Awaitable[T]]) -> T:
         """``read(reads)``; when it finds no such job or schedule on a replica, which may not
@@ -50,7 +54,7 @@ class ApiContext:
     def operator(self, request: Request) -> Operator:
         """The operator verbs on the primary, recorded in the audit log as this request's
         authenticated identity."""
-        return Operator(self.client, principal_of(request.scope).identity)
+        return Operator(self.client, principal_of(request.scope).identity, workflows=self.workflows)
 
     async def now(self) -> datetime:
         """The store's clock: the API's only source of "now"."""

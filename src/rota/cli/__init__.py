@@ -232,7 +232,8 @@ def with_operator(target: Target, use: Callable[[Operator], Awaitable[T]]) -> T:
     from rota.operator import Operator
 
     identity = cli_user()
-    return with_client(target, lambda client: use(Operator(client, identity)))
+    builders = target.app.workflow_builders() if target.app is not None else None
+    return with_client(target, lambda client: use(Operator(client, identity, workflows=builders)))
 
 
 def cli_user() -> str:

@@ -254,6 +254,7 @@ async def _serve(
         kinds=app.registry.kinds() or None,
         demo=demo,
         replica=replica,
+        workflows=app.workflow_builders(),
     )
 
     class QuietServer(uvicorn.Server):

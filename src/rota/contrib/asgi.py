@@ -76,6 +76,7 @@ class Dashboard:
                         settings=self._settings,
                         metrics=self._app.metrics,
                         kinds=self._app.registry.kinds() or None,
+                        workflows=self._app.workflow_builders(),
                     )
                     self._store = store
         return self._api

@@ -360,3 +360,28 @@ async def test_a_workflow_schedule_is_shown_as_one_and_run_now_says_where_it_can
     assert run.status_code == 409
     assert "builder this process does not define" in run.json()["error"]
     assert await total_jobs(store) == 0
+
+
+async def test_run_now_on_a_workflow_schedule_writes_its_graph_where_the_app_defines_it(
+    make_app: MakeApp, store: MemoryStore
+) -> None:
+    """``rota serve --app`` and the ASGI mount pass the App's builders to the API."""
+    import rota
+
+    app = rota.App("memory://")
+
+    @app.job("part")
+    async def part(ctx: rota.JobContext, payload: Any) -> None:
+        pass
+
+    @app.workflow_schedule("nightly", every=3600)
+    def nightly(run: rota.ScheduledRun) -> rota.Workflow:
+        return rota.chain(app.spec("part", {"n": 1}), app.spec("part", {"n": 2}))
+
+    await store.upsert_schedule(app.schedules[0])
+    served = make_app(workflows=app.workflow_builders())
+    async with asgi_client(served) as api:
+        run = await api.post("/api/schedules/nightly/run")
+    assert run.status_code == 200, run.text
+    assert run.json()["duplicate"] is False
+    assert await total_jobs(store) == 2  # the whole chain, its second job waiting
