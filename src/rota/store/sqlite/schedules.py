@@ -29,7 +29,7 @@ from rota.domain.schedule_state import (
 from rota.domain.workflow import WorkflowBuilder, slot_graph, unknown_workflow
 from rota.store.sqlite import jobs
 from rota.store.sqlite import workflows as workflows_sql
-from rota.store.sqlite.rows import from_us, to_us
+from rota.store.sqlite.rows import from_us, marks, to_us
 
 _DEFINITION = (
     "name",
@@ -173,20 +173,18 @@ def delete(conn: sqlite3.Connection, name: str) -> None:
         raise ScheduleNotFound(name)
 
 
-def _fires(workflows: Collection[str]) -> tuple[str, list[str]]:
-    """The condition (and its parameters) of the schedules this firer can fire: a workflow
-    schedule only where its builder is known (another process that knows it fires it)."""
-    names = sorted(workflows)
-    if not names:
-        return "s.workflow = 0", []
-    return f"(s.workflow = 0 OR s.name IN ({', '.join('?' for _ in names)}))", names
+def _fires(workflows: Collection[str]) -> list[str]:
+    """The names of the workflow schedules this firer can fire, for the condition
+    ``(s.workflow = 0 OR s.name IN (...))``: a workflow schedule only where its builder is
+    known (another process that knows it fires it). An empty IN list is false in SQLite."""
+    return sorted(workflows)
 
 
 def next_fire_at(conn: sqlite3.Connection, workflows: Collection[str]) -> datetime | None:
-    fires, names = _fires(workflows)
+    names = _fires(workflows)
     (due,) = conn.execute(
         "SELECT min(due_at) FROM rota_schedules AS s INDEXED BY rota_schedules_due "
-        f"WHERE paused = 0 AND {fires}",
+        f"WHERE paused = 0 AND (s.workflow = 0 OR s.name IN ({marks(len(names))}))",
         names,
     ).fetchone()
     return None if due is None else from_us(due)
@@ -256,9 +254,10 @@ def fire_due(
 
     Returns the firings and the earliest run_at of the jobs inserted (to wake workers).
     """
-    fires, names = _fires(workflows)
+    names = _fires(workflows)
     rows = conn.execute(
-        f"{_SELECT} WHERE s.paused = 0 AND s.due_at <= ? AND {fires} "
+        f"{_SELECT} WHERE s.paused = 0 AND s.due_at <= ? "
+        f"AND (s.workflow = 0 OR s.name IN ({marks(len(names))})) "
         "ORDER BY s.due_at, s.name LIMIT ?",
         (to_us(at), *names, max(0, limit)),
     ).fetchall()
