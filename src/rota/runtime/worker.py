@@ -173,7 +173,12 @@ class Worker:
             store,
             interval=self.settings.rescue,
             unrunnable_grace=self.settings.unrunnable_grace,
-            alive_within=ALIVE_BEATS * self.settings.heartbeat,
+            # A worker seen within the grace counts, whatever its own heartbeat interval: a
+            # fleet of mixed settings never ends a job a slow-beating worker could run.
+            alive_within=max(
+                ALIVE_BEATS * self.settings.heartbeat,
+                self.settings.unrunnable_grace or timedelta(0),
+            ),
         )
         self.registration = Registration(self)
         self._services: list[Service] = [
