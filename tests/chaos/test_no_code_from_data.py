@@ -38,7 +38,9 @@ async def probe(fleet: ChaosFleet, store: Store, name: str) -> set[str]:
 async def test_kinds_naming_callables_never_import_or_run_anything(
     fleet: ChaosFleet, store: Store
 ) -> None:
-    await fleet.start_ready("w")
+    # A kind no worker runs is never claimed; the rescuer ends it (here with no grace, on
+    # every pass) without looking it up anywhere.
+    await fleet.start_ready("w", env={"ROTA_UNRUNNABLE_GRACE": "0s"})
     # Warm the dead-job path once, so what it imports lazily is not mistaken for the kinds'.
     [warm] = await store.enqueue([JobSpec(kind="no.such.kind", max_attempts=1)])
     await eventually(lambda: _dead(store, warm.job.id), what="the warm-up job to die")
@@ -63,7 +65,10 @@ async def test_kinds_naming_callables_never_import_or_run_anything(
     assert accepted, "every hostile kind was refused: nothing reached a worker"
     for job_id in accepted:
         job = await eventually(lambda j=job_id: _dead(store, j), what=f"job {job_id} dead")
-        assert job.last_error is not None and "no handler" in job.last_error, job.last_error
+        assert job.last_error is not None and "no live worker runs" in job.last_error, (
+            job.last_error
+        )
+        assert job.attempt == 0, "never claimed, never handed to a handler lookup"
     after = await probe(fleet, store, "after")
     assert after == before, f"modules imported: {sorted(after - before)}"
 

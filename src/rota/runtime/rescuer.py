@@ -37,8 +37,12 @@ class Rescuer:
         self._unrunnable_grace = unrunnable_grace
         self._alive_within = alive_within
         # Looking for jobs no worker runs scans the due jobs: the first tick, then about once
-        # a minute (the grace is minutes; an hour-long backlog is not read every few seconds).
-        self._unrunnable_every = max(1, round(UNRUNNABLE_SWEEP_S / max(self._interval_s, 1e-3)))
+        # a minute (the grace is minutes; an hour-long backlog is not read every few seconds),
+        # or every tenth of a shorter grace.
+        sweep_s = UNRUNNABLE_SWEEP_S
+        if unrunnable_grace is not None:
+            sweep_s = min(sweep_s, unrunnable_grace.total_seconds() / 10)
+        self._unrunnable_every = max(1, round(sweep_s / max(self._interval_s, 1e-3)))
         self._ticks = 0
 
     def interval_s(self) -> float:
