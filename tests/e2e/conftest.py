@@ -10,7 +10,7 @@ import threading
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import uvicorn
@@ -18,6 +18,9 @@ import uvicorn
 from rota.api import ApiSettings, create_app
 from rota.client import Client
 from rota.store.memory import MemoryStore
+
+if TYPE_CHECKING:
+    from playwright.async_api import Page
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -30,6 +33,9 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
+ADMIN_TOKEN = "e2e-admin-token-0123"
+#: A server that knows who acts: the dashboard signs in with ADMIN_TOKEN (see log_in).
+AS_ADMIN = ApiSettings(auth_token=ADMIN_TOKEN)
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 INSTALL_HINT = "install Debian's browser with `apt-get install -y chromium`"
 
@@ -99,3 +105,28 @@ async def browser(chromium: Path) -> AsyncIterator[object]:
             yield instance
         finally:
             await instance.close()
+
+
+async def log_in(tab: Page, served: Served, token: str = ADMIN_TOKEN) -> None:
+    """Sign ``tab`` in to ``served`` through the dashboard's login form."""
+    from playwright.async_api import expect
+
+    await tab.goto(served.url + "/login")
+    await tab.fill("input[name=token]", token)
+    await tab.click("button[type=submit]")
+    await expect(tab.locator("#nav a[data-view=audit]")).to_be_visible()
+
+
+#: One row of the Audit view as it reads: identity, action, target, filter, jobs touched.
+AuditRow = tuple[str, str, str, str, str]
+
+
+async def expect_audit(tab: Page, served: Served, rows: list[AuditRow]) -> None:
+    """Open the Audit view in ``tab`` and expect exactly ``rows`` there, newest first."""
+    from playwright.async_api import expect
+
+    await tab.goto(served.url + "/#/audit")
+    shown = tab.locator("table.audit tbody tr")
+    await expect(shown).to_have_count(len(rows))
+    for column, name in enumerate(("identity", "action", "target", "filter", "count")):
+        await expect(shown.locator(f".{name}")).to_have_text([row[column] for row in rows])

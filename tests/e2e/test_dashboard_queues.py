@@ -1,6 +1,7 @@
 """The queues view in headless Chromium: pause and resume a queue, add a limit through the
 form, see limits, paused queues and per-tenant running counts, under the dashboard's CSP and
-without a reload; read-only mode shows them with no way to change them."""
+without a reload, each change leaving its audit entry; read-only mode shows them with no way
+to change them."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from playwright.async_api import Browser, Page, expect
 from rota.api import ApiSettings
 from rota.domain.flow import Limit, LimitScope
 from rota.domain.job import JobSpec
-from tests.e2e.conftest import Served
+from tests.e2e.conftest import AS_ADMIN, Served, expect_audit, log_in
 from tests.e2e.test_dashboard import WATCH_CSP, Watched
 
 pytestmark = pytest.mark.browser
@@ -39,10 +40,12 @@ async def assert_same_document(tab: Page) -> None:
     assert await tab.evaluate("window.__sameDocument") is True, "the page reloaded"
 
 
+@pytest.mark.parametrize("served", [AS_ADMIN], indirect=True)
 async def test_a_queue_is_paused_and_resumed_from_the_queues_view(
     page: Watched, served: Served
 ) -> None:
     tab = page.page
+    await log_in(tab, served)
     await served.store.enqueue([JobSpec(kind="email", queue="mail") for _ in range(2)])
     await served.store.enqueue([JobSpec(kind="report")])
 
@@ -69,11 +72,21 @@ async def test_a_queue_is_paused_and_resumed_from_the_queues_view(
     await row.locator('button[data-action="resume"]').click()
     await expect(row.locator(".badge.s-active")).to_have_text("active")
     assert not any(queue.paused for queue in await served.store.list_queues())
+    await expect_audit(
+        tab,
+        served,
+        [
+            ("token:admin", "queue.resume", "queue:mail", "", ""),
+            ("token:admin", "queue.pause", "queue:mail", "", ""),
+        ],
+    )
     await page.assert_clean()
 
 
+@pytest.mark.parametrize("served", [AS_ADMIN], indirect=True)
 async def test_a_limit_is_added_through_the_form_and_listed(page: Watched, served: Served) -> None:
     tab = page.page
+    await log_in(tab, served)
     await tab.goto(served.url + "/#/queues")
     await expect(tab.locator("table.limits")).to_contain_text("No limits")
     await same_document(tab)
@@ -120,6 +133,15 @@ async def test_a_limit_is_added_through_the_form_and_listed(page: Watched, serve
     await dialog.get_by_role("button", name="Close").click()
     await expect(row).to_have_count(0)
     assert await served.store.list_limits() == []
+    # The refused limit left no entry.
+    await expect_audit(
+        tab,
+        served,
+        [
+            ("token:admin", action, "limit:kind:pdf", "", "")
+            for action in ("limit.delete", "limit.set", "limit.set")
+        ],
+    )
     await page.assert_clean()
 
 

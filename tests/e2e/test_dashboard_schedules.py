@@ -1,5 +1,6 @@
-"""The schedules view in headless Chromium: next runs, last outcome, pause, resume and run now,
-under the dashboard's CSP and without a reload."""
+"""The schedules view in headless Chromium: next runs, last outcome, add, edit, remove, pause,
+resume and run now, under the dashboard's CSP and without a reload, each change leaving its
+audit entry."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from playwright.async_api import Browser, Page, expect
 
 from rota.domain.schedule import Rule, ScheduleSpec
-from tests.e2e.conftest import Served
+from tests.e2e.conftest import AS_ADMIN, Served, expect_audit, log_in
 
 pytestmark = pytest.mark.browser
 
@@ -35,10 +36,12 @@ async def page(browser: Browser) -> AsyncIterator[tuple[Page, list[str]]]:
         await context.close()
 
 
+@pytest.mark.parametrize("served", [AS_ADMIN], indirect=True)
 async def test_schedules_view_pauses_resumes_and_runs_a_schedule_now(
     page: tuple[Page, list[str]], served: Served
 ) -> None:
     tab, problems = page
+    await log_in(tab, served)
     await served.store.upsert_schedule(
         ScheduleSpec(name="nightly", kind="backup", rule=Rule.cron("30 2 * * *", "Europe/Berlin"))
     )
@@ -59,6 +62,18 @@ async def test_schedules_view_pauses_resumes_and_runs_a_schedule_now(
 
     schedule = await served.store.get_schedule("nightly")
     assert (schedule.paused, schedule.last_job_id) == (False, 1)
+    await expect_audit(
+        tab,
+        served,
+        [
+            ("token:admin", "schedule.resume", "schedule:nightly", "", ""),
+            ("token:admin", "schedule.run", "schedule:nightly", "", "1"),
+            ("token:admin", "schedule.pause", "schedule:nightly", "", ""),
+        ],
+    )
+    await expect(tab.locator("table.audit tbody tr .detail").nth(1)).to_have_text(
+        "duplicate false, job 1"
+    )
     assert problems == []
 
 
@@ -93,10 +108,12 @@ async def test_schedules_come_a_page_at_a_time_and_the_overview_asks_for_the_soo
     assert problems == []
 
 
+@pytest.mark.parametrize("served", [AS_ADMIN], indirect=True)
 async def test_a_schedule_is_added_from_the_form_and_a_bad_rule_is_refused_in_place(
     page: tuple[Page, list[str]], served: Served
 ) -> None:
     tab, problems = page
+    await log_in(tab, served)
     await tab.goto(served.url + "/#/schedules")
     await expect(tab.get_by_text("No schedules yet.")).to_be_visible()
     await tab.click('button[data-action="add"]')
@@ -119,13 +136,19 @@ async def test_a_schedule_is_added_from_the_form_and_a_bad_rule_is_refused_in_pl
     await expect(tab.locator("#notice")).to_contain_text("Schedule nightly created")
     schedule = await served.store.get_schedule("nightly")
     assert (schedule.spec.kind, schedule.spec.payload) == ("backup", {"full": True})
+    # The refused rule left no entry.
+    await expect_audit(
+        tab, served, [("token:admin", "schedule.create", "schedule:nightly", "", "")]
+    )
     assert problems == []
 
 
+@pytest.mark.parametrize("served", [AS_ADMIN], indirect=True)
 async def test_a_schedule_is_edited_removed_and_its_recent_jobs_shown(
     page: tuple[Page, list[str]], served: Served
 ) -> None:
     tab, problems = page
+    await log_in(tab, served)
     await served.store.upsert_schedule(
         ScheduleSpec(name="sync", kind="sync", rule=Rule.every(timedelta(minutes=5)), priority=2)
     )
@@ -166,4 +189,13 @@ async def test_a_schedule_is_edited_removed_and_its_recent_jobs_shown(
     await expect(tab.locator("tr[data-schedule]")).to_have_count(1)
     assert [s.spec.name for s in await served.store.list_schedules()] == ["other"]
     assert (await served.store.get(runs[0].job.id)).schedule == "sync", "its jobs stay"
+    await expect_audit(
+        tab,
+        served,
+        [
+            ("token:admin", "schedule.delete", "schedule:sync", "", ""),
+            ("token:admin", "schedule.replace", "schedule:sync", "", ""),
+        ],
+    )
+    await expect(tab.locator("table.audit tbody tr .detail").last).to_contain_text("cron 0 * * * *")
     assert problems == []

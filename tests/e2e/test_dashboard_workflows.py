@@ -1,5 +1,6 @@
 """Workflows in headless Chromium: a waiting job's page says how many parents it waits on and
-links to its parents and children; the jobs list filters on the waiting state."""
+links to its parents and children; the jobs list filters on the waiting state; a workflow is
+cancelled from its page and the audit records it."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from playwright.async_api import Browser, expect
 
 from rota.domain.job import JobSpec
 from rota.domain.workflow import Workflow
-from tests.e2e.conftest import Served
+from tests.e2e.conftest import AS_ADMIN, Served, expect_audit, log_in
 from tests.e2e.test_dashboard import HOSTILE, WATCH_CSP, Watched
 
 pytestmark = pytest.mark.browser
@@ -55,9 +56,11 @@ async def test_a_waiting_job_shows_what_it_waits_on_and_links_its_workflow(
     await page.assert_clean()
 
 
+@pytest.mark.parametrize("served", [AS_ADMIN], indirect=True)
 async def test_a_workflow_page_lists_its_jobs_live_and_cancels_what_has_not_finished(
     page: Watched, served: Served
 ) -> None:
+    await log_in(page.page, served)
     graph = Workflow()
     first = graph.add(JobSpec("fetch"))
     graph.add(JobSpec("merge", payload={"note": HOSTILE}), after=[first])
@@ -79,4 +82,7 @@ async def test_a_workflow_page_lists_its_jobs_live_and_cancels_what_has_not_fini
     await page.page.get_by_role("button", name="Cancel them").click()
     await expect(page.page.locator("dialog .dialog-text")).to_have_text("2 job(s) cancelled.")
     assert (await served.store.get(c.id)).state.value == "cancelled"
+    await expect_audit(
+        page.page, served, [("token:admin", "workflow.cancel", f"workflow:{a.id}", "", "2")]
+    )
     await page.assert_clean()
