@@ -1,5 +1,6 @@
-"""Browser-test harness: the API served by uvicorn on a free loopback port in a thread, and a
-headless Debian Chromium driven by Playwright (never a downloaded browser build)."""
+"""Browser-test harness: the API served by uvicorn on a free loopback port in a thread, a
+headless Debian Chromium driven by Playwright (never a downloaded browser build), and a watched
+tab that fails a test on any console error, page error, CSP violation or script run from data."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import socket
 import threading
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,10 +19,11 @@ import uvicorn
 
 from rota.api import ApiSettings, create_app
 from rota.client import Client
+from rota.domain.job import JobSpec
 from rota.store.memory import MemoryStore
 
 if TYPE_CHECKING:
-    from playwright.async_api import Page
+    from playwright.async_api import Browser, ConsoleMessage, Page
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -38,6 +41,25 @@ ADMIN_TOKEN = "e2e-admin-token-0123"
 AS_ADMIN = ApiSettings(auth_token=ADMIN_TOKEN)
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 INSTALL_HINT = "install Debian's browser with `apt-get install -y chromium`"
+
+#: Markup that runs script if it is ever rendered as HTML (T38); ``window.__x`` says it ran.
+XSS = [
+    "<script>window.__x=1</script>",
+    '"onmouseover="window.__x=3',
+    "<img src=x onerror=window.__x=2>",
+    "javascript:window.__x=4",
+    "<svg onload=window.__x=5></svg>",
+    "</script><script>window.__x=6</script>",
+]
+HOSTILE = " | ".join(XSS)
+
+# Runs before any page script; CDP-injected, so the page's CSP does not apply to it.
+WATCH_CSP = """
+window.__cspViolations = [];
+document.addEventListener("securitypolicyviolation", (e) => {
+  window.__cspViolations.push(e.violatedDirective + " " + e.blockedURI);
+});
+"""
 
 
 @dataclass(frozen=True)
@@ -93,8 +115,72 @@ def served(request: pytest.FixtureRequest) -> Iterator[Served]:
         yield Served(url, store)
 
 
+class Watched:
+    """A tab and what went wrong in it: console errors and warnings, page errors."""
+
+    def __init__(self, page: Page) -> None:
+        self.page = page
+        self.problems: list[str] = []
+        page.on("console", self._console)
+        page.on("pageerror", lambda error: self.problems.append(f"page error: {error}"))
+
+    def _console(self, message: ConsoleMessage) -> None:
+        if message.type in ("error", "warning"):
+            self.problems.append(f"console {message.type}: {message.text}")
+
+    async def assert_clean(self) -> None:
+        violations = await self.page.evaluate("window.__cspViolations")
+        assert violations == []
+        assert self.problems == []
+        assert await self.page.evaluate("typeof window.__x") == "undefined"
+
+
 @pytest.fixture
-async def browser(chromium: Path) -> AsyncIterator[object]:
+def context_options() -> dict[str, Any]:
+    """Options of the browser context ``page`` opens; override in a module to change them."""
+    return {}
+
+
+@pytest.fixture
+async def page(browser: Browser, context_options: dict[str, Any]) -> AsyncIterator[Watched]:
+    """A watched tab in a fresh browser context (no cookies), CSP violations recorded."""
+    context = await browser.new_context(**context_options)
+    await context.add_init_script(WATCH_CSP)
+    tab = await context.new_page()
+    try:
+        yield Watched(tab)
+    finally:
+        await context.close()
+
+
+async def same_document(tab: Page) -> None:
+    """Mark the loaded document; ``assert_same_document`` fails after any reload."""
+    await tab.evaluate("window.__sameDocument = true")
+
+
+async def assert_same_document(tab: Page) -> None:
+    assert await tab.evaluate("window.__sameDocument") is True, "the page reloaded"
+
+
+async def dead_job(store: MemoryStore, **spec: Any) -> int:
+    """A job (``spec`` as for JobSpec) claimed and failed for good, with hostile error text."""
+    spec.setdefault("priority", 100)
+    [result] = await store.enqueue([JobSpec(**spec)])
+    [claimed] = await store.claim(
+        "worker-1", queues=[result.job.queue], limit=1, lease=timedelta(seconds=30)
+    )
+    await store.fail(
+        claimed.lease,
+        error=f"failed: {HOSTILE}",
+        traceback=f"Traceback\n{HOSTILE}",
+        retry_in=timedelta(0),
+        permanent=True,
+    )
+    return claimed.id
+
+
+@pytest.fixture
+async def browser(chromium: Path) -> AsyncIterator[Browser]:
     from playwright.async_api import async_playwright
 
     async with async_playwright() as playwright:

@@ -4,82 +4,26 @@ leaving its audit entry."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import timedelta
-from typing import Any
 
 import pytest
-from playwright.async_api import Browser, ConsoleMessage, Page, expect
+from playwright.async_api import expect
 
 from rota.api import ApiSettings
 from rota.domain.job import JobSpec, JobState
-from rota.store.memory import MemoryStore
-from tests.e2e.conftest import AS_ADMIN, Served, expect_audit, log_in
+from tests.e2e.conftest import (
+    AS_ADMIN,
+    HOSTILE,
+    Served,
+    Watched,
+    assert_same_document,
+    dead_job,
+    expect_audit,
+    log_in,
+    same_document,
+)
 
 pytestmark = pytest.mark.browser
-
-XSS = [
-    "<script>window.__x=1</script>",
-    '"onmouseover="window.__x=3',
-    "<img src=x onerror=window.__x=2>",
-    "javascript:window.__x=4",
-    "<svg onload=window.__x=5></svg>",
-    "</script><script>window.__x=6</script>",
-]
-HOSTILE = " | ".join(XSS)
-
-# Runs before any page script; CDP-injected, so the page's CSP does not apply to it.
-WATCH_CSP = """
-window.__cspViolations = [];
-document.addEventListener("securitypolicyviolation", (e) => {
-  window.__cspViolations.push(e.violatedDirective + " " + e.blockedURI);
-});
-"""
-
-
-class Watched:
-    def __init__(self, page: Page) -> None:
-        self.page = page
-        self.problems: list[str] = []
-        page.on("console", self._console)
-        page.on("pageerror", lambda error: self.problems.append(f"page error: {error}"))
-
-    def _console(self, message: ConsoleMessage) -> None:
-        if message.type in ("error", "warning"):
-            self.problems.append(f"console {message.type}: {message.text}")
-
-    async def assert_clean(self) -> None:
-        violations = await self.page.evaluate("window.__cspViolations")
-        assert violations == []
-        assert self.problems == []
-        assert await self.page.evaluate("typeof window.__x") == "undefined"
-
-
-@pytest.fixture
-async def page(browser: Browser) -> AsyncIterator[Watched]:
-    context = await browser.new_context()
-    await context.add_init_script(WATCH_CSP)
-    tab = await context.new_page()
-    try:
-        yield Watched(tab)
-    finally:
-        await context.close()
-
-
-async def dead_job(store: MemoryStore, **spec: Any) -> int:
-    spec.setdefault("priority", 100)
-    [result] = await store.enqueue([JobSpec(**spec)])
-    [claimed] = await store.claim(
-        "worker-1", queues=[result.job.queue], limit=1, lease=timedelta(seconds=30)
-    )
-    await store.fail(
-        claimed.lease,
-        error=f"failed: {HOSTILE}",
-        traceback=f"Traceback\n{HOSTILE}",
-        retry_in=timedelta(0),
-        permanent=True,
-    )
-    return claimed.id
 
 
 async def test_dashboard_loads_every_view_without_errors(page: Watched, served: Served) -> None:
@@ -157,13 +101,13 @@ async def test_dead_job_is_retried_and_cancelled_from_its_detail_page_without_re
     job_id = await dead_job(served.store, kind="email")
     await page.page.goto(served.url + f"/#/jobs/{job_id}")
     await expect(page.page.locator("h1 .badge")).to_have_text("dead")
-    await page.page.evaluate("window.__sameDocument = true")
+    await same_document(page.page)
     await page.page.click("button[data-action=retry]")
     await expect(page.page.locator("h1 .badge")).to_have_text("pending")
     assert (await served.store.get(job_id)).state.value == "pending"
     await page.page.click("button[data-action=cancel]")
     await expect(page.page.locator("h1 .badge")).to_have_text("cancelled")
-    assert await page.page.evaluate("window.__sameDocument") is True
+    await assert_same_document(page.page)
     assert (await served.store.get(job_id)).state.value == "cancelled"
     await expect_audit(
         page.page,

@@ -9,11 +9,17 @@ from playwright.async_api import Browser, expect
 
 from rota.api import ApiSettings
 from rota.domain.audit import AuditFilter
-from tests.e2e.conftest import ADMIN_TOKEN, Served, log_in
-from tests.e2e.test_dashboard import HOSTILE, WATCH_CSP, Watched, dead_job, page
+from tests.e2e.conftest import (
+    ADMIN_TOKEN,
+    HOSTILE,
+    WATCH_CSP,
+    Served,
+    Watched,
+    dead_job,
+    log_in,
+)
 
 pytestmark = pytest.mark.browser
-_ = page  # the fixture
 
 READ_TOKEN = "e2e-read-token-4567"
 BOTH = ApiSettings(auth_token=ADMIN_TOKEN, read_token=READ_TOKEN)

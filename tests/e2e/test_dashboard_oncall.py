@@ -6,19 +6,27 @@ action leaves its audit entry, one per job for a selection (one request each).""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
-from playwright.async_api import Browser, Page, expect
+from playwright.async_api import Browser, expect
 
 from rota.api import ApiSettings
 from rota.domain.audit import AuditFilter
 from rota.domain.flow import Limit, LimitScope
 from rota.domain.job import JobSpec, JobState
 from rota.store.memory import MemoryStore
-from tests.e2e.conftest import AS_ADMIN, Served, expect_audit, log_in
-from tests.e2e.test_dashboard import WATCH_CSP, Watched, dead_job
+from tests.e2e.conftest import (
+    AS_ADMIN,
+    Served,
+    Watched,
+    assert_same_document,
+    dead_job,
+    expect_audit,
+    log_in,
+    same_document,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -26,22 +34,9 @@ LEASE = timedelta(seconds=30)
 
 
 @pytest.fixture
-async def page(browser: Browser) -> AsyncIterator[Watched]:
-    context = await browser.new_context(timezone_id="Europe/Berlin")
-    await context.add_init_script(WATCH_CSP)
-    tab = await context.new_page()
-    try:
-        yield Watched(tab)
-    finally:
-        await context.close()
-
-
-async def same_document(tab: Page) -> None:
-    await tab.evaluate("window.__sameDocument = true")
-
-
-async def assert_same_document(tab: Page) -> None:
-    assert await tab.evaluate("window.__sameDocument") is True, "the page reloaded"
+def context_options() -> dict[str, Any]:
+    """Local time is Berlin's, so "local" differs from UTC."""
+    return {"timezone_id": "Europe/Berlin"}
 
 
 async def pending_job(store: MemoryStore, **spec: object) -> int:

@@ -5,39 +5,25 @@ to change them."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import pytest
-from playwright.async_api import Browser, Page, expect
+from playwright.async_api import expect
 
 from rota.api import ApiSettings
 from rota.domain.flow import Limit, LimitScope
 from rota.domain.job import JobSpec
-from tests.e2e.conftest import AS_ADMIN, Served, expect_audit, log_in
-from tests.e2e.test_dashboard import WATCH_CSP, Watched
+from tests.e2e.conftest import (
+    AS_ADMIN,
+    Served,
+    Watched,
+    assert_same_document,
+    expect_audit,
+    log_in,
+    same_document,
+)
 
 pytestmark = pytest.mark.browser
-
-
-@pytest.fixture
-async def page(browser: Browser) -> AsyncIterator[Watched]:
-    context = await browser.new_context()
-    await context.add_init_script(WATCH_CSP)
-    tab = await context.new_page()
-    try:
-        yield Watched(tab)
-    finally:
-        await context.close()
-
-
-async def same_document(tab: Page) -> None:
-    """Mark the loaded document; ``assert_same_document`` fails after any reload."""
-    await tab.evaluate("window.__sameDocument = true")
-
-
-async def assert_same_document(tab: Page) -> None:
-    assert await tab.evaluate("window.__sameDocument") is True, "the page reloaded"
 
 
 @pytest.mark.parametrize("served", [AS_ADMIN], indirect=True)

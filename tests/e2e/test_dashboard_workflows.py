@@ -4,31 +4,18 @@ cancelled from its page and the audit records it."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import pytest
-from playwright.async_api import Browser, expect
+from playwright.async_api import expect
 
 from rota.domain.job import JobSpec
 from rota.domain.workflow import Workflow
-from tests.e2e.conftest import AS_ADMIN, Served, expect_audit, log_in
-from tests.e2e.test_dashboard import HOSTILE, WATCH_CSP, Watched
+from tests.e2e.conftest import AS_ADMIN, HOSTILE, Served, Watched, expect_audit, log_in
 
 pytestmark = pytest.mark.browser
 
 LEASE = timedelta(seconds=30)
-
-
-@pytest.fixture
-async def page(browser: Browser) -> AsyncIterator[Watched]:
-    context = await browser.new_context()
-    await context.add_init_script(WATCH_CSP)
-    tab = await context.new_page()
-    try:
-        yield Watched(tab)
-    finally:
-        await context.close()
 
 
 async def test_a_waiting_job_shows_what_it_waits_on_and_links_its_workflow(
