@@ -9,7 +9,8 @@ it kept its lease).
 
     python -m bench.serve_load [--seconds 30] [--clients 20] [--schedules 3000]
 
-Everything runs on 127.0.0.1; the server is a child process, stopped by its PID.
+Everything runs on 127.0.0.1; the server is a child process, stopped by its PID. The schedules
+and the paging clients are those of `integration/test_serve_load.py` (tests/support/schedule_load.py).
 """
 
 from __future__ import annotations
@@ -24,46 +25,23 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
-EXPRESSIONS = ("0 0 29 2 *", "0 0 1 1 *", "30 4 31 12 *", "0 6 29 2 *", "45 23 31 12 *")
-ZONES = (
-    "Europe/Berlin",
-    "America/New_York",
-    "Australia/Lord_Howe",
-    "America/Santiago",
-    "Pacific/Chatham",
-    "Europe/London",
-)
+from tests.support.schedule_load import call, paging, populate
+
 HOLD_SECONDS = 20.0
 PROBE_EVERY_S = 0.05
 TARGET_MS = 100.0
-
-
-async def populate(path: Path, count: int) -> None:
-    """``count`` schedules over 30 distinct sparse rules."""
-    from rota.domain.schedule import Rule, ScheduleSpec
-    from rota.store.sqlite import SqliteStore
-
-    store = SqliteStore.from_url(f"sqlite:///{path}")
-    await store.migrate()
-    rules = [Rule.cron(expression, zone) for expression in EXPRESSIONS for zone in ZONES]
-    for index in range(count):
-        spec = ScheduleSpec(name=f"sparse-{index:05}", kind="email", rule=rules[index % len(rules)])
-        await store.create_schedule(spec)
-    await store.close()
 
 
 def serve_child(directory: str, port: int) -> None:
     """The server: what `rota serve` runs for the demo, plus the 20 s `hold` kind."""
     from rota.api import ApiSettings
     from rota.app import App
-    from rota.cli.serve import _serve  # `rota serve` itself, minus argument parsing
+    from rota.cli.serve import _listen, _serve  # `rota serve` itself, minus argument parsing
     from rota.demo import DEMO_HEARTBEAT, DEMO_LEASE, DEMO_RESCUE, add_demo_kinds
     from rota.runtime.context import JobContext
 
@@ -81,8 +59,7 @@ def serve_child(directory: str, port: int) -> None:
         _serve(
             app,
             settings,
-            host="127.0.0.1",
-            port=port,
+            listener=_listen("127.0.0.1", port),
             workers=3,
             concurrency=10,
             demo=True,
@@ -100,22 +77,13 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _call(url: str, body: Any = None) -> Any:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(
-        url, data=data, headers={"Content-Type": "application/json"} if data else {}
-    )
-    with urllib.request.urlopen(request, timeout=60) as response:
-        return json.loads(response.read() or b"null")
-
-
 def _wait_healthy(url: str, process: subprocess.Popen[bytes], timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise SystemExit("the server exited early")
         try:
-            _call(url + "/healthz")
+            call(url + "/healthz")
             return
         except (urllib.error.URLError, OSError):
             time.sleep(0.1)
@@ -155,48 +123,24 @@ def measure(seconds: float, clients: int, schedules: int) -> dict[str, Any]:
 
 
 def _load(url: str, seconds: float, clients: int) -> dict[str, Any]:
-    stop = threading.Event()
-    pages: list[float] = []
-    errors: list[str] = []
-
-    def poll(client: int) -> None:
-        cursor: str | None = None
-        while not stop.is_set():
-            query = "?order=due&limit=6" if client % 4 == 0 else "?limit=50"
-            if cursor:
-                query += f"&cursor={cursor}"
-            began = time.perf_counter()
-            try:
-                page = _call(url + "/api/schedules" + query)
-            except (urllib.error.URLError, OSError) as error:
-                errors.append(repr(error))
-                continue
-            pages.append(time.perf_counter() - began)
-            cursor = page["next_cursor"]
-
-    threads = [threading.Thread(target=poll, args=(n,), daemon=True) for n in range(clients)]
-    for thread in threads:
-        thread.start()
-    job = _call(url + "/api/jobs", {"kind": "hold"})
-    # The probe runs in a process of its own: in this one it would wait for the pollers'
-    # threads to hand over the GIL, and measure that instead of the server.
-    probe = subprocess.run(
-        [sys.executable, "-m", "bench.serve_load", "--probe", url, str(seconds)],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=seconds + 60,
-    )
+    with paging(url, clients) as load:
+        job = call(url + "/api/jobs", {"kind": "hold"})
+        # The probe runs in a process of its own: in this one it would wait for the pollers'
+        # threads to hand over the GIL, and measure that instead of the server.
+        probe = subprocess.run(
+            [sys.executable, "-m", "bench.serve_load", "--probe", url, str(seconds)],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=seconds + 60,
+        )
     health, probe_errors = json.loads(probe.stdout)
-    errors.extend(probe_errors)
-    stop.set()
-    for thread in threads:
-        thread.join(timeout=60)
+    pages, errors = load.pages, load.errors + probe_errors
     deadline = time.monotonic() + HOLD_SECONDS + 30
-    detail = _call(f"{url}/api/jobs/{job['id']}")
+    detail = call(f"{url}/api/jobs/{job['id']}")
     while detail["state"] not in ("succeeded", "dead") and time.monotonic() < deadline:
         time.sleep(0.2)
-        detail = _call(f"{url}/api/jobs/{job['id']}")
+        detail = call(f"{url}/api/jobs/{job['id']}")
     return {
         "seconds": seconds,
         "clients": clients,
@@ -221,7 +165,7 @@ def probe(url: str, seconds: float) -> None:
     while time.monotonic() < deadline:
         began = time.perf_counter()
         try:
-            _call(url + "/healthz")
+            call(url + "/healthz")
         except (urllib.error.URLError, OSError) as error:
             errors.append(repr(error))
         latencies.append((time.perf_counter() - began) * 1000)

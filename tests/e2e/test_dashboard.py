@@ -1,84 +1,29 @@
 """The dashboard in headless Chromium: it loads cleanly under its CSP, renders hostile job data
-as text (T38), and retries a dead job from its detail page without a reload."""
+as text (T38), and acts on jobs from their page and on a filter without a reload, each action
+leaving its audit entry."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import timedelta
-from typing import Any
 
 import pytest
-from playwright.async_api import Browser, ConsoleMessage, Page, expect
+from playwright.async_api import expect
 
 from rota.api import ApiSettings
 from rota.domain.job import JobSpec, JobState
-from rota.store.memory import MemoryStore
-from tests.e2e.conftest import Served
+from tests.e2e.conftest import (
+    AS_ADMIN,
+    HOSTILE,
+    Served,
+    Watched,
+    assert_same_document,
+    dead_job,
+    expect_audit,
+    log_in,
+    same_document,
+)
 
 pytestmark = pytest.mark.browser
-
-XSS = [
-    "<script>window.__x=1</script>",
-    '"onmouseover="window.__x=3',
-    "<img src=x onerror=window.__x=2>",
-    "javascript:window.__x=4",
-    "<svg onload=window.__x=5></svg>",
-    "</script><script>window.__x=6</script>",
-]
-HOSTILE = " | ".join(XSS)
-
-# Runs before any page script; CDP-injected, so the page's CSP does not apply to it.
-WATCH_CSP = """
-window.__cspViolations = [];
-document.addEventListener("securitypolicyviolation", (e) => {
-  window.__cspViolations.push(e.violatedDirective + " " + e.blockedURI);
-});
-"""
-
-
-class Watched:
-    def __init__(self, page: Page) -> None:
-        self.page = page
-        self.problems: list[str] = []
-        page.on("console", self._console)
-        page.on("pageerror", lambda error: self.problems.append(f"page error: {error}"))
-
-    def _console(self, message: ConsoleMessage) -> None:
-        if message.type in ("error", "warning"):
-            self.problems.append(f"console {message.type}: {message.text}")
-
-    async def assert_clean(self) -> None:
-        violations = await self.page.evaluate("window.__cspViolations")
-        assert violations == []
-        assert self.problems == []
-        assert await self.page.evaluate("typeof window.__x") == "undefined"
-
-
-@pytest.fixture
-async def page(browser: Browser) -> AsyncIterator[Watched]:
-    context = await browser.new_context()
-    await context.add_init_script(WATCH_CSP)
-    tab = await context.new_page()
-    try:
-        yield Watched(tab)
-    finally:
-        await context.close()
-
-
-async def dead_job(store: MemoryStore, **spec: Any) -> int:
-    spec.setdefault("priority", 100)
-    [result] = await store.enqueue([JobSpec(**spec)])
-    [claimed] = await store.claim(
-        "worker-1", queues=[result.job.queue], limit=1, lease=timedelta(seconds=30)
-    )
-    await store.fail(
-        claimed.lease,
-        error=f"failed: {HOSTILE}",
-        traceback=f"Traceback\n{HOSTILE}",
-        retry_in=timedelta(0),
-        permanent=True,
-    )
-    return claimed.id
 
 
 async def test_dashboard_loads_every_view_without_errors(page: Watched, served: Served) -> None:
@@ -148,37 +93,72 @@ async def test_a_crash_suspects_page_says_why_it_is_watched(page: Watched, serve
     await page.assert_clean()
 
 
-async def test_dead_job_is_retried_from_its_detail_page_without_reload(
+@pytest.mark.parametrize("served", [AS_ADMIN], indirect=True)
+async def test_dead_job_is_retried_and_cancelled_from_its_detail_page_without_reload(
     page: Watched, served: Served
 ) -> None:
+    await log_in(page.page, served)
     job_id = await dead_job(served.store, kind="email")
     await page.page.goto(served.url + f"/#/jobs/{job_id}")
     await expect(page.page.locator("h1 .badge")).to_have_text("dead")
-    await page.page.evaluate("window.__sameDocument = true")
+    await same_document(page.page)
     await page.page.click("button[data-action=retry]")
     await expect(page.page.locator("h1 .badge")).to_have_text("pending")
-    await expect(page.page.locator("button[data-action=cancel]")).to_be_visible()
-    assert await page.page.evaluate("window.__sameDocument") is True
     assert (await served.store.get(job_id)).state.value == "pending"
+    await page.page.click("button[data-action=cancel]")
+    await expect(page.page.locator("h1 .badge")).to_have_text("cancelled")
+    await assert_same_document(page.page)
+    assert (await served.store.get(job_id)).state.value == "cancelled"
+    await expect_audit(
+        page.page,
+        served,
+        [
+            ("token:admin", "job.cancel", f"job:{job_id}", "", "1"),
+            ("token:admin", "job.retry", f"job:{job_id}", "", "1"),
+        ],
+    )
     await page.assert_clean()
 
 
-async def test_bulk_retry_confirms_scope_and_count(page: Watched, served: Served) -> None:
-    ids = [await dead_job(served.store, kind="sync") for _ in range(3)]
-    await dead_job(served.store, kind="email")
-    await page.page.goto(served.url + "/#/jobs?state=dead&kind=sync")
+@pytest.mark.parametrize("served", [AS_ADMIN], indirect=True)
+@pytest.mark.parametrize(
+    ("verb", "state", "which", "done", "after"),
+    [
+        ("retry", "dead", "dead or cancelled", "Retried", "pending"),
+        ("cancel", "pending", "waiting, pending or running", "Cancelled", "cancelled"),
+    ],
+)
+async def test_a_bulk_action_confirms_scope_and_count_and_is_audited(
+    page: Watched, served: Served, verb: str, state: str, which: str, done: str, after: str
+) -> None:
+    await log_in(page.page, served)
+
+    async def job(kind: str) -> int:
+        if state == "dead":
+            return await dead_job(served.store, kind=kind)
+        [result] = await served.store.enqueue([JobSpec(kind=kind)])
+        return result.job.id
+
+    ids = [await job("sync") for _ in range(3)]
+    await job("email")
+    await page.page.goto(served.url + f"/#/jobs?state={state}&kind=sync")
     await expect(page.page.locator("table.jobs tbody tr")).to_have_count(3)
-    await page.page.click("text=Retry matching…")
+    await page.page.click(f"button[data-bulk={verb}]")
     dialog = page.page.locator("dialog.confirm")
+    label = verb.capitalize()
     await expect(dialog).to_contain_text(
-        "Retry 3 dead or cancelled job(s) matching state = dead, kind = sync?"
+        f"{label} 3 {which} job(s) matching state = {state}, kind = sync?"
     )
-    await dialog.locator("button.primary").click()
-    await expect(dialog).to_contain_text("Retried 3 job(s).")
+    await dialog.get_by_role("button", name=f"{label} them").click()
+    await expect(dialog).to_contain_text(f"{done} 3 job(s).")
     await dialog.get_by_role("button", name="Close").click()
     await expect(page.page.locator("table.jobs tbody tr")).to_have_count(0)
     for job_id in ids:
-        assert (await served.store.get(job_id)).state.value == "pending"
+        assert (await served.store.get(job_id)).state.value == after
+    # One entry for the whole filter, with every job it touched.
+    await expect_audit(
+        page.page, served, [("token:admin", f"jobs.{verb}", "", f"kind sync, states {state}", "3")]
+    )
     await page.assert_clean()
 
 
@@ -226,9 +206,11 @@ async def test_read_only_dashboard_hides_every_mutating_button(
     await page.assert_clean()
 
 
+@pytest.mark.parametrize("served", [AS_ADMIN], indirect=True)
 async def test_a_job_is_run_now_rerun_and_deleted_from_its_detail_page(
     page: Watched, served: Served
 ) -> None:
+    await log_in(page.page, served)
     [delayed] = await served.store.enqueue([JobSpec(kind="report", delay=timedelta(hours=1))])
     await page.page.goto(served.url + f"/#/jobs/{delayed.job.id}")
     await page.page.click("button[data-action=run-now]")
@@ -253,4 +235,14 @@ async def test_a_job_is_run_now_rerun_and_deleted_from_its_detail_page(
     await dialog.get_by_role("button", name="Close").click()
     await expect(page.page.get_by_role("heading", name="Jobs")).to_be_visible()
     assert (await served.store.counts()).total(JobState.PENDING) == 0
+    target = f"job:{claimed.id}"
+    await expect_audit(
+        page.page,
+        served,
+        [
+            ("token:admin", action, target, "", "1")
+            for action in ("job.delete", "job.rerun", "job.reschedule")
+        ],
+    )
+    await expect(page.page.locator("table.audit tbody tr .detail").last).to_have_text("run_at now")
     await page.assert_clean()

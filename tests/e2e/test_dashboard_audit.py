@@ -9,22 +9,20 @@ from playwright.async_api import Browser, expect
 
 from rota.api import ApiSettings
 from rota.domain.audit import AuditFilter
-from tests.e2e.conftest import Served
-from tests.e2e.test_dashboard import HOSTILE, WATCH_CSP, Watched, dead_job, page
+from tests.e2e.conftest import (
+    ADMIN_TOKEN,
+    HOSTILE,
+    WATCH_CSP,
+    Served,
+    Watched,
+    dead_job,
+    log_in,
+)
 
 pytestmark = pytest.mark.browser
-_ = page  # the fixture
 
-TOKEN = "e2e-admin-token-0123"
 READ_TOKEN = "e2e-read-token-4567"
-BOTH = ApiSettings(auth_token=TOKEN, read_token=READ_TOKEN)
-
-
-async def _log_in(page: Watched, served: Served, token: str) -> None:
-    await page.page.goto(served.url + "/login")
-    await page.page.fill("input[name=token]", token)
-    await page.page.click("button[type=submit]")
-    await expect(page.page.locator("#nav a[data-view=audit]")).to_be_visible()
+BOTH = ApiSettings(auth_token=ADMIN_TOKEN, read_token=READ_TOKEN)
 
 
 @pytest.mark.parametrize("served", [BOTH], indirect=True)
@@ -32,7 +30,7 @@ async def test_a_retry_in_the_dashboard_leaves_an_audit_entry_with_its_identity(
     page: Watched, served: Served
 ) -> None:
     job_id = await dead_job(served.store, kind="email")
-    await _log_in(page, served, TOKEN)
+    await log_in(page.page, served)
     await page.page.goto(served.url + f"/#/jobs/{job_id}")
     await page.page.click("button[data-action=retry]")
     await expect(page.page.locator("h1 .badge")).to_have_text("pending")
@@ -71,7 +69,7 @@ async def test_a_read_only_login_sees_the_audit_and_is_offered_no_action(
     page: Watched, served: Served
 ) -> None:
     job_id = await dead_job(served.store, kind="email")
-    await _log_in(page, served, READ_TOKEN)
+    await log_in(page.page, served, READ_TOKEN)
     await expect(page.page.locator("#mode")).to_be_visible()
     await page.page.goto(served.url + f"/#/jobs/{job_id}")
     await expect(page.page.locator("h1 .badge")).to_have_text("dead")

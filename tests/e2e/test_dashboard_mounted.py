@@ -4,19 +4,18 @@ page makes stays below the prefix."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 import pytest
 from fastapi import FastAPI
-from playwright.async_api import Browser, Request, expect
+from playwright.async_api import Request, expect
 
 from rota import App, JobContext, Permanent
 from rota.contrib.asgi import dashboard, lifespan
-from tests.e2e.conftest import serve_asgi
-from tests.e2e.test_dashboard import WATCH_CSP, Watched
+from tests.e2e.conftest import Watched, serve_asgi
 
 pytestmark = pytest.mark.browser
 
@@ -58,15 +57,10 @@ def host() -> Iterator[Host]:
 
 
 @pytest.fixture
-async def page(browser: Browser, host: Host) -> AsyncIterator[Watched]:
-    context = await browser.new_context()
-    await context.add_init_script(WATCH_CSP)
-    tab = await context.new_page()
-    tab.on("request", host.record)
-    try:
-        yield Watched(tab)
-    finally:
-        await context.close()
+def page(page: Watched, host: Host) -> Watched:
+    """conftest's watched tab, every request it makes recorded."""
+    page.page.on("request", host.record)
+    return page
 
 
 async def finished(api: httpx.AsyncClient, job_id: int) -> str:

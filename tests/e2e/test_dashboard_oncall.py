@@ -1,22 +1,32 @@
 """The dashboard as on-call engineers use it, in headless Chromium: act on selected rows and on
 a filter (each after a dialog that states its scope), see why a pending job is not running,
 state tabs with counts, UTC or local time, dark mode, a retried job's history read right, and
-dialogs that close when the user goes Back; all under the CSP and without a reload."""
+dialogs that close when the user goes Back; all under the CSP and without a reload. Every
+action leaves its audit entry, one per job for a selection (one request each)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
-from playwright.async_api import Browser, Page, expect
+from playwright.async_api import Browser, expect
 
 from rota.api import ApiSettings
+from rota.domain.audit import AuditFilter
 from rota.domain.flow import Limit, LimitScope
 from rota.domain.job import JobSpec, JobState
 from rota.store.memory import MemoryStore
-from tests.e2e.conftest import Served
-from tests.e2e.test_dashboard import WATCH_CSP, Watched, dead_job
+from tests.e2e.conftest import (
+    AS_ADMIN,
+    Served,
+    Watched,
+    assert_same_document,
+    dead_job,
+    expect_audit,
+    log_in,
+    same_document,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -24,22 +34,9 @@ LEASE = timedelta(seconds=30)
 
 
 @pytest.fixture
-async def page(browser: Browser) -> AsyncIterator[Watched]:
-    context = await browser.new_context(timezone_id="Europe/Berlin")
-    await context.add_init_script(WATCH_CSP)
-    tab = await context.new_page()
-    try:
-        yield Watched(tab)
-    finally:
-        await context.close()
-
-
-async def same_document(tab: Page) -> None:
-    await tab.evaluate("window.__sameDocument = true")
-
-
-async def assert_same_document(tab: Page) -> None:
-    assert await tab.evaluate("window.__sameDocument") is True, "the page reloaded"
+def context_options() -> dict[str, Any]:
+    """Local time is Berlin's, so "local" differs from UTC."""
+    return {"timezone_id": "Europe/Berlin"}
 
 
 async def pending_job(store: MemoryStore, **spec: object) -> int:
@@ -47,10 +44,12 @@ async def pending_job(store: MemoryStore, **spec: object) -> int:
     return result.job.id
 
 
+@pytest.mark.parametrize("served", [AS_ADMIN], indirect=True)
 async def test_selected_rows_are_retried_after_a_dialog_naming_them(
     page: Watched, served: Served
 ) -> None:
     tab = page.page
+    await log_in(tab, served)
     dead = [await dead_job(served.store, kind="sync") for _ in range(3)]
     pending = await pending_job(served.store)
     await tab.goto(served.url + "/#/jobs")
@@ -79,13 +78,20 @@ async def test_selected_rows_are_retried_after_a_dialog_naming_them(
         dead[2]: JobState.PENDING,
     }
     await assert_same_document(tab)
+    await expect_audit(
+        tab,
+        served,
+        [("token:admin", "job.retry", f"job:{job_id}", "", "1") for job_id in (dead[2], dead[0])],
+    )
     await page.assert_clean()
 
 
+@pytest.mark.parametrize("served", [AS_ADMIN], indirect=True)
 async def test_selected_rows_are_cancelled_and_deleted_and_refusals_reported(
     page: Watched, served: Served
 ) -> None:
     tab = page.page
+    await log_in(tab, served)
     first, second = [await pending_job(served.store) for _ in range(2)]
     finished = await dead_job(served.store, kind="sync")
     await tab.goto(served.url + "/#/jobs")
@@ -122,13 +128,25 @@ async def test_selected_rows_are_cancelled_and_deleted_and_refusals_reported(
     await expect(tab.locator("table.jobs tbody tr")).to_have_count(0)
     await expect(tab.locator(".selection")).to_be_hidden()
     assert sum((await served.store.counts()).by_state.values()) == 0
+    # One entry per job acted on; the refused cancel left none.
+    await expect_audit(
+        tab,
+        served,
+        [("token:admin", "job.delete", f"job:{job_id}", "", "1") for job_id in (finished, second)]
+        + [
+            ("token:admin", "job.delete", f"job:{first}", "", "1"),
+            ("token:admin", "job.cancel", f"job:{first}", "", "1"),
+        ],
+    )
     await page.assert_clean()
 
 
+@pytest.mark.parametrize("served", [AS_ADMIN], indirect=True)
 async def test_finished_jobs_matching_a_filter_are_deleted_after_the_scope_dialog(
     page: Watched, served: Served
 ) -> None:
     tab = page.page
+    await log_in(tab, served)
     for _ in range(2):
         await dead_job(served.store, kind="sync")
     kept = await dead_job(served.store, kind="email")
@@ -143,12 +161,14 @@ async def test_finished_jobs_matching_a_filter_are_deleted_after_the_scope_dialo
     await dialog.get_by_role("button", name="Cancel").click()
     await expect(dialog).to_have_count(0)
     assert (await served.store.counts()).total(JobState.DEAD) == 3, "cancelled: nothing changed"
+    assert (await served.store.list_audit(AuditFilter())).entries == [], "and nothing recorded"
 
     await tab.click("button[data-bulk=delete]")
     await dialog.locator("button.danger").click()
     await expect(dialog).to_contain_text("Deleted 2 job(s).")
     assert (await served.store.get(kept)).state is JobState.DEAD
     assert (await served.store.get(waiting)).state is JobState.PENDING
+    await expect_audit(tab, served, [("token:admin", "jobs.purge", "", "kind sync", "2")])
     await page.assert_clean()
 
 

@@ -1,48 +1,37 @@
 """The queues view in headless Chromium: pause and resume a queue, add a limit through the
 form, see limits, paused queues and per-tenant running counts, under the dashboard's CSP and
-without a reload; read-only mode shows them with no way to change them."""
+without a reload, each change leaving its audit entry; read-only mode shows them with no way
+to change them."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import pytest
-from playwright.async_api import Browser, Page, expect
+from playwright.async_api import expect
 
 from rota.api import ApiSettings
 from rota.domain.flow import Limit, LimitScope
 from rota.domain.job import JobSpec
-from tests.e2e.conftest import Served
-from tests.e2e.test_dashboard import WATCH_CSP, Watched
+from tests.e2e.conftest import (
+    AS_ADMIN,
+    Served,
+    Watched,
+    assert_same_document,
+    expect_audit,
+    log_in,
+    same_document,
+)
 
 pytestmark = pytest.mark.browser
 
 
-@pytest.fixture
-async def page(browser: Browser) -> AsyncIterator[Watched]:
-    context = await browser.new_context()
-    await context.add_init_script(WATCH_CSP)
-    tab = await context.new_page()
-    try:
-        yield Watched(tab)
-    finally:
-        await context.close()
-
-
-async def same_document(tab: Page) -> None:
-    """Mark the loaded document; ``assert_same_document`` fails after any reload."""
-    await tab.evaluate("window.__sameDocument = true")
-
-
-async def assert_same_document(tab: Page) -> None:
-    assert await tab.evaluate("window.__sameDocument") is True, "the page reloaded"
-
-
+@pytest.mark.parametrize("served", [AS_ADMIN], indirect=True)
 async def test_a_queue_is_paused_and_resumed_from_the_queues_view(
     page: Watched, served: Served
 ) -> None:
     tab = page.page
+    await log_in(tab, served)
     await served.store.enqueue([JobSpec(kind="email", queue="mail") for _ in range(2)])
     await served.store.enqueue([JobSpec(kind="report")])
 
@@ -69,11 +58,21 @@ async def test_a_queue_is_paused_and_resumed_from_the_queues_view(
     await row.locator('button[data-action="resume"]').click()
     await expect(row.locator(".badge.s-active")).to_have_text("active")
     assert not any(queue.paused for queue in await served.store.list_queues())
+    await expect_audit(
+        tab,
+        served,
+        [
+            ("token:admin", "queue.resume", "queue:mail", "", ""),
+            ("token:admin", "queue.pause", "queue:mail", "", ""),
+        ],
+    )
     await page.assert_clean()
 
 
+@pytest.mark.parametrize("served", [AS_ADMIN], indirect=True)
 async def test_a_limit_is_added_through_the_form_and_listed(page: Watched, served: Served) -> None:
     tab = page.page
+    await log_in(tab, served)
     await tab.goto(served.url + "/#/queues")
     await expect(tab.locator("table.limits")).to_contain_text("No limits")
     await same_document(tab)
@@ -120,6 +119,15 @@ async def test_a_limit_is_added_through_the_form_and_listed(page: Watched, serve
     await dialog.get_by_role("button", name="Close").click()
     await expect(row).to_have_count(0)
     assert await served.store.list_limits() == []
+    # The refused limit left no entry.
+    await expect_audit(
+        tab,
+        served,
+        [
+            ("token:admin", action, "limit:kind:pdf", "", "")
+            for action in ("limit.delete", "limit.set", "limit.set")
+        ],
+    )
     await page.assert_clean()
 
 

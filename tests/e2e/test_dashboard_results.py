@@ -5,30 +5,17 @@ the jobs list."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import pytest
-from playwright.async_api import Browser, expect
+from playwright.async_api import expect
 
 from rota.domain.job import JobSpec, Progress
-from tests.e2e.conftest import Served
-from tests.e2e.test_dashboard import HOSTILE, WATCH_CSP, Watched
+from tests.e2e.conftest import HOSTILE, Served, Watched
 
 pytestmark = pytest.mark.browser
 
 LEASE = timedelta(seconds=30)
-
-
-@pytest.fixture
-async def page(browser: Browser) -> AsyncIterator[Watched]:
-    context = await browser.new_context()
-    await context.add_init_script(WATCH_CSP)
-    tab = await context.new_page()
-    try:
-        yield Watched(tab)
-    finally:
-        await context.close()
 
 
 async def test_a_job_s_result_renders_as_text(page: Watched, served: Served) -> None:

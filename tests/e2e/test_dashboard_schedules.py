@@ -1,44 +1,26 @@
-"""The schedules view in headless Chromium: next runs, last outcome, pause, resume and run now,
-under the dashboard's CSP and without a reload."""
+"""The schedules view in headless Chromium: next runs, last outcome, add, edit, remove, pause,
+resume and run now, under the dashboard's CSP and without a reload, each change leaving its
+audit entry."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import pytest
-from playwright.async_api import Browser, Page, expect
+from playwright.async_api import expect
 
 from rota.domain.schedule import Rule, ScheduleSpec
-from tests.e2e.conftest import Served
+from tests.e2e.conftest import AS_ADMIN, Served, Watched, expect_audit, log_in
 
 pytestmark = pytest.mark.browser
 
 
-@pytest.fixture
-async def page(browser: Browser) -> AsyncIterator[tuple[Page, list[str]]]:
-    context = await browser.new_context()
-    tab = await context.new_page()
-    problems: list[str] = []
-    tab.on("pageerror", lambda error: problems.append(f"page error: {error}"))
-    tab.on(
-        "console",
-        lambda message: (
-            problems.append(f"console: {message.text}")
-            if message.type in ("error", "warning")
-            else None
-        ),
-    )
-    try:
-        yield tab, problems
-    finally:
-        await context.close()
-
-
+@pytest.mark.parametrize("served", [AS_ADMIN], indirect=True)
 async def test_schedules_view_pauses_resumes_and_runs_a_schedule_now(
-    page: tuple[Page, list[str]], served: Served
+    page: Watched, served: Served
 ) -> None:
-    tab, problems = page
+    tab = page.page
+    await log_in(tab, served)
     await served.store.upsert_schedule(
         ScheduleSpec(name="nightly", kind="backup", rule=Rule.cron("30 2 * * *", "Europe/Berlin"))
     )
@@ -59,13 +41,25 @@ async def test_schedules_view_pauses_resumes_and_runs_a_schedule_now(
 
     schedule = await served.store.get_schedule("nightly")
     assert (schedule.paused, schedule.last_job_id) == (False, 1)
-    assert problems == []
+    await expect_audit(
+        tab,
+        served,
+        [
+            ("token:admin", "schedule.resume", "schedule:nightly", "", ""),
+            ("token:admin", "schedule.run", "schedule:nightly", "", "1"),
+            ("token:admin", "schedule.pause", "schedule:nightly", "", ""),
+        ],
+    )
+    await expect(tab.locator("table.audit tbody tr .detail").nth(1)).to_have_text(
+        "duplicate false, job 1"
+    )
+    await page.assert_clean()
 
 
 async def test_schedules_come_a_page_at_a_time_and_the_overview_asks_for_the_soonest(
-    page: tuple[Page, list[str]], served: Served
+    page: Watched, served: Served
 ) -> None:
-    tab, problems = page
+    tab = page.page
     for index in range(60):
         await served.store.upsert_schedule(
             ScheduleSpec(name=f"s{index:02}", kind="ping", rule=Rule.cron(f"{index % 60} 9 * * *"))
@@ -90,13 +84,15 @@ async def test_schedules_come_a_page_at_a_time_and_the_overview_asks_for_the_soo
     listed = [url for url in asked if "/api/schedules" in url]
     assert listed and all("limit=" in url for url in listed), listed
     assert any("order=due" in url for url in listed)
-    assert problems == []
+    await page.assert_clean()
 
 
+@pytest.mark.parametrize("served", [AS_ADMIN], indirect=True)
 async def test_a_schedule_is_added_from_the_form_and_a_bad_rule_is_refused_in_place(
-    page: tuple[Page, list[str]], served: Served
+    page: Watched, served: Served
 ) -> None:
-    tab, problems = page
+    tab = page.page
+    await log_in(tab, served)
     await tab.goto(served.url + "/#/schedules")
     await expect(tab.get_by_text("No schedules yet.")).to_be_visible()
     await tab.click('button[data-action="add"]')
@@ -108,7 +104,7 @@ async def test_a_schedule_is_added_from_the_form_and_a_bad_rule_is_refused_in_pl
     await form.locator("button[type=submit]").click()
     await expect(form.locator(".form-error")).to_contain_text("cron:")
     assert await served.store.list_schedules() == []
-    problems.clear()  # the browser logs the refused request's 400 itself
+    page.problems.clear()  # the browser logs the refused request's 400 itself
 
     await form.locator("input[name=cron]").fill("30 2 * * *")
     await form.locator("input[name=timezone]").fill("Europe/Berlin")
@@ -119,13 +115,19 @@ async def test_a_schedule_is_added_from_the_form_and_a_bad_rule_is_refused_in_pl
     await expect(tab.locator("#notice")).to_contain_text("Schedule nightly created")
     schedule = await served.store.get_schedule("nightly")
     assert (schedule.spec.kind, schedule.spec.payload) == ("backup", {"full": True})
-    assert problems == []
+    # The refused rule left no entry.
+    await expect_audit(
+        tab, served, [("token:admin", "schedule.create", "schedule:nightly", "", "")]
+    )
+    await page.assert_clean()
 
 
+@pytest.mark.parametrize("served", [AS_ADMIN], indirect=True)
 async def test_a_schedule_is_edited_removed_and_its_recent_jobs_shown(
-    page: tuple[Page, list[str]], served: Served
+    page: Watched, served: Served
 ) -> None:
-    tab, problems = page
+    tab = page.page
+    await log_in(tab, served)
     await served.store.upsert_schedule(
         ScheduleSpec(name="sync", kind="sync", rule=Rule.every(timedelta(minutes=5)), priority=2)
     )
@@ -166,4 +168,13 @@ async def test_a_schedule_is_edited_removed_and_its_recent_jobs_shown(
     await expect(tab.locator("tr[data-schedule]")).to_have_count(1)
     assert [s.spec.name for s in await served.store.list_schedules()] == ["other"]
     assert (await served.store.get(runs[0].job.id)).schedule == "sync", "its jobs stay"
-    assert problems == []
+    await expect_audit(
+        tab,
+        served,
+        [
+            ("token:admin", "schedule.delete", "schedule:sync", "", ""),
+            ("token:admin", "schedule.replace", "schedule:sync", "", ""),
+        ],
+    )
+    await expect(tab.locator("table.audit tbody tr .detail").last).to_contain_text("cron 0 * * * *")
+    await page.assert_clean()

@@ -1,33 +1,21 @@
 """Workflows in headless Chromium: a waiting job's page says how many parents it waits on and
-links to its parents and children; the jobs list filters on the waiting state."""
+links to its parents and children; the jobs list filters on the waiting state; a workflow is
+cancelled from its page and the audit records it."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import pytest
-from playwright.async_api import Browser, expect
+from playwright.async_api import expect
 
 from rota.domain.job import JobSpec
 from rota.domain.workflow import Workflow
-from tests.e2e.conftest import Served
-from tests.e2e.test_dashboard import HOSTILE, WATCH_CSP, Watched
+from tests.e2e.conftest import AS_ADMIN, HOSTILE, Served, Watched, expect_audit, log_in
 
 pytestmark = pytest.mark.browser
 
 LEASE = timedelta(seconds=30)
-
-
-@pytest.fixture
-async def page(browser: Browser) -> AsyncIterator[Watched]:
-    context = await browser.new_context()
-    await context.add_init_script(WATCH_CSP)
-    tab = await context.new_page()
-    try:
-        yield Watched(tab)
-    finally:
-        await context.close()
 
 
 async def test_a_waiting_job_shows_what_it_waits_on_and_links_its_workflow(
@@ -55,9 +43,11 @@ async def test_a_waiting_job_shows_what_it_waits_on_and_links_its_workflow(
     await page.assert_clean()
 
 
+@pytest.mark.parametrize("served", [AS_ADMIN], indirect=True)
 async def test_a_workflow_page_lists_its_jobs_live_and_cancels_what_has_not_finished(
     page: Watched, served: Served
 ) -> None:
+    await log_in(page.page, served)
     graph = Workflow()
     first = graph.add(JobSpec("fetch"))
     graph.add(JobSpec("merge", payload={"note": HOSTILE}), after=[first])
@@ -79,4 +69,7 @@ async def test_a_workflow_page_lists_its_jobs_live_and_cancels_what_has_not_fini
     await page.page.get_by_role("button", name="Cancel them").click()
     await expect(page.page.locator("dialog .dialog-text")).to_have_text("2 job(s) cancelled.")
     assert (await served.store.get(c.id)).state.value == "cancelled"
+    await expect_audit(
+        page.page, served, [("token:admin", "workflow.cancel", f"workflow:{a.id}", "", "2")]
+    )
     await page.assert_clean()

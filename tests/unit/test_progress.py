@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
@@ -14,13 +13,6 @@ from rota import App, JobContext, JobState, WorkerSettings
 from rota.domain.errors import StoreUnavailable
 from rota.domain.job import MAX_PROGRESS_MESSAGE_LENGTH, Progress
 from rota.testing import FakeClock, drain
-
-
-@pytest.fixture
-async def app(clock: FakeClock) -> AsyncIterator[App]:
-    app = App("memory://", clock=clock)
-    async with app:
-        yield app
 
 
 def settings() -> WorkerSettings:

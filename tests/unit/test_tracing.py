@@ -25,14 +25,6 @@ _ = spans  # the fixture
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-async def app(clock: FakeClock) -> Any:
-    app = App("memory://", clock=clock)
-    await app.open()
-    yield app
-    await app.close()
-
-
 def attributes(span: Any) -> dict[str, Any]:
     return dict(span.attributes or {})
 

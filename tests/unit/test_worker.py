@@ -17,27 +17,9 @@ from rota.domain.lease import Lease
 from rota.runtime.completions import Completer
 from rota.store.memory import MemoryStore
 from rota.testing import FakeClock, drain
+from tests.unit.conftest import settings
 
 NO_JITTER = RetryPolicy(base=timedelta(seconds=10), jitter=0)
-
-
-@pytest.fixture
-async def app(clock: FakeClock) -> Any:
-    app = App("memory://", clock=clock)
-    async with app:
-        yield app
-
-
-def settings(**overrides: Any) -> WorkerSettings:
-    values: dict[str, Any] = {
-        "name": "w1",
-        "concurrency": 4,
-        "lease": timedelta(seconds=30),
-        "heartbeat": timedelta(seconds=10),
-        "shutdown_timeout": timedelta(seconds=5),
-    }
-    values.update(overrides)
-    return WorkerSettings(**values)
 
 
 async def test_async_and_sync_handlers_both_succeed(app: App) -> None:

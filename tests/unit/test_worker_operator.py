@@ -10,29 +10,11 @@ from typing import Any
 
 import pytest
 
-from rota import App, InvalidInput, JobContext, JobResult, JobState, RetryPolicy, WorkerSettings
+from rota import App, InvalidInput, JobContext, JobResult, JobState, RetryPolicy
 from rota.domain.errors import StoreUnavailable
 from rota.domain.job import Outcome
 from rota.testing import FakeClock
-
-
-@pytest.fixture
-async def app(clock: FakeClock) -> Any:
-    app = App("memory://", clock=clock)
-    async with app:
-        yield app
-
-
-def settings(**overrides: Any) -> WorkerSettings:
-    values: dict[str, Any] = {
-        "name": "w1",
-        "concurrency": 4,
-        "lease": timedelta(seconds=30),
-        "heartbeat": timedelta(seconds=10),
-        "shutdown_timeout": timedelta(seconds=5),
-    }
-    values.update(overrides)
-    return WorkerSettings(**values)
+from tests.unit.conftest import settings
 
 
 async def test_the_rescuer_cancels_jobs_that_expired_before_they_started(

@@ -8,18 +8,9 @@ import asyncio
 from datetime import timedelta
 from typing import Any
 
-import pytest
-
 from rota import App, JobContext, JobState, WorkerSettings
 from rota.domain.lease import Lease
 from rota.testing import FakeClock
-
-
-@pytest.fixture
-async def app(clock: FakeClock) -> Any:
-    app = App("memory://", clock=clock)
-    async with app:
-        yield app
 
 
 async def make_suspect(app: App, clock: FakeClock, kind: str) -> int:

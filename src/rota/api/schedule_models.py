@@ -7,7 +7,6 @@ API's field names (``every_seconds``, ``jitter_seconds``, ``grace_seconds``).
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -16,7 +15,7 @@ from zoneinfo import available_timezones
 from pydantic import BaseModel, ConfigDict, Field
 
 from rota.api.errors import ApiError, quote_input
-from rota.api.schemas import ErrorBody, JobCreate, JsonInt, StateName, errors
+from rota.api.schemas import ErrorBody, JobCreate, JsonInt, RequestBody, StateName, errors
 from rota.client import Client
 from rota.domain.errors import InvalidSchedule, StateConflict
 from rota.domain.job import (
@@ -99,13 +98,11 @@ def _one_rule(schema: dict[str, Any]) -> None:
     ]
 
 
-class ScheduleEdit(BaseModel):
+class ScheduleEdit(RequestBody):
     """POST /api/schedules/{name}/edit: a schedule's whole new definition (what is left out
     takes its default, as on creation). Give ``cron`` or ``every_seconds``."""
 
-    model_config = ConfigDict(
-        strict=True, extra="forbid", allow_inf_nan=False, json_schema_extra=_one_rule
-    )
+    model_config = ConfigDict(json_schema_extra=_one_rule)
 
     kind: str = Field(description="The kind of job each run is.", json_schema_extra=_NAME_SCHEMA)
     cron: str | None = Field(
@@ -236,6 +233,7 @@ def invalid(error: InvalidSchedule) -> ApiError:
 
 def spec_from_body(client: Client, body: ScheduleCreate) -> ScheduleSpec:
     """The ScheduleSpec ``body`` asks for, with the kind's defaults; ApiError(400) otherwise."""
+    body.check_bounds()
     if (body.cron is None) == (body.every_seconds is None):
         raise ApiError(400, "cron: give cron or every_seconds (one of them)")
     if body.every_seconds is not None and body.timezone is not None:
@@ -243,9 +241,7 @@ def spec_from_body(client: Client, body: ScheduleCreate) -> ScheduleSpec:
     defaults = client.spec(body.kind)  # InvalidJob naming "kind" for a bad kind
     try:
         if body.every_seconds is not None:
-            rule = Rule.every(
-                _seconds("every_seconds", body.every_seconds, MIN_INTERVAL, MAX_INTERVAL)
-            )
+            rule = Rule.every(_seconds("every_seconds", body.every_seconds))
         else:
             assert body.cron is not None
             rule = Rule.cron(body.cron, "UTC" if body.timezone is None else body.timezone)
@@ -258,13 +254,13 @@ def spec_from_body(client: Client, body: ScheduleCreate) -> ScheduleSpec:
             priority=defaults.priority if body.priority is None else body.priority,
             tenant=body.tenant,
             max_attempts=defaults.max_attempts if body.max_attempts is None else body.max_attempts,
-            jitter=_seconds("jitter_seconds", body.jitter_seconds or 0, timedelta(0), MAX_JITTER),
+            jitter=_seconds("jitter_seconds", body.jitter_seconds or 0),
             misfire=Misfire(body.misfire or Misfire.LATEST),
             misfire_limit=100 if body.misfire_limit is None else body.misfire_limit,
             grace=(
                 timedelta(minutes=1)
                 if body.grace_seconds is None
-                else _seconds("grace_seconds", body.grace_seconds, timedelta(0), MAX_GRACE)
+                else _seconds("grace_seconds", body.grace_seconds)
             ),
             overlap=Overlap(body.overlap or Overlap.SKIP),
         )
@@ -272,22 +268,13 @@ def spec_from_body(client: Client, body: ScheduleCreate) -> ScheduleSpec:
         raise invalid(error) from None
 
 
-def _seconds(field: str, value: float, low: timedelta, high: timedelta) -> timedelta:
-    """``value`` seconds. Rounding to a timedelta's microseconds never carries a value out of
-    the domain's bounds ``low`` and ``high`` into them (-1e-83 would round to 0 and slip past
-    "must not be negative"): such a value becomes the nearest duration outside, which the
-    domain then refuses with its own message."""
-    if not math.isfinite(value):
-        raise ApiError(400, f"{field}: must be a finite number")
+def _seconds(field: str, value: float) -> timedelta:
+    """``value`` seconds, already checked near its bounds (``RequestBody.check_bounds``: no
+    value outside rounds into them); the domain checks the bounds themselves."""
     try:
-        seconds = timedelta(seconds=value)
+        return timedelta(seconds=value)
     except (OverflowError, ValueError):
         raise ApiError(400, f"{field}: is out of range") from None
-    if value < low.total_seconds() and seconds >= low:
-        return low - timedelta(microseconds=1)
-    if value > high.total_seconds() and seconds <= high:
-        return high + timedelta(microseconds=1)
-    return seconds
 
 
 # ---------------------------------------------------------------- POST /api/jobs every_seconds

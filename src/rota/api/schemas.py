@@ -72,27 +72,31 @@ JsonInt = Annotated[int, BeforeValidator(_integral)]
 JobIdInt = Annotated[int, Ge(1), Le(2**63 - 1), BeforeValidator(_integral)]
 
 
-class _Request(BaseModel):
+def check_near_bounds(name: str, value: float, low: object, high: object) -> None:
+    """Refuse ``value`` (field ``name``) when it lies outside ``low``..``high`` (either may be
+    None) by less than a microsecond, compared as sent: converted to a duration first,
+    3153600000.0000005 s would round to exactly 100 years, and -1e-83 s to 0, and pass the
+    domain's own check. Anything further out is left to the domain and its own message."""
+    if isinstance(low, int | float) and low - 1e-6 < value < low:
+        raise ApiError(400, f"{name}: must be at least {low:g}")
+    if isinstance(high, int | float) and high < value < high + 1e-6:
+        raise ApiError(400, f"{name}: must be at most {high:g}")
+
+
+class RequestBody(BaseModel):
+    """A request body: strict (no coercion, no unknown field, no NaN or infinity)."""
+
     model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
 
     def check_bounds(self) -> None:
-        """Refuse a number outside the ``minimum``/``maximum`` its field's schema states,
-        compared as sent: converted to a duration first, 3153600000.0000005 s would round to
-        exactly 100 years and pass the domain's own check."""
+        """``check_near_bounds`` on every number against the ``minimum``/``maximum`` its
+        field's schema states."""
         for name, info in type(self).model_fields.items():
             value = getattr(self, name)
             extra = info.json_schema_extra
-            if not isinstance(value, int | float) or isinstance(value, bool):
-                continue
-            if not isinstance(extra, dict):
-                continue
-            # Only within a microsecond of a bound (where rounding could carry a value across
-            # it): anything further out gets the domain's own message.
-            low, high = extra.get("minimum"), extra.get("maximum")
-            if isinstance(low, int | float) and low - 1e-6 < value < low:
-                raise ApiError(400, f"{name}: must be at least {low:g}")
-            if isinstance(high, int | float) and high < value < high + 1e-6:
-                raise ApiError(400, f"{name}: must be at most {high:g}")
+            number = isinstance(value, int | float) and not isinstance(value, bool)
+            if number and isinstance(extra, dict):
+                check_near_bounds(name, value, extra.get("minimum"), extra.get("maximum"))
 
 
 #: Holding a key over time and replacing its holder need a unique_key to hold.
@@ -109,7 +113,7 @@ _NEEDS_UNIQUE_KEY: list[Any] = [
 ]
 
 
-class JobCreate(_Request):
+class JobCreate(RequestBody):
     """POST /api/jobs: a job to enqueue. Omitted fields take the kind's defaults."""
 
     model_config = ConfigDict(
@@ -297,7 +301,7 @@ def _instant_or_now(schema: dict[str, Any]) -> None:
     ]
 
 
-class JobReschedule(_Request):
+class JobReschedule(RequestBody):
     """POST /api/jobs/{job_id}/reschedule: what to change on a pending job; omitted fields
     are kept, and at least one is given."""
 
@@ -320,7 +324,7 @@ class JobReschedule(_Request):
     )
 
 
-class JobFilterBody(_Request):
+class JobFilterBody(RequestBody):
     """Which jobs a bulk action covers; omitted fields do not filter."""
 
     state: list[StateName] | None = None

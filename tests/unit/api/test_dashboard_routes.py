@@ -114,6 +114,9 @@ async def test_a_bad_edit_is_400_naming_the_field_and_changes_nothing(
         ({"kind": "sync"}, "cron"),
         ({"kind": "sync", "cron": "61 * * * *"}, "cron"),
         ({"kind": "sync", "every_seconds": 0}, "every_seconds"),
+        # Outside a bound by less than a microsecond, which rounding would carry inside.
+        ({"kind": "sync", "every_seconds": 60, "jitter_seconds": -1e-83}, "jitter_seconds"),
+        ({"kind": "sync", "every_seconds": 60, "grace_seconds": 86400.0000004}, "grace_seconds"),
         ({"kind": "sync", "every_seconds": 60, "timezone": "UTC"}, "timezone"),
         ({"kind": "sync", "cron": "@daily", "timezone": "Mars/Olympus"}, "timezone"),
         ({"kind": "bad kind", "every_seconds": 60}, "kind"),

@@ -187,6 +187,10 @@ async def test_creating_a_taken_name_is_409_and_changes_nothing(api: httpx.Async
         ),
         ({"name": "s", "kind": "k", "every_seconds": 0.9999999}, "every_seconds:"),
         (
+            {"name": "s", "kind": "k", "every_seconds": 60, "grace_seconds": 86400.0000004},
+            "grace_seconds: must be at most 86400",
+        ),
+        (
             {"name": "s", "kind": "k", "every_seconds": 60, "grace_seconds": 1e9},
             "grace_seconds:",
         ),
