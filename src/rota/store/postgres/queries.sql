@@ -634,8 +634,10 @@ SELECT count(*) FROM folded;
 DELETE FROM rota_counts WHERE n = 0;
 
 -- name: oldest_due
-SELECT min(run_at) FROM rota_jobs
-WHERE state = 'pending' AND run_at <= coalesce(%(now)s::timestamptz, now());
+-- The first entry of rota_jobs_pending_run_at (017_counts), not a pass over every pending job.
+SELECT run_at FROM rota_jobs
+WHERE state = 'pending' AND run_at <= coalesce(%(now)s::timestamptz, now())
+ORDER BY run_at LIMIT 1;
 
 -- name: register_worker
 INSERT INTO rota_workers (name, host, pid, queues, concurrency, started_at, beat_at, kinds)

@@ -92,3 +92,9 @@ CREATE TRIGGER rota_jobs_count_truncated AFTER TRUNCATE ON rota_jobs
 
 INSERT INTO rota_counts (queue, kind, state, n)
 SELECT queue, kind, state, count(*) FROM rota_jobs GROUP BY queue, kind, state;
+
+-- The age of the oldest due job (/api/stats, /metrics) is the first entry of this index.
+-- rota_jobs_due leads with the queue and tenant, so min(run_at) read all of it: every pending
+-- job on each refresh. Partial: only a pending row version enters it (an enqueue, a retry, a
+-- job given back), never the running or finished versions a claim and a completion write.
+CREATE INDEX rota_jobs_pending_run_at ON rota_jobs (run_at) WHERE state = 'pending';
