@@ -1,10 +1,12 @@
 """WHERE clauses for job filters, composed with psycopg.sql from fixed fragments only.
 
-A filter on kind or queue also asks the maintained counts (017_counts) whether any job of
-that kind and queue (in those states) exists at all: when none does, the condition is false
-before any job is read. Without it a filter that matches nothing reads every job looking for
-one (no index leads with kind; the queue's is for pending jobs). One statement, one snapshot:
-the counts agree with the rows the same statement would read.
+A statement filtering on kind or queue is wrapped (``guarded``) in a question to the
+maintained counts (017_counts): whether any job of that kind and queue (in those states)
+exists at all. When none does, the statement ends before it reads a job. Without it a filter
+that matches nothing reads every job looking for one (no index leads with kind; the queue's is
+for pending jobs). The question sits above the statement's LIMIT, so no part of the plan (a
+parallel scan's workers included) starts. One statement, one snapshot: the counts agree with
+the rows the same statement would read.
 """
 
 from __future__ import annotations
@@ -31,8 +33,6 @@ def where(
     if states is not None:
         clauses.append(sql.SQL("state = ANY(%(states)s::text[])"))
         params["states"] = states
-    if filter.kind is not None or filter.queue is not None:
-        clauses.append(_any_counted(filter, states))
     for column in ("kind", "queue", "tenant", "schedule"):
         value = getattr(filter, column)
         if value is not None:
@@ -48,8 +48,16 @@ def where(
     return sql.SQL(" AND ").join(clauses), params
 
 
-def _any_counted(filter: JobFilter, states: list[str] | None) -> sql.Composable:
-    """Whether the maintained counts hold a job of the filter's kind and queue (and states)."""
+def guarded(
+    statement: sql.Composable, filter: JobFilter, *, states: Iterable[str] | None = None
+) -> sql.Composable:
+    """``statement`` (which filters by ``where(filter, states_override=states)``, with its
+    parameters) returning no row at once when the maintained counts hold no job of the
+    filter's kind and queue in those states; unchanged for a filter on neither."""
+    if filter.kind is None and filter.queue is None:
+        return statement
+    if states is None and filter.states is not None:
+        states = [state.value for state in filter.states]
     counted: list[sql.Composable] = []
     if states is not None:
         counted.append(sql.SQL("c.state = ANY(%(states)s::text[])"))
@@ -59,7 +67,8 @@ def _any_counted(filter: JobFilter, states: list[str] | None) -> sql.Composable:
         if getattr(filter, column) is not None
     )
     return sql.SQL(
-        "EXISTS (SELECT FROM (SELECT queue, kind, state, n FROM rota_counts"
+        "SELECT * FROM ({}) AS matched WHERE EXISTS ("
+        "SELECT FROM (SELECT queue, kind, state, n FROM rota_counts"
         " UNION ALL SELECT queue, kind, state, n FROM rota_count_deltas) AS c"
         " WHERE {} HAVING sum(c.n) > 0)"
-    ).format(sql.SQL(" AND ").join(counted))
+    ).format(statement, sql.SQL(" AND ").join(counted))

@@ -84,7 +84,7 @@ from rota.store.postgres.enqueue import (
     is_keyed,
 )
 from rota.store.postgres.failures import SCHEMA_ERRORS, migrations_pending
-from rota.store.postgres.filters import where
+from rota.store.postgres.filters import guarded, where
 from rota.store.postgres.limits import claim_limited, limits_in_use
 from rota.store.postgres.listen import SCHEDULES_CHANNEL, listen
 from rota.store.postgres.queries import JOB_COLUMNS, migrations, query
@@ -603,8 +603,12 @@ class PostgresStore:
         if not states:
             return []
         clause, params = where(filter, states_override=sorted(states))
-        statement = sql.SQL("SELECT id FROM rota_jobs WHERE {} ORDER BY id LIMIT {}").format(
-            clause, sql.Literal(max(0, min(limit, MAX_BULK)))
+        statement = guarded(
+            sql.SQL("SELECT id FROM rota_jobs WHERE {} ORDER BY id LIMIT {}").format(
+                clause, sql.Literal(max(0, min(limit, MAX_BULK)))
+            ),
+            filter,
+            states=sorted(states),
         )
         async with self._connection() as conn:
             rows = await (await conn.execute(statement, params)).fetchall()
@@ -658,9 +662,12 @@ class PostgresStore:
         if cursor is not None:
             params["after"] = decode_cursor(cursor)
             clause = sql.SQL("{} AND id < %(after)s").format(clause)
-        statement = sql.SQL(
-            "SELECT " + JOB_COLUMNS + " FROM rota_jobs WHERE {} ORDER BY id DESC LIMIT {}"
-        ).format(clause, sql.Literal(limit + 1))
+        statement = guarded(
+            sql.SQL(
+                "SELECT " + JOB_COLUMNS + " FROM rota_jobs WHERE {} ORDER BY id DESC LIMIT {}"
+            ).format(clause, sql.Literal(limit + 1)),
+            filter,
+        )
         async with self._connection() as conn:
             rows = await (await conn.execute(statement, params)).fetchall()
         jobs = [row_to_job(row) for row in rows[:limit]]
@@ -700,7 +707,7 @@ class PostgresStore:
     async def count_jobs(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
         clause, params = where(filter)
         params["limit"] = max(0, limit)
-        statement = sql.SQL(query("count_jobs")).format(where=clause)
+        statement = guarded(sql.SQL(query("count_jobs").rstrip(";")).format(where=clause), filter)
         async with self._connection() as conn:
             row = await (await conn.execute(statement, params)).fetchone()
         return int(row[0]) if row else 0
