@@ -31,7 +31,9 @@ TRIGGERS = ("rota_jobs_count_inserted", "rota_jobs_count_updated", "rota_jobs_co
 LEASE = timedelta(seconds=60)
 
 
-async def phases(url: str, postmaster: int, jobs: int, counted: bool) -> dict[str, float]:
+async def phases(
+    url: str, postmaster: int, jobs: int, counted: bool, singles_too: bool
+) -> dict[str, float]:
     """PostgreSQL CPU (us per job) and wall time (s) of each phase, counts on or off."""
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("TRUNCATE rota_jobs, rota_job_deps, rota_finished_per_minute")
@@ -58,8 +60,9 @@ async def phases(url: str, postmaster: int, jobs: int, counted: bool) -> dict[st
             while claimed := await store.claim("w", queues=["default"], limit=100, lease=LEASE):
                 await store.complete_many([job.lease for job in claimed])
 
-        await timed("enqueue one per call", singles())
-        await drain()
+        if singles_too:
+            await timed("enqueue one per call", singles())
+            await drain()
         await timed("bulk enqueue", store.enqueue([JobSpec(kind="noop") for _ in range(jobs)]))
         await timed("claim + complete, 100 a batch", drain())
     finally:
@@ -67,24 +70,29 @@ async def phases(url: str, postmaster: int, jobs: int, counted: bool) -> dict[st
     return found
 
 
-async def measure(url: str, postmaster: int, jobs: int, rounds: int) -> None:
+async def measure(url: str, postmaster: int, jobs: int, rounds: int, singles_too: bool) -> None:
     results: dict[bool, list[dict[str, float]]] = {True: [], False: []}
     for round_ in range(rounds):
         for counted in (True, False) if round_ % 2 == 0 else (False, True):
-            results[counted].append(await phases(url, postmaster, jobs, counted))
+            results[counted].append(await phases(url, postmaster, jobs, counted, singles_too))
     print(f"\n{jobs:,} jobs per phase, median of {rounds} rounds (counts on / off)\n")
-    print("| phase | counts on | counts off |")
+    print("| phase | counts on: median (min-max) | counts off: median (min-max) |")
     print("|---|---|---|")
     for key in results[True][0]:
-        on = statistics.median(r[key] for r in results[True])
-        off = statistics.median(r[key] for r in results[False])
-        print(f"| {key} | {on:.2f} | {off:.2f} |")
+        cells = []
+        for counted in (True, False):
+            values = [r[key] for r in results[counted]]
+            cells.append(f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})")
+        print(f"| {key} | {cells[0]} | {cells[1]} |")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--no-singles", action="store_true", help="skip the one-job-per-call enqueue phase"
+    )
     args = parser.parse_args()
     cluster = Cluster.start()
     try:
@@ -99,7 +107,7 @@ def main() -> None:
             await store.close()
 
         asyncio.run(setup())
-        asyncio.run(measure(url, cluster.pid, args.jobs, args.rounds))
+        asyncio.run(measure(url, cluster.pid, args.jobs, args.rounds, not args.no_singles))
     finally:
         cluster.stop()
 
