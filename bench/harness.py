@@ -341,7 +341,9 @@ def start_workers(
             "BENCH_CONCURRENCY": str(concurrency),
             "BENCH_READY": str(ready),
             "BENCH_RECORD": str(record),
-            "PYTHONPATH": str(ROOT),
+            # A PYTHONPATH given to the run (another checkout's src, to compare) reaches its
+            # workers too.
+            "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH")))),
             **(extra or {}),
         }
         with log.open("wb") as out:

@@ -21,6 +21,9 @@ MARKDOWN = ROOT / "docs" / "benchmarks.md"
 PLOT = ROOT / "docs" / "benchmarks.png"
 #: The profile write-up (``python -m bench.profile`` and its reading), spliced in verbatim.
 PROFILE = ROOT / "bench" / "profile.md"
+#: The dashboard-at-scale and counting-cost write-up (``bench.dashboard_scale``,
+#: ``bench.counts_cost``), spliced in verbatim after it.
+SCALE = ROOT / "bench" / "dashboard_scale.md"
 NAMES = {"rota": "rota", "pgqueuer": "PgQueuer", "procrastinate": "Procrastinate"}
 #: Settings that only say where this run's cluster happened to live.
 _PER_RUN = {"port", "unix_socket_directories", "data_directory", "config_file", "hba_file"}
@@ -349,8 +352,9 @@ def write(bench: Bench, *, command: str, started: float, seconds: float | None =
     if bench.skipped:
         lines += ["", "## Skipped", ""]
         lines += [f"- **{scenario}**: {why}" for scenario, why in bench.skipped]
-    if PROFILE.exists():
-        lines += ["", PROFILE.read_text().strip()]
+    for write_up in (PROFILE, SCALE):
+        if write_up.exists():
+            lines += ["", write_up.read_text().strip()]
     lines += ["", "![Throughput and latency per system](benchmarks.png)", ""]
     MARKDOWN.write_text("\n".join(lines))
     plot(bench)

@@ -132,7 +132,7 @@ class Rota(System):
     async def reset(self) -> None:
         await execute(
             self.dsn,
-            "TRUNCATE rota_jobs, rota_finished_per_minute, rota_workers RESTART IDENTITY",
+            "TRUNCATE rota_jobs, rota_job_deps, rota_finished_per_minute, rota_workers RESTART IDENTITY",
         )
 
     async def enqueue_one(self, kind: str, seq: int) -> None:

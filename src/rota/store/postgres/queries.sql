@@ -603,24 +603,41 @@ SELECT minute, state, n FROM rota_finished_per_minute
 WHERE minute >= date_trunc('minute', %(since)s::timestamptz)
   AND minute < coalesce(%(now)s::timestamptz, now());
 
--- name: counts_exact
-SELECT queue, state, count(*) FROM rota_jobs GROUP BY queue, state;
+-- name: counts
+-- The maintained counts (017_counts): folded totals plus the deltas not folded yet, summed in
+-- one snapshot; the last column says how many deltas wait to be folded.
+SELECT queue, state, sum(n)::bigint, (SELECT count(*) FROM rota_count_deltas) FROM (
+    SELECT queue, state, n FROM rota_counts
+    UNION ALL
+    SELECT queue, state, n FROM rota_count_deltas
+) AS c
+GROUP BY queue, state HAVING sum(n) <> 0;
 
--- name: counts_active
-SELECT queue, state, count(*) FROM rota_jobs
-WHERE state IN ('pending', 'running') GROUP BY queue, state;
+-- name: fold_counts
+-- The committed deltas into the totals, by one folder at a time (others skip: the next fold
+-- takes what they would have); deltas of transactions still open are not visible, so stay.
+WITH turn AS MATERIALIZED (
+    SELECT pg_try_advisory_xact_lock(hashtextextended('rota_counts', 0)) AS mine
+), moved AS (
+    DELETE FROM rota_count_deltas WHERE (SELECT mine FROM turn)
+    RETURNING queue, kind, state, n
+), folded AS (
+    INSERT INTO rota_counts (queue, kind, state, n)
+    SELECT queue, kind, state, sum(n) FROM moved GROUP BY queue, kind, state
+    ON CONFLICT (queue, kind, state) DO UPDATE SET n = rota_counts.n + excluded.n
+    RETURNING 1
+)
+SELECT count(*) FROM folded;
 
--- name: counts_sampled
--- Terminal states of a large table, from a block sample scaled to the table's size.
-SELECT queue, state, count(*) FROM rota_jobs TABLESAMPLE SYSTEM (%(percent)s)
-WHERE state IN ('succeeded', 'dead', 'cancelled') GROUP BY queue, state;
-
--- name: table_size_estimate
-SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = 'rota_jobs'::regclass;
+-- name: drop_zero_counts
+-- Keys whose jobs are all gone (a queue no longer used), in the fold's transaction.
+DELETE FROM rota_counts WHERE n = 0;
 
 -- name: oldest_due
-SELECT min(run_at) FROM rota_jobs
-WHERE state = 'pending' AND run_at <= coalesce(%(now)s::timestamptz, now());
+-- The first entry of rota_jobs_pending_run_at (017_counts), not a pass over every pending job.
+SELECT run_at FROM rota_jobs
+WHERE state = 'pending' AND run_at <= coalesce(%(now)s::timestamptz, now())
+ORDER BY run_at LIMIT 1;
 
 -- name: register_worker
 INSERT INTO rota_workers (name, host, pid, queues, concurrency, started_at, beat_at, kinds)

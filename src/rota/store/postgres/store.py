@@ -84,7 +84,7 @@ from rota.store.postgres.enqueue import (
     is_keyed,
 )
 from rota.store.postgres.failures import SCHEMA_ERRORS, migrations_pending
-from rota.store.postgres.filters import where
+from rota.store.postgres.filters import guarded, where
 from rota.store.postgres.limits import claim_limited, limits_in_use
 from rota.store.postgres.listen import SCHEDULES_CHANNEL, listen
 from rota.store.postgres.queries import JOB_COLUMNS, migrations, query
@@ -97,8 +97,9 @@ log = logging.getLogger("rota.store.postgres")
 #: How many (tenant, priority) groups one claim walks per queue; more tenants than this are
 #: reached over successive claims, each starting after the last tenant served.
 MAX_CLAIM_GROUPS = 64
-#: Above this many rows, counts() samples terminal states instead of counting every row.
-EXACT_COUNT_LIMIT = 200_000
+#: counts() folds the count deltas itself when it finds more than this many (017_counts):
+#: the rescuers fold them every few seconds, but a store may run without workers a while.
+FOLD_ON_READ = 10_000
 _MIGRATION_LOCK = 0x726F7461  # "rota": the advisory lock that serialises migrators
 
 
@@ -602,8 +603,12 @@ class PostgresStore:
         if not states:
             return []
         clause, params = where(filter, states_override=sorted(states))
-        statement = sql.SQL("SELECT id FROM rota_jobs WHERE {} ORDER BY id LIMIT {}").format(
-            clause, sql.Literal(max(0, min(limit, MAX_BULK)))
+        statement = guarded(
+            sql.SQL("SELECT id FROM rota_jobs WHERE {} ORDER BY id LIMIT {}").format(
+                clause, sql.Literal(max(0, min(limit, MAX_BULK)))
+            ),
+            filter,
+            states=sorted(states),
         )
         async with self._connection() as conn:
             rows = await (await conn.execute(statement, params)).fetchall()
@@ -657,9 +662,12 @@ class PostgresStore:
         if cursor is not None:
             params["after"] = decode_cursor(cursor)
             clause = sql.SQL("{} AND id < %(after)s").format(clause)
-        statement = sql.SQL(
-            "SELECT " + JOB_COLUMNS + " FROM rota_jobs WHERE {} ORDER BY id DESC LIMIT {}"
-        ).format(clause, sql.Literal(limit + 1))
+        statement = guarded(
+            sql.SQL(
+                "SELECT " + JOB_COLUMNS + " FROM rota_jobs WHERE {} ORDER BY id DESC LIMIT {}"
+            ).format(clause, sql.Literal(limit + 1)),
+            filter,
+        )
         async with self._connection() as conn:
             rows = await (await conn.execute(statement, params)).fetchall()
         jobs = [row_to_job(row) for row in rows[:limit]]
@@ -669,36 +677,37 @@ class PostgresStore:
     async def counts(self, *, now: datetime | None = None) -> Counts:
         at = self._now(now)
         async with self._connection() as conn:
-            size = (await (await conn.execute(query("table_size_estimate"))).fetchone() or (0,))[0]
-            exact = size < EXACT_COUNT_LIMIT
-            if exact:
-                rows = await (await conn.execute(query("counts_exact"))).fetchall()
-            else:
-                rows = await (await conn.execute(query("counts_active"))).fetchall()
-                # Sample about 50,000 rows' worth of blocks, then scale to the whole table.
-                percent = min(100.0, 100.0 * 50_000 / size)
-                sampled = await (
-                    await conn.execute(query("counts_sampled"), {"percent": percent})
-                ).fetchall()
-                rows += [(q, s, round(n * 100.0 / percent)) for q, s, n in sampled]
+            rows = await (await conn.execute(query("counts"))).fetchall()
             oldest_row = await (await conn.execute(query("oldest_due"), {"now": at})).fetchone()
         by_state = dict.fromkeys(JobState, 0)
         by_queue: dict[str, dict[JobState, int]] = {}
-        for queue, state, count in rows:
+        for queue, state, count, _ in rows:
             job_state = JobState(state)
             by_state[job_state] += count
             by_queue.setdefault(queue, dict.fromkeys(JobState, 0))[job_state] += count
+        if rows and rows[0][3] > FOLD_ON_READ:
+            # No rescuer folded them lately (no worker runs): this reader does, once.
+            await self.fold_counts()
         return Counts(
             by_state=by_state,
             by_queue=by_queue,
             oldest_due_at=oldest_row[0] if oldest_row else None,
-            exact=exact,
         )
+
+    async def fold_counts(self) -> None:
+        """Folds the committed count deltas into the totals (017_counts); a no-op on a read
+        replica, whose primary's rescuers fold them."""
+        try:
+            async with self._connection() as conn, conn.transaction():
+                await conn.execute(query("fold_counts"))
+                await conn.execute(query("drop_zero_counts"))
+        except psycopg.errors.ReadOnlySqlTransaction:
+            return
 
     async def count_jobs(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
         clause, params = where(filter)
         params["limit"] = max(0, limit)
-        statement = sql.SQL(query("count_jobs")).format(where=clause)
+        statement = guarded(sql.SQL(query("count_jobs").rstrip(";")).format(where=clause), filter)
         async with self._connection() as conn:
             row = await (await conn.execute(statement, params)).fetchone()
         return int(row[0]) if row else 0
@@ -745,6 +754,9 @@ class PostgresStore:
 
     async def rescue(self, *, now: datetime | None = None, limit: int = 1000) -> RescueResult:
         rows = await self._fetch("rescue", {"now": self._now(now), "limit": limit})
+        # Every worker's rescuer passes here every few seconds: the count deltas written
+        # since stay a few thousand rows at most (017_counts).
+        await self.fold_counts()
         dead = sorted(job_id for job_id, state in rows if state == "dead")
         requeued = sorted(job_id for job_id, state in rows if state == "pending")
         return RescueResult(dead=dead, requeued=requeued)
