@@ -94,8 +94,10 @@ from rota.store.postgres.workflows import enqueue_workflow_flow
 log = logging.getLogger("rota.store.postgres")
 
 
-#: How many (tenant, priority) groups one claim walks per queue; more tenants than this are
-#: reached over successive claims, each starting after the last tenant served.
+#: How many (tenant, priority) groups one claim walks per queue at least; a claim of more jobs
+#: walks as many groups as it asks for jobs, so a batch fills one job per tenant where each
+#: tenant holds few. More tenants than that are reached over successive claims, each starting
+#: after the last tenant served.
 MAX_CLAIM_GROUPS = 64
 #: Above this many rows, counts() samples terminal states instead of counting every row.
 EXACT_COUNT_LIMIT = 200_000
@@ -363,7 +365,7 @@ class PostgresStore:
             "worker": worker,
             "fair": fair,
             "after": self._after,
-            "max_groups": MAX_CLAIM_GROUPS,
+            "max_groups": max(MAX_CLAIM_GROUPS, limit),
             "blocked_kinds": [],
             "blocked_tenants": [],
             "kinds": None if kinds is None else sorted(kinds),
