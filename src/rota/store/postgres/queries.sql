@@ -577,15 +577,17 @@ SELECT id FROM done, told;
 -- Oldest ids first, at most %(limit)s. The per-minute tally says whether any job finished
 -- before the cutoff at all: while none did, the scan does not run (a table of a million
 -- recently finished jobs costs nothing each pass). Tally minutes older than the cutoff are
--- dropped once a pass comes up short, that is once their jobs are gone.
+-- dropped once a pass comes up short, that is once their jobs are gone. The ids go in as an
+-- array, so the rows are deleted by primary key: "id IN (subquery)" let the planner hash the
+-- batch and read the whole table for it, every pass.
 WITH gone AS (
-    DELETE FROM rota_jobs WHERE id IN (
+    DELETE FROM rota_jobs WHERE id = ANY(ARRAY(
         SELECT id FROM rota_jobs
         WHERE EXISTS (SELECT 1 FROM rota_finished_per_minute WHERE minute < %(older_than)s)
           AND state IN ('succeeded', 'dead', 'cancelled') AND finished_at < %(older_than)s
         ORDER BY state, id
         LIMIT %(limit)s
-    )
+    ))
     RETURNING id
 ), gone_waits AS (
     -- A wait recorded as its job finished (so never consumed) goes with the job.
