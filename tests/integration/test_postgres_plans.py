@@ -1,6 +1,8 @@
-"""Lookups the dashboard makes stay index lookups on PostgreSQL whatever the table holds:
-the plans, read with sequential scans disabled, use an index for each condition. (How fast
-they are at millions of jobs is measured in bench/, not asserted here.)"""
+"""Statements stay index lookups on PostgreSQL whatever the table holds: the dashboard's
+lookups (plans read with sequential scans disabled use an index for each condition), and the
+claim and the prune beside jobs not yet due and finished ones (plans as the planner picks them
+on an analysed table). How fast they are at millions of jobs is measured in bench/ (bench.scale),
+not asserted here."""
 
 from __future__ import annotations
 
