@@ -21,6 +21,8 @@ MARKDOWN = ROOT / "docs" / "benchmarks.md"
 PLOT = ROOT / "docs" / "benchmarks.png"
 #: The profile write-up (``python -m bench.profile`` and its reading), spliced in verbatim.
 PROFILE = ROOT / "bench" / "profile.md"
+#: The section on cost beside millions of jobs (bench.scale's figures, kept by hand).
+SCALE = ROOT / "bench" / "scale.md"
 NAMES = {"rota": "rota", "pgqueuer": "PgQueuer", "procrastinate": "Procrastinate"}
 #: Settings that only say where this run's cluster happened to live.
 _PER_RUN = {"port", "unix_socket_directories", "data_directory", "config_file", "hba_file"}
@@ -349,8 +351,9 @@ def write(bench: Bench, *, command: str, started: float, seconds: float | None =
     if bench.skipped:
         lines += ["", "## Skipped", ""]
         lines += [f"- **{scenario}**: {why}" for scenario, why in bench.skipped]
-    if PROFILE.exists():
-        lines += ["", PROFILE.read_text().strip()]
+    for section in (PROFILE, SCALE):
+        if section.exists():
+            lines += ["", section.read_text().strip()]
     lines += ["", "![Throughput and latency per system](benchmarks.png)", ""]
     MARKDOWN.write_text("\n".join(lines))
     plot(bench)

@@ -125,6 +125,7 @@ class Figures:
     single: dict[str, list[float]] = field(default_factory=dict)
     claim_ms: dict[str, list[float]] = field(default_factory=dict)
     per_claim: dict[str, list[float]] = field(default_factory=dict)
+    claim_pages: dict[str, list[float]] = field(default_factory=dict)
     prune: dict[str, Any] = field(default_factory=dict)
     load_s: dict[str, float] = field(default_factory=dict)
     sizes: dict[str, str] = field(default_factory=dict)
@@ -183,9 +184,10 @@ async def clean(system: ScaleRota, last_id: int) -> None:
     )
 
 
-async def claim_stats(dsn: str, reset: bool = False) -> tuple[float, float] | None:
-    """Mean server time of the claim statement (ms) and jobs per claim since the last reset;
-    None without pg_stat_statements."""
+async def claim_stats(dsn: str, reset: bool = False) -> tuple[float, float, float] | None:
+    """Per claim statement since the last reset: mean server time (ms), jobs, and buffers
+    touched (shared hits and reads: what the claim reads, whatever the machine's load); None
+    without pg_stat_statements."""
     try:
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
             if reset:
@@ -194,14 +196,16 @@ async def claim_stats(dsn: str, reset: bool = False) -> tuple[float, float] | No
             row = await (
                 await conn.execute(
                     "SELECT sum(total_exec_time) / nullif(sum(calls), 0), "
-                    "sum(rows)::float / nullif(sum(calls), 0) FROM pg_stat_statements s "
+                    "sum(rows)::float / nullif(sum(calls), 0), "
+                    "sum(shared_blks_hit + shared_blks_read)::float / nullif(sum(calls), 0) "
+                    "FROM pg_stat_statements s "
                     "JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = current_database() "
                     "AND query LIKE '%%WITH RECURSIVE open_queues%%' AND query LIKE '%%UPDATE%%'"
                 )
             ).fetchone()
             if not row or row[0] is None:
                 return None
-            return float(row[0]), float(row[1])
+            return float(row[0]), float(row[1]), float(row[2])
     except psycopg.errors.UndefinedTable:
         return None
     except psycopg.errors.UndefinedFunction:
@@ -222,6 +226,7 @@ async def one_run(
     if claim is not None:
         figures.claim_ms.setdefault(system.variant, []).append(claim[0])
         figures.per_claim.setdefault(system.variant, []).append(claim[1])
+        figures.claim_pages.setdefault(system.variant, []).append(claim[2])
     began = time.perf_counter()
     await system.enqueue_bulk("noop", args.batch)
     bulk = args.batch / (time.perf_counter() - began)
@@ -235,7 +240,8 @@ async def one_run(
     figures.single.setdefault(system.variant, []).append(single)
     progress(
         f"  {system.variant:12} drain {result.jobs_per_s:8,.0f} jobs/s"
-        f"  claim {claim[0] if claim else 0:6.2f} ms, {claim[1] if claim else 0:4.0f} jobs  bulk {bulk:8,.0f}/s  single {single:6,.0f}/s"
+        f"  claim {claim[0] if claim else 0:6.2f} ms, {claim[1] if claim else 0:4.0f} jobs,"
+        f" {claim[2] if claim else 0:6.0f} buffers  bulk {bulk:8,.0f}/s  single {single:6,.0f}/s"
     )
 
 
@@ -401,15 +407,17 @@ def markdown(args: argparse.Namespace, figures: Figures, command: str, seconds: 
         "- Tables: "
         + "; ".join(f"{labels[v]}: {s}" for v, s in figures.sizes.items() if v != "empty"),
         "",
-        "| scenario | drain jobs/s | drain ratio | claim statement: ms, jobs | bulk enqueue jobs/s | ratio | single enqueue jobs/s | ratio |",
+        "| scenario | drain jobs/s | drain ratio | claim statement: ms, jobs, buffers | bulk enqueue jobs/s | ratio | single enqueue jobs/s | ratio |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for variant, values in figures.drains.items():
         claim = figures.claim_ms.get(variant)
         per = figures.per_claim.get(variant)
+        pages = figures.claim_pages.get(variant)
         claim_text = (
-            f"{statistics.median(claim):.2f}, {statistics.median(per):.0f}"
-            if claim and per
+            f"{statistics.median(claim):.2f}, {statistics.median(per):.0f}, "
+            f"{statistics.median(pages):,.0f}"
+            if claim and per and pages
             else "—"
         )
         lines.append(
