@@ -312,19 +312,14 @@ async def prune(
         ).fetchone()
     assert after is not None
     assert wal is not None
-    vacuums = []
+    vacuums: list[float] = []
     if log is not None:
         text = (await asyncio.to_thread(log.read_bytes))[log_offset:].decode(errors="replace")
         for entry in re.split(r"\n(?=\d{4}-\d\d-\d\d )", text):
             if "automatic vacuum of table" in entry and 'rota_jobs"' in entry:
                 elapsed = re.search(r"elapsed: ([\d.]+) s", entry)
-                removed = re.search(r"tuples: (\d+) removed", entry)
-                vacuums.append(
-                    (
-                        float(elapsed.group(1)) if elapsed else None,
-                        int(removed.group(1)) if removed else None,
-                    )
-                )
+                if elapsed:
+                    vacuums.append(float(elapsed.group(1)))
     ordered = sorted(batches)
     figures.prune = {
         "jobs": int(count[0]),
@@ -428,13 +423,7 @@ def markdown(args: argparse.Namespace, figures: Figures, command: str, seconds: 
     p = figures.prune
     if p:
         logged = p["logged_vacuums"]
-        vac = (
-            "; ".join(
-                f"{e if e is not None else '?'} s, {r if r is not None else '?'} tuples removed"
-                for e, r in logged
-            )
-            or "none over 1 s"
-        )
+        vac = ", ".join(f"{elapsed:.1f} s" for elapsed in logged) or "none over 1 s"
         lines += [
             "",
             f"Prune of the day's {p['jobs']:,} finished jobs (`store.prune`, batches of {PRUNE_BATCH:,}, "
@@ -448,7 +437,7 @@ def markdown(args: argparse.Namespace, figures: Figures, command: str, seconds: 
             f"| batch median, first tenth / last tenth of the prune | {p['first_ms']:.0f} / {p['last_ms']:.0f} ms |",
             f"| dead tuples at their peak (sampled each second) | {p['dead_peak']:,} |",
             f"| autovacuums / autoanalyzes of rota_jobs during and after | {p['autovacuums']} / {p['autoanalyzes']} |",
-            f"| autovacuums of rota_jobs the server logged (over 1 s) | {vac} |",
+            f"| autovacuums of rota_jobs the server logged (over 1 s), each | {vac} |",
             f"| dead tuples left {p['settled_s']:.0f} s after the prune | {p['dead_after']:,} |",
             f"| WAL written by the prune and its vacuums | {p['wal_bytes'] / 2**20:,.0f} MiB |",
         ]
