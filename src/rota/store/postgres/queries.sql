@@ -89,12 +89,12 @@ COPY rota_jobs (id, kind, queue, payload, priority, run_at, max_attempts, tenant
 -- "candidates".
 -- Groups: a loose index scan over rota_jobs_due finds each (tenant, priority) group with
 -- pending jobs, one probe per group, starting after the tenant this store served last
--- (phase 1) and wrapping around (phase 2), at most max_groups per queue (as many as the
--- batch asks for jobs, 64 at least, so a batch fills one job per tenant where each tenant
--- holds few). Each group is read in run_at order up to the first job not yet due, so future
--- jobs cost nothing. Locks are
--- taken in MATERIALIZED CTEs with FOR UPDATE SKIP LOCKED and a LIMIT, so two claimers never
--- share a row and the planner can neither re-run a locking subquery nor take more than asked.
+-- (phase 1) and wrapping around (phase 2), at most max_groups per queue: as many as the batch
+-- asks for jobs (64 at least, 1,000 at most), so a batch fills one job per tenant where each
+-- tenant holds few. Each group is read in run_at order up to the first job not yet due, so
+-- future jobs cost nothing. Locks are taken in MATERIALIZED CTEs with FOR UPDATE SKIP LOCKED
+-- and a LIMIT, so two claimers never share a row and the planner can neither re-run a
+-- locking subquery nor take more than asked.
 WITH RECURSIVE open_queues AS MATERIALIZED (
     SELECT q.name FROM unnest(%(queues)s::text[]) AS q(name)
     WHERE NOT EXISTS (SELECT 1 FROM rota_queues p WHERE p.name = q.name AND p.paused)

@@ -99,6 +99,8 @@ log = logging.getLogger("rota.store.postgres")
 #: tenant holds few. More tenants than that are reached over successive claims, each starting
 #: after the last tenant served.
 MAX_CLAIM_GROUPS = 64
+#: The most groups one claim walks per queue, however many jobs it asks for.
+MAX_WALK_GROUPS = 1000
 #: Above this many rows, counts() samples terminal states instead of counting every row.
 EXACT_COUNT_LIMIT = 200_000
 _MIGRATION_LOCK = 0x726F7461  # "rota": the advisory lock that serialises migrators
@@ -365,7 +367,7 @@ class PostgresStore:
             "worker": worker,
             "fair": fair,
             "after": self._after,
-            "max_groups": max(MAX_CLAIM_GROUPS, limit),
+            "max_groups": min(max(MAX_CLAIM_GROUPS, limit), MAX_WALK_GROUPS),
             "blocked_kinds": [],
             "blocked_tenants": [],
             "kinds": None if kinds is None else sorted(kinds),

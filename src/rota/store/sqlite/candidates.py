@@ -32,6 +32,8 @@ from rota.store.sqlite.rows import EPOCH, chunks, from_us, marks
 #: groups than that are reached over successive claims, each starting after the tenant where
 #: the last one stopped.
 MAX_CLAIM_GROUPS = 64
+#: The most groups one claim walks per queue, however many jobs it asks for.
+MAX_WALK_GROUPS = 1000
 #: How far ahead of its batch a claim reads a group or the expired leases (see ``choose``).
 MAX_READ_AHEAD = 1000
 #: Group reads per statement: SQLite refuses compound SELECTs of more than 500 terms.

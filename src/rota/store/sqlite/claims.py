@@ -105,7 +105,8 @@ def claim(
     if not fair:  # in plain claim order a job nothing can start is simply not a candidate
         wanted = [queue for queue in wanted if queue not in blocked.queues]
     # One group per job asked for: a batch can fill from as many tenants as it has jobs.
-    walk = candidates.walk(conn, wanted, after, max(candidates.MAX_CLAIM_GROUPS, limit))
+    most = min(max(candidates.MAX_CLAIM_GROUPS, limit), candidates.MAX_WALK_GROUPS)
+    walk = candidates.walk(conn, wanted, after, most)
     choice = candidates.choose(
         conn,
         walk.groups,
