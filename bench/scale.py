@@ -30,8 +30,9 @@ autovacuums run, the WAL written, and each autovacuum of rota_jobs the server lo
 
 A throwaway production-configured cluster (``bench.cluster``) with ``pg_stat_statements``,
 or ``--database-url`` (databases ``rota_bench_scale_*`` there are created and dropped).
-Prints markdown and writes it to ``bench/results/scale.md``, which ``bench.report`` appends to
-docs/benchmarks.md.
+Prints markdown and writes it to ``bench/results/scale.md`` (one section per ``--scale``, the
+latest run of each). The figures quoted in docs/benchmarks.md live in ``bench/scale.md``,
+which ``bench.report`` appends to that page: copy a run's tables there, with what they say.
 """
 
 from __future__ import annotations
