@@ -112,6 +112,13 @@ bench-capacity: setup ## Measure what one primary sustains per PostgreSQL core (
 bench-profile: setup-bench ## Profile the worker on a no-op drain (py-spy; pg_stat_statements) into bench/results/profile.md
 	$(PY) -m bench.profile
 
+# SCALE_ARGS: e.g. --scale 10000000 (about 20 min), --only finished, --runs 5.
+SCALE_ARGS ?=
+
+.PHONY: bench-scale
+bench-scale: setup ## Claim, enqueue and prune beside millions of finished and future jobs (into bench/results/scale.md)
+	$(PY) -m bench.scale $(SCALE_ARGS)
+
 .PHONY: clean
 clean: ## Remove caches and build output
 	rm -rf build dist .pytest_cache .mypy_cache .ruff_cache

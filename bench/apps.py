@@ -75,7 +75,7 @@ async def rota_tick(ctx: Any, payload: Any) -> None:
 
 
 def define_schedules(app: App, count: int) -> None:
-    """``count`` schedules firing the ``tick`` kind every second (issue 4's ``App.schedule``)."""
+    """``count`` schedules firing the ``tick`` kind every second (``App.schedule``)."""
     from datetime import timedelta
 
     for index in range(count):

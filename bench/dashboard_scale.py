@@ -1,4 +1,4 @@
-"""What the dashboard's reads cost on a big jobs table (issue 13 §3's lookups).
+"""What the dashboard's reads cost on a big jobs table (counts, queues, metrics, searches).
 
 ``python -m bench.dashboard_scale [--jobs 1000000] [--database-url URL] [--calls 21]``
 

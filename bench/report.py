@@ -1,5 +1,5 @@
 """Writes docs/benchmarks.md (machine, server settings as the server reports them, versions,
-results beside the peers, the goals of issue 13) and docs/benchmarks.png from one run."""
+results beside the peers, the goals) and docs/benchmarks.png from one run."""
 
 from __future__ import annotations
 
@@ -22,8 +22,10 @@ PLOT = ROOT / "docs" / "benchmarks.png"
 #: The profile write-up (``python -m bench.profile`` and its reading), spliced in verbatim.
 PROFILE = ROOT / "bench" / "profile.md"
 #: The dashboard-at-scale and counting-cost write-up (``bench.dashboard_scale``,
-#: ``bench.counts_cost``), spliced in verbatim after it.
-SCALE = ROOT / "bench" / "dashboard_scale.md"
+#: ``bench.counts_cost``), and the section on cost beside millions of jobs (``bench.scale``),
+#: each spliced in verbatim after it.
+DASHBOARD_SCALE = ROOT / "bench" / "dashboard_scale.md"
+SCALE = ROOT / "bench" / "scale.md"
 NAMES = {"rota": "rota", "pgqueuer": "PgQueuer", "procrastinate": "Procrastinate"}
 #: Settings that only say where this run's cluster happened to live.
 _PER_RUN = {"port", "unix_socket_directories", "data_directory", "config_file", "hba_file"}
@@ -157,7 +159,7 @@ def server_section(bench: Bench) -> list[str]:
 
 
 def goals(bench: Bench) -> list[str]:
-    """Each goal of issue 13 section 2, as set, with what this run measured."""
+    """Each goal for the worker's cost, as set, with what this run measured."""
     rows = [
         "| goal | target | rota | PgQueuer (this run) | status |",
         "|---|---|---|---|---|",
@@ -334,9 +336,9 @@ def write(bench: Bench, *, command: str, started: float, seconds: float | None =
         "",
         *results_table(bench),
         "",
-        "## Goals (issue 13)",
+        "## Goals",
         "",
-        "As set in the issue, not adjusted; PgQueuer's figures are from this run, on this "
+        "As set, not adjusted; PgQueuer's figures are from this run, on this "
         "server. Fair claims are on (rota's default) in every rota figure."
         + (" **Harness check: the statuses below judge nothing.**" if check else ""),
         "",
@@ -352,7 +354,7 @@ def write(bench: Bench, *, command: str, started: float, seconds: float | None =
     if bench.skipped:
         lines += ["", "## Skipped", ""]
         lines += [f"- **{scenario}**: {why}" for scenario, why in bench.skipped]
-    for write_up in (PROFILE, SCALE):
+    for write_up in (PROFILE, DASHBOARD_SCALE, SCALE):
         if write_up.exists():
             lines += ["", write_up.read_text().strip()]
     lines += ["", "![Throughput and latency per system](benchmarks.png)", ""]

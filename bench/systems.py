@@ -2,7 +2,7 @@
 harness polls (how many jobs finished, how many run now), each through the system's own API.
 
 Loading a million background rows is the one place that writes SQL into a peer's tables
-directly (one ``INSERT ... SELECT generate_series``), as the issue asks; the rows are what the
+directly (one ``INSERT ... SELECT generate_series``); the rows are what the
 peer's own enqueue would write.
 """
 

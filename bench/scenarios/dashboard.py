@@ -1,4 +1,4 @@
-"""Dashboard at scale (issue 5): with 1,000,000 jobs in PostgreSQL, the jobs list's first page
+"""Dashboard at scale: with 1,000,000 jobs in PostgreSQL, the jobs list's first page
 and the overview counts, through the store and through the HTTP API (in process, with httpx's
 ASGI transport: no network). rota only: the peers' dashboards are separate products.
 

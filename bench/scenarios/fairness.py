@@ -1,4 +1,4 @@
-"""Fairness (issue 6): tenant A has 200,000 due jobs; tenant B then enqueues 100. With 8 slots
+"""Fairness: tenant A has 200,000 due jobs; tenant B then enqueues 100. With 8 slots
 and 10 ms jobs on PostgreSQL: the time until all of B's jobs have started, and the drain rate
 with fair claiming on and off.
 
@@ -20,7 +20,7 @@ NAME = "fairness"
 #: How long to wait for all of B's jobs to start: with fair claims off they queue behind A's
 #: whole backlog (minutes), and the note saying so is the result.
 WAIT_S = 30
-TITLE = "Fair claiming across tenants (issue 6)"
+TITLE = "Fair claiming across tenants"
 
 
 def fairness_setting() -> str | None:
@@ -33,7 +33,7 @@ def fairness_setting() -> str | None:
 async def run(bench: Bench) -> None:
     setting = fairness_setting()
     if setting is None:
-        raise Skip("no fair-claiming setting on WorkerSettings yet (issue 6)")
+        raise Skip("no fair-claiming setting on WorkerSettings")
     backlog = bench.settings.size(200_000, 20_000)
     window_s = bench.settings.size(10, 3)
     system = Rota(bench.settings)

@@ -1,6 +1,6 @@
 """Schedules: lag from slot time to handler start, 100 schedules firing every second (rota).
 
-Needs ``App.schedule`` (issue 4): the scenario skips, saying so, until it exists. The worker
+Needs ``App.schedule``: the scenario skips, saying so, until it exists. The worker
 process defines the schedules in code (``bench.apps.define_schedules``), upserts them when it
 starts and fires them as one of its services. The first 2 seconds of slots are left out
 (the firer's first pass). PgQueuer's and Procrastinate's schedules are cron-based with
@@ -22,7 +22,7 @@ SCHEDULES = 100
 
 async def run(bench: Bench) -> None:
     if not hasattr(App, "schedule"):
-        raise Skip("App.schedule does not exist yet (issue 4): no schedules to fire")
+        raise Skip("App.schedule does not exist: no schedules to fire")
     seconds = bench.settings.size(20, 6)
     system = make("rota", bench.settings)
     await system.setup()

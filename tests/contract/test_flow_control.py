@@ -148,6 +148,16 @@ async def test_a_zero_concurrency_limit_holds_a_kind_while_others_flow(store: St
     assert (await store.counts()).by_state[JobState.PENDING] == 1
 
 
+async def test_a_fair_claim_fills_its_batch_from_many_small_tenants(store: Store) -> None:
+    """Many tenants with a job or two each: a fair claim takes one from each of as many
+    tenants as the batch asks for, not only from as many as one walk used to visit."""
+    await store.enqueue([JobSpec(kind="a", tenant=f"t{i:03d}") for i in range(300)])
+    jobs = [await store.get(job_id) for job_id in await claim(store, 200)]
+    assert len(jobs) == 200
+    assert len({job.tenant for job in jobs}) == 200
+    assert len(await claim(store, 200)) == 100
+
+
 async def test_a_due_tenant_behind_many_idle_tenants_is_reached(store: Store) -> None:
     """Claims walk a bounded number of tenants; those with only future jobs must not hide a
     tenant with due work behind them for ever."""

@@ -1,4 +1,4 @@
-"""Schedules that start workflows (issue 14): each slot writes a whole graph, built by code
+"""Schedules that start workflows: each slot writes a whole graph, built by code
 registered under the schedule's name, in the transaction that claims the slot, so a slot gets
 one graph however many firers run; overlap and the last outcome follow the whole workflow."""
 

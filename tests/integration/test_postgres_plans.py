@@ -1,10 +1,13 @@
-"""Lookups the dashboard makes stay index lookups on PostgreSQL whatever the table holds:
-the plans, read with sequential scans disabled, use an index for each condition. (How fast
-they are at millions of jobs is measured in bench/, not asserted here.)"""
+"""Statements stay index lookups on PostgreSQL whatever the table holds: the dashboard's
+lookups (plans read with sequential scans disabled use an index for each condition), and the
+claim and the prune beside jobs not yet due and finished ones (plans as the planner picks them
+on an analysed table). How fast they are at millions of jobs is measured in bench/ (bench.scale),
+not asserted here."""
 
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 
 import psycopg
 import pytest
@@ -99,3 +102,101 @@ async def test_the_oldest_due_job_is_one_index_entry(pg_url: str) -> None:
     text = analyzed(pg_url, query("oldest_due"), {"now": None})
     assert "rota_jobs_pending_run_at" in text, text
     assert "rows=1 " in text.split("rota_jobs_pending_run_at", 1)[1], text  # one entry read
+
+
+# ---------------------------------------------------------------------- claim and prune
+
+TENANTS = 2_000
+
+LOAD = [
+    # One due job for each of many tenants.
+    """
+INSERT INTO rota_jobs (kind, queue, payload, tenant, run_at, max_attempts, created_at)
+SELECT 'k', 'default', '{}', 't' || lpad(g::text, 5, '0'), now() - interval '1 second', 3, now()
+FROM generate_series(1, %(tenants)s) AS g
+""",
+    # Jobs not yet due, in the groups the claim walks.
+    """
+INSERT INTO rota_jobs (kind, queue, payload, tenant, run_at, max_attempts, created_at)
+SELECT 'k', 'default', '{}', 't' || lpad((1 + g %% 997)::text, 5, '0'),
+       now() + interval '1 hour' + g * interval '1 ms', 3, now()
+FROM generate_series(1, 50000) AS g
+""",
+    # Jobs finished two days ago.
+    """
+INSERT INTO rota_jobs (state, kind, queue, payload, run_at, attempt, max_attempts, created_at,
+                       started_at, finished_at)
+SELECT 'succeeded', 'k', 'default', '{}', t, 1, 3, t, t, t
+FROM generate_series(1, 50000) AS g,
+     LATERAL (SELECT now() - interval '2 days' + g * interval '1 ms' AS t) AS at
+""",
+    "INSERT INTO rota_finished_per_minute SELECT now() - interval '2 days', 'succeeded', 50000",
+    "ANALYZE rota_jobs",
+]
+
+
+def scans(url: str, statement: str, params: dict[str, object]) -> list[tuple[str, str | None]]:
+    """(node type, relation or index) of every node of the statement's plan."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        [(found,)] = conn.execute(
+            "EXPLAIN (FORMAT JSON) " + statement,  # type: ignore[arg-type]
+            params,
+        ).fetchall()
+    nodes, todo = [], [found[0]["Plan"]]
+    while todo:
+        node = todo.pop()
+        todo += node.get("Plans", [])
+        nodes.append((node["Node Type"], node.get("Index Name") or node.get("Relation Name")))
+    return nodes
+
+
+async def test_a_fair_claim_over_many_tenants_fills_its_batch_from_the_due_index(
+    pg_url: str,
+) -> None:
+    """Beside jobs not yet due and finished jobs, a claim of 250 over 2,000 tenants with one
+    due job each takes 250 jobs of 250 tenants, reading the due-jobs index: no sequential scan
+    of rota_jobs, so the rows not due or finished cost nothing."""
+    from rota.store.postgres.queries import query
+    from rota.store.postgres.store import PostgresStore
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        for statement in LOAD:
+            conn.execute(statement, {"tenants": TENANTS})  # type: ignore[arg-type]
+    store = open_store(pg_url)
+    assert isinstance(store, PostgresStore)
+    try:
+        sent: dict[str, dict[str, object]] = {}
+        fetch = store._fetch
+
+        async def capture(name: str, params: dict[str, object]) -> list[object]:
+            sent[name] = dict(params)
+            return await fetch(name, params)
+
+        store._fetch = capture  # type: ignore[method-assign]
+        jobs = await store.claim("w", queues=["default"], limit=250, lease=timedelta(seconds=30))
+        assert len(jobs) == 250
+        assert len({job.tenant for job in jobs}) == 250
+    finally:
+        await store.close()
+    nodes = scans(pg_url, query("claim"), sent["claim"])
+    assert ("Seq Scan", "rota_jobs") not in nodes, nodes
+    assert any(name == "rota_jobs_due" for _, name in nodes), nodes
+
+
+async def test_prune_finds_old_finished_jobs_by_index(pg_url: str) -> None:
+    """The prune's batch is found by an index over finished jobs, not by reading the table:
+    each batch costs about its own rows, however many jobs are pending or finished later."""
+    from rota.store.postgres.queries import query
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        for statement in LOAD:
+            conn.execute(statement, {"tenants": TENANTS})  # type: ignore[arg-type]
+        [(now,)] = conn.execute("SELECT now()").fetchall()
+    params: dict[str, object] = {"older_than": now - timedelta(days=1), "limit": 5_000}
+    nodes = scans(pg_url, query("prune"), params)
+    assert ("Seq Scan", "rota_jobs") not in nodes, nodes
+    store = open_store(pg_url)
+    try:
+        assert await store.prune(older_than=now - timedelta(days=1), limit=5_000) == 5_000
+    finally:
+        await store.close()

@@ -253,7 +253,7 @@ async def all_terminal(store: Store, ids: list[int]) -> bool:
 async def test_a_poison_pill_dies_after_its_attempts_and_its_batch_mates_succeed(
     fleet: Fleet, store: Store
 ) -> None:
-    """The issue's reproduction: a job whose handler SIGKILLs its worker, claimed in one batch
+    """A poison pill: a job whose handler SIGKILLs its worker, claimed in one batch
     with four others by one worker that a supervisor restarts whenever it dies."""
     results = await store.enqueue(
         [JobSpec(kind="pill", max_attempts=3)] + [JobSpec(kind="sleep", payload=0.2)] * 4

@@ -89,10 +89,12 @@ COPY rota_jobs (id, kind, queue, payload, priority, run_at, max_attempts, tenant
 -- "candidates".
 -- Groups: a loose index scan over rota_jobs_due finds each (tenant, priority) group with
 -- pending jobs, one probe per group, starting after the tenant this store served last
--- (phase 1) and wrapping around (phase 2), at most max_groups per queue. Each group is read
--- in run_at order up to the first job not yet due, so future jobs cost nothing. Locks are
--- taken in MATERIALIZED CTEs with FOR UPDATE SKIP LOCKED and a LIMIT, so two claimers never
--- share a row and the planner can neither re-run a locking subquery nor take more than asked.
+-- (phase 1) and wrapping around (phase 2), at most max_groups per queue: as many as the batch
+-- asks for jobs (64 at least, 1,000 at most), so a batch fills one job per tenant where each
+-- tenant holds few. Each group is read in run_at order up to the first job not yet due, so
+-- future jobs cost nothing. Locks are taken in MATERIALIZED CTEs with FOR UPDATE SKIP LOCKED
+-- and a LIMIT, so two claimers never share a row and the planner can neither re-run a
+-- locking subquery nor take more than asked.
 WITH RECURSIVE open_queues AS MATERIALIZED (
     SELECT q.name FROM unnest(%(queues)s::text[]) AS q(name)
     WHERE NOT EXISTS (SELECT 1 FROM rota_queues p WHERE p.name = q.name AND p.paused)
@@ -575,15 +577,17 @@ SELECT id FROM done, told;
 -- Oldest ids first, at most %(limit)s. The per-minute tally says whether any job finished
 -- before the cutoff at all: while none did, the scan does not run (a table of a million
 -- recently finished jobs costs nothing each pass). Tally minutes older than the cutoff are
--- dropped once a pass comes up short, that is once their jobs are gone.
+-- dropped once a pass comes up short, that is once their jobs are gone. The ids go in as an
+-- array, so the rows are deleted by primary key: "id IN (subquery)" let the planner hash the
+-- batch and read the whole table for it, every pass.
 WITH gone AS (
-    DELETE FROM rota_jobs WHERE id IN (
+    DELETE FROM rota_jobs WHERE id = ANY(ARRAY(
         SELECT id FROM rota_jobs
         WHERE EXISTS (SELECT 1 FROM rota_finished_per_minute WHERE minute < %(older_than)s)
           AND state IN ('succeeded', 'dead', 'cancelled') AND finished_at < %(older_than)s
         ORDER BY state, id
         LIMIT %(limit)s
-    )
+    ))
     RETURNING id
 ), gone_waits AS (
     -- A wait recorded as its job finished (so never consumed) goes with the job.

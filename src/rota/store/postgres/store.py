@@ -94,12 +94,16 @@ from rota.store.postgres.workflows import enqueue_workflow_flow
 log = logging.getLogger("rota.store.postgres")
 
 
-#: How many (tenant, priority) groups one claim walks per queue; more tenants than this are
-#: reached over successive claims, each starting after the last tenant served.
+#: How many (tenant, priority) groups one claim walks per queue at least; a claim of more jobs
+#: walks as many groups as it asks for jobs, so a batch fills one job per tenant where each
+#: tenant holds few. More tenants than that are reached over successive claims, each starting
+#: after the last tenant served.
 MAX_CLAIM_GROUPS = 64
 #: counts() folds the count deltas itself when it finds more than this many (017_counts):
 #: the rescuers fold them every few seconds, but a store may run without workers a while.
 FOLD_ON_READ = 10_000
+#: The most groups one claim walks per queue, however many jobs it asks for.
+MAX_WALK_GROUPS = 1000
 _MIGRATION_LOCK = 0x726F7461  # "rota": the advisory lock that serialises migrators
 
 
@@ -364,7 +368,7 @@ class PostgresStore:
             "worker": worker,
             "fair": fair,
             "after": self._after,
-            "max_groups": MAX_CLAIM_GROUPS,
+            "max_groups": min(max(MAX_CLAIM_GROUPS, limit), MAX_WALK_GROUPS),
             "blocked_kinds": [],
             "blocked_tenants": [],
             "kinds": None if kinds is None else sorted(kinds),

@@ -2,7 +2,8 @@
 
 ``rota_jobs_due`` holds pending jobs by (queue, tenant, priority DESC, kind, run_at, id), jobs
 without a tenant first. A claim walks the (queue, tenant, priority, kind) groups, one index
-probe per group (a loose index scan), at most MAX_CLAIM_GROUPS per queue, starting after the
+probe per group (a loose index scan), at most as many per queue as the batch asks for jobs (and
+never fewer than MAX_CLAIM_GROUPS), starting after the
 tenant where the store's last claim left off and wrapping around, so every tenant is reached
 over successive claims. It then reads each group in run_at order with ``run_at <= now`` in the
 index range: a read stops at the first job not yet due, so future jobs cost nothing however
@@ -26,9 +27,13 @@ from rota.domain.job import ALONE_AFTER_CRASHES, Job, JobState
 from rota.store.sqlite.flow import Usage
 from rota.store.sqlite.rows import EPOCH, chunks, from_us, marks
 
-#: How many (tenant, priority, kind) groups one claim walks per queue; more than this are
-#: reached over successive claims, each starting after the tenant where the last one stopped.
+#: How many (tenant, priority, kind) groups one claim walks per queue at least; a claim of more
+#: jobs walks as many groups as it asks for jobs, so a batch can fill one job per tenant. More
+#: groups than that are reached over successive claims, each starting after the tenant where
+#: the last one stopped.
 MAX_CLAIM_GROUPS = 64
+#: The most groups one claim walks per queue, however many jobs it asks for.
+MAX_WALK_GROUPS = 1000
 #: How far ahead of its batch a claim reads a group or the expired leases (see ``choose``).
 MAX_READ_AHEAD = 1000
 #: Group reads per statement: SQLite refuses compound SELECTs of more than 500 terms.
@@ -49,7 +54,7 @@ class Walk:
     """The groups a claim reads, in walk order, and where a walk cut short stopped."""
 
     groups: list[Group]
-    #: The last tenant walked in the first queue with more than MAX_CLAIM_GROUPS groups.
+    #: The last tenant walked in the first queue with more groups than the walk visits.
     cut_at: str | None
 
 
@@ -152,21 +157,23 @@ Row = tuple[Any, ...]
 ALONE_NEXT = f"(crashes >= {ALONE_AFTER_CRASHES} OR (crashes > 0 AND attempt + 1 >= max_attempts))"
 
 
-def walk(conn: sqlite3.Connection, queues: Sequence[str], after: str) -> Walk:
-    """The groups with pending jobs in ``queues``, at most MAX_CLAIM_GROUPS per queue: those
-    of tenants after ``after`` first, then from the first group up to ``after`` itself."""
+def walk(
+    conn: sqlite3.Connection, queues: Sequence[str], after: str, most: int = MAX_CLAIM_GROUPS
+) -> Walk:
+    """The groups with pending jobs in ``queues``, at most ``most`` per queue: those of
+    tenants after ``after`` first, then from the first group up to ``after`` itself."""
     groups: list[Group] = []
     cut_at: str | None = None
     for queue in queues:
         # One step more than wanted tells whether the walk was cut short.
-        params = {"queue": queue, "after": after, "steps": MAX_CLAIM_GROUPS + 1}
+        params = {"queue": queue, "after": after, "steps": most + 1}
         walked = conn.execute(_WALK_AFTER if after else _WALK_ALL, params).fetchall()
-        if after and len(walked) <= MAX_CLAIM_GROUPS:  # wrap around to where the walk began
-            params["steps"] = MAX_CLAIM_GROUPS + 1 - len(walked)
+        if after and len(walked) <= most:  # wrap around to where the walk began
+            params["steps"] = most + 1 - len(walked)
             wrapped = conn.execute(_WALK_UNTIL, params).fetchall()
             walked += [row for row in wrapped if (row[0] or "") <= after]
-        if len(walked) > MAX_CLAIM_GROUPS:
-            del walked[MAX_CLAIM_GROUPS:]
+        if len(walked) > most:
+            del walked[most:]
             if cut_at is None:
                 cut_at = walked[-1][0] or ""
         groups += [Group(queue, *row) for row in walked]

@@ -104,7 +104,9 @@ def claim(
     )
     if not fair:  # in plain claim order a job nothing can start is simply not a candidate
         wanted = [queue for queue in wanted if queue not in blocked.queues]
-    walk = candidates.walk(conn, wanted, after)
+    # One group per job asked for: a batch can fill from as many tenants as it has jobs.
+    most = min(max(candidates.MAX_CLAIM_GROUPS, limit), candidates.MAX_WALK_GROUPS)
+    walk = candidates.walk(conn, wanted, after, most)
     choice = candidates.choose(
         conn,
         walk.groups,
@@ -119,8 +121,8 @@ def claim(
     jobs = _take(conn, worker, choice, lease, at)
     if usage is not None and choice.budget is not None and choice.budget.started:
         flow.record_starts(conn, usage.limits, choice.budget.started, at)
-    # The next walk starts after the last tenant served, so tenants beyond MAX_CLAIM_GROUPS
-    # get their turn; after a walk cut short that found too little, beyond the cut.
+    # The next walk starts after the last tenant served, so tenants beyond those walked get
+    # their turn; after a walk cut short that found too little, beyond the cut.
     if walk.cut_at is not None and len(jobs) < limit:
         after = walk.cut_at
     elif jobs:
