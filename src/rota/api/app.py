@@ -12,6 +12,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rota.api.context import ApiContext
 from rota.api.errors import install_error_handlers
+from rota.api.gate import RequestGate
 from rota.api.queue_models import LimitCreate
 from rota.api.routes_audit import audit_router
 from rota.api.routes_jobs import jobs_router
@@ -99,6 +100,9 @@ def create_app(
 
     app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented override hook
     app.add_middleware(HeadAsGet)
+    app.add_middleware(
+        RequestGate, limit=settings.max_concurrent_requests, max_body=settings.max_body_bytes
+    )
     return app
 
 

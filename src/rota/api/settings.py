@@ -47,6 +47,9 @@ class ApiSettings:
     allowed_hosts: tuple[str, ...] | None = None
     #: Lifetime of a dashboard login (token auth only).
     session_seconds: int = 12 * 3600
+    #: At most this many requests are handled at once (the rest wait their turn), so a
+    #: /healthz probe, which never waits, is never queued behind a crowd (rota.api.gate).
+    max_concurrent_requests: int = 2
 
     def __post_init__(self) -> None:
         for what, token in (("auth token", self.auth_token), ("read token", self.read_token)):
@@ -58,6 +61,8 @@ class ApiSettings:
                 raise InvalidInput(f"{what} must not be blank or start or end with whitespace")
             if len(token) < 8:
                 raise InvalidInput(f"{what} must be at least 8 characters")
+        if self.max_concurrent_requests < 1:
+            raise InvalidInput("max_concurrent_requests must be at least 1")
         if self.auth_token is not None and self.auth_token == self.read_token:
             raise InvalidInput("the read token must differ from the auth token")
         for what, basic in (

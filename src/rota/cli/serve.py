@@ -129,6 +129,14 @@ log = logging.getLogger("rota.serve")
     help="Open connections past which new ones get 503 [default: what the open-file "
     "limit leaves room for, at most 1024].",
 )
+@click.option(
+    "--max-requests",
+    envvar="ROTA_MAX_REQUESTS",
+    type=click.IntRange(1, 10_000),
+    default=2,
+    show_default=True,
+    help="Requests handled at once; the rest wait their turn, and /healthz never waits.",
+)
 def serve(
     database_url: str,
     listen_database_url: str | None,
@@ -145,6 +153,7 @@ def serve(
     header_timeout: float,
     body_timeout: float,
     max_connections: int | None,
+    max_requests: int,
 ) -> None:
     """Run the API, the dashboard and workers in one process (migrations applied on start).
 
@@ -190,6 +199,7 @@ def serve(
         read_only=read_only,
         allowed_hosts=tuple(h.lower() for h in allowed_hosts) or None,
         heartbeat_interval_seconds=heartbeat.total_seconds() if heartbeat else 10.0,
+        max_concurrent_requests=max_requests,
     )
     check_bind(host, settings)
     # Bound before anything else: a busy port must fail before a worker registers or a
