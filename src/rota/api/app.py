@@ -85,6 +85,11 @@ def create_app(
     app.include_router(audit_router(ctx))
     app.include_router(misc_router(ctx))
     app.include_router(pages_router(ctx))
+    # Inside the security middleware: a request is authenticated before the gate reads its
+    # body, so an anonymous client cannot make the server buffer bodies.
+    app.add_middleware(
+        RequestGate, limit=settings.max_concurrent_requests, max_body=settings.max_body_bytes
+    )
     app.add_middleware(
         SecurityMiddleware,
         settings=settings,
@@ -100,9 +105,6 @@ def create_app(
 
     app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented override hook
     app.add_middleware(HeadAsGet)
-    app.add_middleware(
-        RequestGate, limit=settings.max_concurrent_requests, max_body=settings.max_body_bytes
-    )
     return app
 
 

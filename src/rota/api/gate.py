@@ -8,7 +8,8 @@ waits behind at most that many, however many clients there are; /healthz passes 
 
 A request's body is read before it takes its turn (up to ``max_body`` bytes, past which the
 app refuses it anyway): a client trickling a body holds a connection until the body timeout
-closes it, never one of the turns.
+closes it, never one of the turns. The gate sits inside the security middleware, so only an
+authenticated request gets its body read here.
 """
 
 from __future__ import annotations
