@@ -62,9 +62,14 @@ class RequestGate:
         """``receive`` with the request's body (up to just past ``max_body``) already read,
         replayed to the app first."""
         read: deque[Message] = deque()
+        failed: Exception | None = None
         size = 0
         while True:
-            message = await receive()
+            try:
+                message = await receive()
+            except Exception as error:  # e.g. the body cap, raised where the app reads it
+                failed = error
+                break
             read.append(message)
             if message["type"] != "http.request":  # the client went away
                 break
@@ -73,6 +78,12 @@ class RequestGate:
                 break
 
         async def replay() -> Message:
-            return read.popleft() if read else await receive()
+            nonlocal failed
+            if read:
+                return read.popleft()
+            if failed is not None:
+                error, failed = failed, None
+                raise error
+            return await receive()
 
         return replay
