@@ -183,6 +183,52 @@ async def test_a_fair_claim_over_many_tenants_fills_its_batch_from_the_due_index
     assert any(name == "rota_jobs_due" for _, name in nodes), nodes
 
 
+async def test_a_claim_after_a_burst_into_a_table_analysed_all_finished_keeps_the_due_index(
+    pg_url: str,
+) -> None:
+    """The statistics say no job is pending (analysed while every job had finished), then a
+    burst arrives before any autoanalyze: the claim still walks rota_jobs_due and never plans
+    over rota_jobs_pending_run_at (which, planned in, read and sorted every pending job per
+    claim), while the oldest-due query still reads that index's first entry."""
+    from rota.store.postgres.store import PostgresStore
+
+    store = open_store(pg_url)
+    assert isinstance(store, PostgresStore)
+    try:
+        await store.enqueue([JobSpec(kind="k") for _ in range(2_000)])
+        while claimed := await store.claim(
+            "w", queues=["default"], limit=500, lease=timedelta(seconds=30)
+        ):
+            assert await store.complete_many([job.lease for job in claimed]) == []
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute("ANALYZE rota_jobs")
+        for _ in range(10):
+            await store.enqueue([JobSpec(kind="k") for _ in range(2_000)])
+
+        sent: dict[str, dict[str, object]] = {}
+        fetch = store._fetch
+
+        async def capture(name: str, params: dict[str, object]) -> list[object]:
+            sent.setdefault(name, dict(params))
+            return await fetch(name, params)
+
+        store._fetch = capture  # type: ignore[method-assign]
+        assert (
+            len(await store.claim("w", queues=["default"], limit=250, lease=timedelta(seconds=30)))
+            == 250
+        )
+    finally:
+        await store.close()
+    nodes = scans(pg_url, query("claim"), sent["claim"])
+    assert all(name != "rota_jobs_pending_run_at" for _, name in nodes), nodes
+    assert any(name == "rota_jobs_due" for _, name in nodes), nodes
+    oldest = scans(pg_url, query("oldest_due"), {"now": None})
+    assert ("Index Scan", "rota_jobs_pending_run_at") in oldest or (
+        "Index Only Scan",
+        "rota_jobs_pending_run_at",
+    ) in oldest, oldest
+
+
 async def test_prune_finds_old_finished_jobs_by_index(pg_url: str) -> None:
     """The prune's batch is found by an index over finished jobs, not by reading the table:
     each batch costs about its own rows, however many jobs are pending or finished later."""

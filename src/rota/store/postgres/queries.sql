@@ -638,9 +638,10 @@ SELECT count(*) FROM folded;
 DELETE FROM rota_counts WHERE n = 0;
 
 -- name: oldest_due
--- The first entry of rota_jobs_pending_run_at (017_counts), not a pass over every pending job.
+-- The first entry of rota_jobs_pending_run_at, not a pass over every pending job: its
+-- predicate (018) needs "attempt >= 0", which holds for every row and no claim states.
 SELECT run_at FROM rota_jobs
-WHERE state = 'pending' AND run_at <= coalesce(%(now)s::timestamptz, now())
+WHERE state = 'pending' AND attempt >= 0 AND run_at <= coalesce(%(now)s::timestamptz, now())
 ORDER BY run_at LIMIT 1;
 
 -- name: register_worker
