@@ -201,10 +201,13 @@ class Operator:
         return schedule
 
     async def edit_schedule(self, spec: ScheduleSpec) -> Schedule:
-        """Replace an existing schedule's definition; ScheduleNotFound when there is none
-        (an edit never creates)."""
-        await self.store.get_schedule(spec.name)
-        return await self.upsert_schedule(spec)
+        """Replace an existing schedule's definition; ScheduleNotFound when there is none,
+        also when it is deleted meanwhile (``Store.replace_schedule``: an edit never creates)."""
+        schedule = await self.store.replace_schedule(spec)
+        await self._record(
+            AuditAction.SCHEDULE_REPLACE, f"schedule:{spec.name}", detail=_schedule_detail(spec)
+        )
+        return schedule
 
     async def pause_schedule(self, name: str) -> Schedule:
         schedule = await self.store.pause_schedule(name)

@@ -184,6 +184,22 @@ async def test_create_refuses_an_existing_name_and_changes_nothing(store: Store)
     assert await store.get_schedule("tick") == original
 
 
+async def test_replace_changes_an_existing_schedule_and_never_creates_one(store: Store) -> None:
+    with pytest.raises(ScheduleNotFound, match="tick"):
+        await store.replace_schedule(every_minute())
+    assert await store.list_schedules() == []
+
+    await store.create_schedule(every_minute())
+    replaced = await store.replace_schedule(every_minute(priority=50))
+    assert replaced.spec.priority == 50
+    assert await store.get_schedule("tick") == replaced
+
+    await store.delete_schedule("tick")
+    with pytest.raises(ScheduleNotFound, match="tick"):
+        await store.replace_schedule(every_minute(priority=7))
+    assert await store.list_schedules() == []
+
+
 async def test_a_rule_with_no_slot_left_is_refused(store: Store, clock: FakeClock) -> None:
     clock.set(datetime(9998, 6, 1, tzinfo=UTC))
 

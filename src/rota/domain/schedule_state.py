@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from rota.domain.errors import InvalidSchedule
 from rota.domain.job import EnqueueResult, JobState
@@ -133,6 +133,11 @@ class Firing:
     @property
     def inserted(self) -> tuple[EnqueueResult, ...]:
         return tuple(result for result in self.jobs if not result.duplicate)
+
+
+#: How a definition is written: only when the name is free (``create``), only over an
+#: existing schedule (``replace``: an edit never creates), or either way (``upsert``).
+UpsertMode = Literal["create", "replace", "upsert"]
 
 
 def upserted(existing: Schedule | None, spec: ScheduleSpec, now: datetime) -> Schedule:

@@ -623,6 +623,14 @@ class Store(Protocol):
         """
         ...
 
+    async def replace_schedule(
+        self, spec: ScheduleSpec, *, now: datetime | None = None
+    ) -> Schedule:
+        """Replace an existing schedule's definition as ``upsert_schedule`` does, in one
+        atomic step: ScheduleNotFound when there is none (also when it is deleted while this
+        runs), and then nothing is created."""
+        ...
+
     async def get_schedule(self, name: str) -> Schedule:
         """The schedule, with its last job's current state; ScheduleNotFound."""
         ...

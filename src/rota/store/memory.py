@@ -1147,6 +1147,13 @@ class MemoryStore:
             existing = self._schedules.get(spec.name)
             return self._put_schedule(upserted(existing, spec, self._now(now)))
 
+    async def replace_schedule(
+        self, spec: ScheduleSpec, *, now: datetime | None = None
+    ) -> Schedule:
+        with self._lock:
+            existing = self._schedule(spec.name)
+            return self._put_schedule(upserted(existing, spec, self._now(now)))
+
     async def get_schedule(self, name: str) -> Schedule:
         with self._lock:
             return self._with_last_state(self._schedule(name))

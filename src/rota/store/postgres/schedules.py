@@ -20,6 +20,7 @@ from rota.domain.schedule import ScheduleSpec
 from rota.domain.schedule_state import (
     Firing,
     Schedule,
+    UpsertMode,
     decide,
     spec_columns,
     spec_from_columns,
@@ -93,17 +94,21 @@ def _params(schedule: Schedule) -> dict[str, Any]:
     }
 
 
-def upsert_flow(spec: ScheduleSpec, now: datetime | None, *, create_only: bool) -> Flow:
-    """Create or replace ``spec`` (see ``schedule_state.upserted``); returns the Schedule."""
+def upsert_flow(spec: ScheduleSpec, now: datetime | None, *, mode: UpsertMode) -> Flow:
+    """Create or replace ``spec`` (see ``schedule_state.upserted`` and ``UpsertMode``); returns
+    the Schedule. A replace reads the row under its lock, so a delete either comes first (not
+    found) or waits for the replace to commit."""
     [(at,)] = yield query("now"), {"now": now}
     for _ in range(_ROUNDS):
         rows = yield query("schedule_for_update"), {"name": spec.name, "now": at}
         if rows:
-            if create_only:
+            if mode == "create":
                 raise StateConflict(f"schedule {spec.name!r} already exists")
             schedule = upserted(row_to_schedule(rows[0]), spec, at)
             yield query("update_schedule"), _params(schedule)
             return schedule
+        if mode == "replace":
+            raise ScheduleNotFound(spec.name)
         schedule = upserted(None, spec, at)
         if (yield query("insert_schedule"), _params(schedule)):
             return schedule

@@ -868,14 +868,23 @@ class PostgresStore:
 
     async def create_schedule(self, spec: ScheduleSpec, *, now: datetime | None = None) -> Schedule:
         schedule: Schedule = await self._run_flow(
-            schedules.upsert_flow(spec, self._now(now), create_only=True),
+            schedules.upsert_flow(spec, self._now(now), mode="create"),
             announce_schedules=True,
         )
         return schedule
 
     async def upsert_schedule(self, spec: ScheduleSpec, *, now: datetime | None = None) -> Schedule:
         schedule: Schedule = await self._run_flow(
-            schedules.upsert_flow(spec, self._now(now), create_only=False),
+            schedules.upsert_flow(spec, self._now(now), mode="upsert"),
+            announce_schedules=True,
+        )
+        return schedule
+
+    async def replace_schedule(
+        self, spec: ScheduleSpec, *, now: datetime | None = None
+    ) -> Schedule:
+        schedule: Schedule = await self._run_flow(
+            schedules.upsert_flow(spec, self._now(now), mode="replace"),
             announce_schedules=True,
         )
         return schedule

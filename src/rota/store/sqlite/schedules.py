@@ -21,6 +21,7 @@ from rota.domain.schedule import ScheduleSpec
 from rota.domain.schedule_state import (
     Firing,
     Schedule,
+    UpsertMode,
     decide,
     spec_columns,
     spec_from_columns,
@@ -131,12 +132,15 @@ def _write(conn: sqlite3.Connection, schedule: Schedule) -> Schedule:
 
 
 def upsert(
-    conn: sqlite3.Connection, spec: ScheduleSpec, at: datetime, *, create_only: bool
+    conn: sqlite3.Connection, spec: ScheduleSpec, at: datetime, *, mode: UpsertMode
 ) -> Schedule:
-    """Write ``spec`` over the stored schedule (see ``schedule_state.upserted``)."""
+    """Write ``spec`` over the stored schedule (see ``schedule_state.upserted``): ``create``
+    only when there is none, ``replace`` only when there is one, ``upsert`` either way."""
     existing = _find(conn, spec.name)
-    if existing is not None and create_only:
+    if existing is not None and mode == "create":
         raise StateConflict(f"schedule {spec.name!r} already exists")
+    if existing is None and mode == "replace":
+        raise ScheduleNotFound(spec.name)
     return _write(conn, upserted(existing, spec, at))
 
 

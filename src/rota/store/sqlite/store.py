@@ -508,12 +508,19 @@ class SqliteStore:
 
     async def create_schedule(self, spec: ScheduleSpec, *, now: datetime | None = None) -> Schedule:
         return await self._db.write(
-            lambda conn: schedules.upsert(conn, spec, self._at(now), create_only=True)
+            lambda conn: schedules.upsert(conn, spec, self._at(now), mode="create")
         )
 
     async def upsert_schedule(self, spec: ScheduleSpec, *, now: datetime | None = None) -> Schedule:
         return await self._db.write(
-            lambda conn: schedules.upsert(conn, spec, self._at(now), create_only=False)
+            lambda conn: schedules.upsert(conn, spec, self._at(now), mode="upsert")
+        )
+
+    async def replace_schedule(
+        self, spec: ScheduleSpec, *, now: datetime | None = None
+    ) -> Schedule:
+        return await self._db.write(
+            lambda conn: schedules.upsert(conn, spec, self._at(now), mode="replace")
         )
 
     async def get_schedule(self, name: str) -> Schedule:
