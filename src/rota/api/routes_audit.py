@@ -10,7 +10,8 @@ from pydantic import BaseModel
 
 from rota.api.context import ApiContext
 from rota.api.filters import UNMATCHABLE
-from rota.api.schemas import MAX_CURSOR_LENGTH, SEARCH_PATTERN, errors
+from rota.api.paging import IdCursor, PageLimit
+from rota.api.schemas import SEARCH_PATTERN, errors
 from rota.domain.audit import (
     MAX_IDENTITY_LENGTH,
     MAX_TARGET_LENGTH,
@@ -24,7 +25,6 @@ from rota.domain.job import (
     SAFE_YEARS_PATTERN,
     parse_instant,
 )
-from rota.store.base import JOB_CURSOR_PATTERN, MAX_PAGE_SIZE
 
 _INSTANT_SCHEMA = {
     "format": "date-time",
@@ -117,15 +117,8 @@ def audit_router(ctx: ApiContext) -> APIRouter:
                 description="Entries before this ISO 8601 instant (with a UTC offset).",
             ),
         ] = None,
-        cursor: Annotated[
-            str | None,
-            Query(
-                max_length=MAX_CURSOR_LENGTH,
-                pattern=f"^{JOB_CURSOR_PATTERN.pattern}$",
-                description="next_cursor of the previous page.",
-            ),
-        ] = None,
-        limit: Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)] = 50,
+        cursor: IdCursor = None,
+        limit: PageLimit = 50,
     ) -> AuditList:
         """Operator actions (retry, cancel, delete, purge, reschedule, pause and resume,
         limits, schedule changes, bulk actions) from the API, the dashboard and the CLI,

@@ -15,9 +15,9 @@ from rota.api.blockers import blocked_by
 from rota.api.body import read_json_object
 from rota.api.context import ApiContext
 from rota.api.filters import filter_from_body, filter_from_query, restrict
+from rota.api.paging import IdCursor, PageLimit
 from rota.api.schedule_models import ScheduleOut, create_every_schedule
 from rota.api.schemas import (
-    MAX_CURSOR_LENGTH,
     MAX_SEARCH_LENGTH,
     SEARCH_PATTERN,
     BulkResult,
@@ -48,7 +48,7 @@ from rota.domain.job import (
     check_known_kind,
     parse_instant,
 )
-from rota.store.base import JOB_CURSOR_PATTERN, MAX_BULK, MAX_PAGE_SIZE, JobFilter
+from rota.store.base import MAX_BULK, JobFilter
 
 #: Job ids are PostgreSQL bigints; anything larger cannot name a job.
 MAX_JOB_ID = 2**63 - 1
@@ -108,15 +108,8 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
                 description="Only the jobs this schedule enqueued.",
             ),
         ] = None,
-        cursor: Annotated[
-            str | None,
-            Query(
-                max_length=MAX_CURSOR_LENGTH,
-                pattern=f"^{JOB_CURSOR_PATTERN.pattern}$",
-                description="next_cursor of the previous page.",
-            ),
-        ] = None,
-        limit: Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)] = 50,
+        cursor: IdCursor = None,
+        limit: PageLimit = 50,
     ) -> JobList:
         """Jobs matching the filters, newest first, one keyset page at a time; each with
         bounded previews of its payload and last error (the job's own route has them whole)."""

@@ -14,6 +14,7 @@ from fastapi import APIRouter, Path, Query, Request, Response
 
 from rota.api.body import read_json_object
 from rota.api.context import ApiContext
+from rota.api.paging import PageLimit
 from rota.api.routes_jobs import json_body
 from rota.api.schedule_models import (
     ScheduleCreate,
@@ -27,7 +28,6 @@ from rota.api.schedule_models import (
 from rota.api.schemas import JobCreated, job_out
 from rota.domain.job import MAX_NAME_LENGTH, NAME_PATTERN, check_known_kind
 from rota.domain.schedule_state import Schedule
-from rota.store.base import MAX_PAGE_SIZE
 
 ScheduleName = Annotated[
     str,
@@ -70,7 +70,7 @@ def schedules_router(ctx: ApiContext) -> APIRouter:
                 description="next_cursor of the previous page (the last name on it).",
             ),
         ] = None,
-        limit: Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)] = 50,
+        limit: PageLimit = 50,
         order: Annotated[
             Literal["name", "due"],
             Query(

@@ -105,6 +105,25 @@ def json_option(func: F) -> F:
     )(func)
 
 
+def page_options(what: str) -> Callable[[F], F]:
+    """--limit (1-500, 50 by default) and --cursor of a newest-first listing of ``what``."""
+
+    def decorate(func: F) -> F:
+        func = click.option(
+            "--cursor", envvar="ROTA_CURSOR", help="Continue after a previous page."
+        )(func)
+        return click.option(
+            "--limit",
+            envvar="ROTA_LIMIT",
+            type=click.IntRange(1, 500),
+            default=50,
+            show_default=True,
+            help=f"How many {what} (newest first).",
+        )(func)
+
+    return decorate
+
+
 @dataclass(frozen=True, slots=True)
 class Target:
     """What a command works on: a database, and the App named by --app (if any)."""

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from rota.cli import Target, cli, json_option, uses_database, with_client
+from rota.cli import Target, cli, json_option, page_options, uses_database, with_client
 from rota.cli.terminal import console, shown, table
 from rota.config import parse_duration, parse_instant
 from rota.domain.audit import AuditAction, AuditEntry, AuditFilter
@@ -44,15 +44,7 @@ def _instant(text: str | None, what: str, now: datetime) -> datetime | None:
     help="Only actions at or after this ISO 8601 time with offset, or this long ago (24h, 7d).",
 )
 @click.option("--until", help="Only actions before this time (same forms as --since).")
-@click.option(
-    "--limit",
-    envvar="ROTA_LIMIT",
-    type=click.IntRange(1, 500),
-    default=50,
-    show_default=True,
-    help="How many entries (newest first).",
-)
-@click.option("--cursor", envvar="ROTA_CURSOR", help="Continue after a previous page.")
+@page_options("entries")
 @json_option
 def audit(
     target: Target,

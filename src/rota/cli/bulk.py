@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -70,103 +71,93 @@ def filter_options(states: Iterable[JobState], help: str) -> Callable[[Any], Any
     return decorate
 
 
-@jobs.command("purge")
-@uses_database(creates=False)
-@filter_options(
-    FINISHED_STATES, "Only finished jobs in this state (repeatable; default: every finished state)."
-)
-def jobs_purge(
-    target: Target,
-    state: tuple[str, ...],
-    kind: str | None,
-    queue: str | None,
-    tenant: str | None,
-    yes: bool,
-) -> None:
-    """Delete finished jobs matching the filters, with their history, after confirming how
-    many (at most 10,000 per run)."""
-    bulk(
-        target,
-        JobFilter(states=_states(state, FINISHED_STATES), kind=kind, queue=queue, tenant=tenant),
-        yes=yes,
-        what="finished job(s)",
-        ask="Delete",
-        doing="deleting",
-        done="deleted",
-        verb=lambda client, filter, limit: client.purge(filter, limit=limit),
-        action=AuditAction.JOBS_PURGE,
-    )
+@dataclass(frozen=True)
+class BulkVerb:
+    """One bulk command: its name, the states it may touch (its default), its words."""
+
+    name: str
+    states: frozenset[JobState]
+    state_help: str
+    summary: str
+    what: str
+    ask: str
+    doing: str
+    done: str
+    call: Verb
+    action: AuditAction
 
 
 RETRYABLE = frozenset({JobState.DEAD, JobState.CANCELLED})
 CANCELLABLE = frozenset({JobState.PENDING, JobState.RUNNING})
+_AT_MOST = "after confirming how many (at most 10,000 per run)."
 
-
-@jobs.command("bulk-retry")
-@uses_database(creates=False)
-@filter_options(RETRYABLE, "Only jobs in this state (repeatable; default: dead and cancelled).")
-def jobs_bulk_retry(
-    target: Target,
-    state: tuple[str, ...],
-    kind: str | None,
-    queue: str | None,
-    tenant: str | None,
-    yes: bool,
-) -> None:
-    """Run again every dead or cancelled job matching the filters, with fresh attempts, after
-    confirming how many (at most 10,000 per run)."""
-    bulk(
-        target,
-        JobFilter(states=_states(state, RETRYABLE), kind=kind, queue=queue, tenant=tenant),
-        yes=yes,
+VERBS = (
+    BulkVerb(
+        name="purge",
+        states=FINISHED_STATES,
+        state_help="Only finished jobs in this state (repeatable; default: every finished state).",
+        summary=f"Delete finished jobs matching the filters, with their history, {_AT_MOST}",
+        what="finished job(s)",
+        ask="Delete",
+        doing="deleting",
+        done="deleted",
+        call=lambda client, filter, limit: client.purge(filter, limit=limit),
+        action=AuditAction.JOBS_PURGE,
+    ),
+    BulkVerb(
+        name="bulk-retry",
+        states=RETRYABLE,
+        state_help="Only jobs in this state (repeatable; default: dead and cancelled).",
+        summary="Run again every dead or cancelled job matching the filters, with fresh "
+        f"attempts, {_AT_MOST}",
         what="dead or cancelled job(s)",
         ask="Retry",
         doing="retrying",
         done="retried",
-        verb=lambda client, filter, limit: client.bulk_retry(filter, limit=limit),
+        call=lambda client, filter, limit: client.bulk_retry(filter, limit=limit),
         action=AuditAction.JOBS_RETRY,
-    )
-
-
-@jobs.command("bulk-cancel")
-@uses_database(creates=False)
-@filter_options(CANCELLABLE, "Only jobs in this state (repeatable; default: pending and running).")
-def jobs_bulk_cancel(
-    target: Target,
-    state: tuple[str, ...],
-    kind: str | None,
-    queue: str | None,
-    tenant: str | None,
-    yes: bool,
-) -> None:
-    """Cancel every pending or running job matching the filters (running handlers are
-    stopped at their next heartbeat), after confirming how many (at most 10,000 per run)."""
-    bulk(
-        target,
-        JobFilter(states=_states(state, CANCELLABLE), kind=kind, queue=queue, tenant=tenant),
-        yes=yes,
+    ),
+    BulkVerb(
+        name="bulk-cancel",
+        states=CANCELLABLE,
+        state_help="Only jobs in this state (repeatable; default: pending and running).",
+        summary="Cancel every pending or running job matching the filters (running handlers "
+        f"are stopped at their next heartbeat), {_AT_MOST}",
         what="pending or running job(s)",
         ask="Cancel",
         doing="cancelling",
         done="cancelled",
-        verb=lambda client, filter, limit: client.bulk_cancel(filter, limit=limit),
+        call=lambda client, filter, limit: client.bulk_cancel(filter, limit=limit),
         action=AuditAction.JOBS_CANCEL,
-    )
+    ),
+)
 
 
-def bulk(
-    target: Target,
-    filter: JobFilter,
-    *,
-    yes: bool,
-    what: str,
-    ask: str,
-    doing: str,
-    done: str,
-    verb: Verb,
-    action: AuditAction,
-) -> None:
+def _command(verb: BulkVerb) -> None:
+    """Register ``rota jobs <verb.name>``."""
+
+    @jobs.command(verb.name, help=verb.summary)
+    @uses_database(creates=False)
+    @filter_options(verb.states, verb.state_help)
+    def command(
+        target: Target,
+        state: tuple[str, ...],
+        kind: str | None,
+        queue: str | None,
+        tenant: str | None,
+        yes: bool,
+    ) -> None:
+        states = frozenset(JobState(value) for value in state) if state else verb.states
+        bulk(target, JobFilter(states=states, kind=kind, queue=queue, tenant=tenant), yes, verb)
+
+
+for _verb in VERBS:
+    _command(_verb)
+
+
+def bulk(target: Target, filter: JobFilter, yes: bool, verb: BulkVerb) -> None:
     """Count, confirm, then apply ``verb`` batch by batch with progress on a terminal."""
+    what, ask, doing, done = verb.what, verb.ask, verb.doing, verb.done
     scope = describe_filter(filter)
     matching = with_client(target, lambda c: c.store.count_jobs(filter, limit=MAX_BULK + 1))
     if matching == 0:
@@ -192,14 +183,14 @@ def bulk(
         try:
             with progress(f"{doing} {what}", total) as advance:
                 while count < total:
-                    changed = await verb(client, filter, min(BATCH, total - count))
+                    changed = await verb.call(client, filter, min(BATCH, total - count))
                     if changed == 0:
                         break
                     count += changed
                     advance(changed)
         finally:  # what an interrupted run did is recorded too
             if count:
-                await Operator(client, identity).record_bulk(action, filter, count)
+                await Operator(client, identity).record_bulk(verb.action, filter, count)
         return count
 
     count = with_client(target, run)
@@ -216,7 +207,3 @@ def describe_filter(filter: JobFilter) -> str:
         if value is not None:
             parts.append(f"{name} {value}")
     return ", ".join(parts) or "every job"
-
-
-def _states(given: tuple[str, ...], default: frozenset[JobState]) -> frozenset[JobState]:
-    return frozenset(JobState(state) for state in given) if given else default

@@ -13,6 +13,7 @@ from rota.cli import (
     cli,
     heartbeat_option,
     json_option,
+    page_options,
     uses_database,
     with_client,
     with_operator,
@@ -193,15 +194,7 @@ def name_filter(ctx: click.Context, param: click.Parameter, value: str | None) -
 @click.option(
     "--tenant", envvar="ROTA_TENANT", callback=name_filter, help="Only this tenant's jobs."
 )
-@click.option(
-    "--limit",
-    envvar="ROTA_LIMIT",
-    type=click.IntRange(1, 500),
-    default=50,
-    show_default=True,
-    help="How many jobs (newest first).",
-)
-@click.option("--cursor", envvar="ROTA_CURSOR", help="Continue after a previous page.")
+@page_options("jobs")
 @json_option
 def jobs_list(
     target: Target,

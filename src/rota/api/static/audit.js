@@ -4,7 +4,7 @@
 import { getJSON, query } from "./api.js";
 import { appendChildren, h, replaceChildren } from "./dom.js";
 import { absolute, parseTime, relative } from "./format.js";
-import { poller } from "./ui.js";
+import { filterFrom, pager, poller, submitsToHash } from "./ui.js";
 
 // The actions of rota.domain.audit.AuditAction.
 const ACTIONS = [
@@ -23,15 +23,6 @@ const PERIODS = [
 ];
 const FILTER_FIELDS = ["action", "identity", "target", "period"];
 const PAGE_SIZE = 50;
-
-function filterFrom(params) {
-  const filter = {};
-  for (const field of FILTER_FIELDS) {
-    const value = (params.get(field) || "").trim();
-    if (value) filter[field] = value;
-  }
-  return filter;
-}
 
 // The API's filters: a period becomes `since`, that long before now.
 function apiFilter(filter) {
@@ -61,9 +52,9 @@ function fields(object) {
 }
 
 export function renderAudit(root, config, params) {
-  const filter = filterFrom(params);
-  const cursors = [null];
+  const filter = filterFrom(params, FILTER_FIELDS);
   let loop = null;
+  const pages = pager(() => loop);
 
   const actionSelect = h("select", { name: "action" },
     h("option", { value: "" }, "any action"),
@@ -79,29 +70,7 @@ export function renderAudit(root, config, params) {
     h("label", { class: "field" }, h("span", { text: "when" }), periodSelect),
     h("button", { type: "submit" }, "Apply"),
     h("a", { class: "button-link", href: "#/audit" }, "Clear"));
-  form.addEventListener("submit", (event) => {
-    event.preventDefault();
-    const data = new FormData(form);
-    const next = {};
-    for (const field of FILTER_FIELDS) next[field] = (data.get(field) || "").trim();
-    const hash = `#/audit${query(next)}`;
-    if (location.hash === hash) loop.refresh();
-    else location.hash = hash;
-  });
-
-  const live = h("input", { type: "checkbox", checked: true });
-  live.addEventListener("change", () => loop.setPaused(!live.checked));
-  const newer = h("button", { type: "button", disabled: true }, "← newer");
-  const older = h("button", { type: "button", disabled: true }, "older →");
-  const pageLabel = h("span", { class: "muted" });
-  newer.addEventListener("click", () => {
-    if (cursors.length > 1) cursors.pop();
-    loop.refresh();
-  });
-  older.addEventListener("click", () => {
-    if (older.dataset.cursor) cursors.push(older.dataset.cursor);
-    loop.refresh();
-  });
+  submitsToHash(form, "audit", FILTER_FIELDS, () => loop.refresh());
 
   const rows = h("tbody");
   const empty = h("p", { class: "muted", hidden: true }, "No operator actions match.");
@@ -110,9 +79,7 @@ export function renderAudit(root, config, params) {
     h("p", { class: "muted" },
       `Operator actions from the API, the dashboard and the CLI. You are ${config.identity || "anonymous"}.`),
     form,
-    h("div", { class: "toolbar" },
-      h("label", { class: "switch" }, live, " live"),
-      newer, older, pageLabel),
+    h("div", { class: "toolbar" }, pages.controls),
     h("table", { class: "grid audit" },
       h("thead", {}, h("tr", {}, ["when", "identity", "action", "target", "filter", "detail", "jobs"].map((t) =>
         h("th", { class: t === "jobs" ? "num" : null, text: t })))),
@@ -121,14 +88,11 @@ export function renderAudit(root, config, params) {
   );
 
   loop = poller(async () => {
-    const cursor = cursors[cursors.length - 1];
+    const cursor = pages.cursor();
     const data = await getJSON(`/api/audit${query({ ...apiFilter(filter), cursor, limit: PAGE_SIZE })}`);
     const now = parseTime(data.now);
     empty.hidden = data.entries.length > 0;
-    newer.disabled = cursors.length <= 1;
-    older.disabled = !data.next_cursor;
-    older.dataset.cursor = data.next_cursor || "";
-    pageLabel.textContent = `page ${cursors.length}`;
+    pages.show(data.next_cursor);
     replaceChildren(rows, data.entries.map((entry) => h("tr", { "data-audit": String(entry.id) },
       h("td", { class: "when", title: absolute(entry.at) }, relative(entry.at, now)),
       h("td", { class: "mono identity" }, entry.identity),

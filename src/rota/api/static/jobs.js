@@ -5,20 +5,13 @@
 import { deleteJSON, getJSON, postJSON, query } from "./api.js";
 import { appendChildren, h, replaceChildren } from "./dom.js";
 import { badge, count, displayState, parseTime, progressBar, relative } from "./format.js";
-import { confirmDialog, notify, poller, presets, reportError } from "./ui.js";
+import {
+  confirmDialog, filterFrom, notify, pager, poller, presets, reportError, submitsToHash,
+} from "./ui.js";
 
 const STATES = ["waiting", "pending", "running", "succeeded", "dead", "cancelled"];
 const FILTER_FIELDS = ["state", "kind", "queue", "tenant", "q"];
 const PAGE_SIZE = 50;
-
-function filterFrom(params) {
-  const filter = {};
-  for (const field of FILTER_FIELDS) {
-    const value = (params.get(field) || "").trim();
-    if (value) filter[field] = value;
-  }
-  return filter;
-}
 
 function describe(filter) {
   const parts = FILTER_FIELDS.filter((f) => filter[f]).map((f) => `${f === "q" ? "search" : f} = ${filter[f]}`);
@@ -114,9 +107,9 @@ function tabHash(filter, state) {
 }
 
 export function renderJobs(root, config, params) {
-  const filter = filterFrom(params);
-  const cursors = [null];
+  const filter = filterFrom(params, FILTER_FIELDS);
   let loop = null;
+  const pages = pager(() => loop);
   // Selected job ids (kept across refreshes and pages) and the last state seen of each.
   const selected = new Map();
 
@@ -149,29 +142,7 @@ export function renderJobs(root, config, params) {
     input("q", "id or unique key", filter.q),
     h("button", { type: "submit" }, "Apply"),
     h("a", { class: "button-link", href: "#/jobs" }, "Clear"));
-  form.addEventListener("submit", (event) => {
-    event.preventDefault();
-    const data = new FormData(form);
-    const next = {};
-    for (const field of FILTER_FIELDS) next[field] = (data.get(field) || "").trim();
-    const hash = `#/jobs${query(next)}`;
-    if (location.hash === hash) loop.refresh();
-    else location.hash = hash;
-  });
-
-  const live = h("input", { type: "checkbox", checked: true });
-  live.addEventListener("change", () => loop.setPaused(!live.checked));
-  const newer = h("button", { type: "button", disabled: true }, "← newer");
-  const older = h("button", { type: "button", disabled: true }, "older →");
-  const pageLabel = h("span", { class: "muted" });
-  newer.addEventListener("click", () => {
-    if (cursors.length > 1) cursors.pop();
-    loop.refresh();
-  });
-  older.addEventListener("click", () => {
-    if (older.dataset.cursor) cursors.push(older.dataset.cursor);
-    loop.refresh();
-  });
+  submitsToHash(form, "jobs", FILTER_FIELDS, () => loop.refresh());
 
   const bulk = config.read_only ? null : h("span", { class: "bulk" },
     h("button", { type: "button", "data-bulk": "retry", on: { click: () => bulkAction("retry") } }, "Retry matching…"),
@@ -291,9 +262,7 @@ export function renderJobs(root, config, params) {
     presets(config, () => loop && loop.refresh()),
     tabs,
     form,
-    h("div", { class: "toolbar" },
-      h("label", { class: "switch" }, live, " live"),
-      newer, older, pageLabel, bulk),
+    h("div", { class: "toolbar" }, pages.controls, bulk),
     selectionBar,
     h("table", { class: "grid jobs" },
       h("thead", {}, h("tr", {},
@@ -305,7 +274,7 @@ export function renderJobs(root, config, params) {
   );
 
   loop = poller(async () => {
-    const cursor = cursors[cursors.length - 1];
+    const cursor = pages.cursor();
     const { state: _state, ...others } = filter;
     const [data, counts] = await Promise.all([
       getJSON(`/api/jobs${query({ ...filter, cursor, limit: PAGE_SIZE })}`),
@@ -317,10 +286,7 @@ export function renderJobs(root, config, params) {
       if (selected.has(job.id)) selected.set(job.id, job.state);
     }
     empty.hidden = data.jobs.length > 0;
-    newer.disabled = cursors.length <= 1;
-    older.disabled = !data.next_cursor;
-    older.dataset.cursor = data.next_cursor || "";
-    pageLabel.textContent = `page ${cursors.length}`;
+    pages.show(data.next_cursor);
     replaceChildren(rows, data.jobs.map((job) => h("tr", { "data-job": String(job.id) },
       rowBox(job),
       h("td", { class: "mono" }, h("a", { href: `#/jobs/${job.id}` }, String(job.id))),

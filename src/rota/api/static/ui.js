@@ -1,7 +1,7 @@
 // Pieces every view uses: the notice line, live polling, the demo presets, the confirm dialog,
-// the UTC / local time switch.
+// the UTC / local time switch; and for the listing views, filters in the hash and keyset pages.
 
-import { ApiError, postJSON } from "./api.js";
+import { ApiError, postJSON, query } from "./api.js";
 import { h, replaceChildren } from "./dom.js";
 import { setTimeMode, timeMode } from "./format.js";
 
@@ -80,6 +80,61 @@ export function poller(tick, intervalMs = 1500) {
       paused = value;
       setStatus(value ? "paused" : "live", true);
       if (!value) run();
+    },
+  };
+}
+
+// The filters named in `fields` from the hash's query, trimmed; empty ones are left out.
+export function filterFrom(params, fields) {
+  const filter = {};
+  for (const field of fields) {
+    const value = (params.get(field) || "").trim();
+    if (value) filter[field] = value;
+  }
+  return filter;
+}
+
+// A filter form of a listing view: submitting it puts its `fields` into the hash of `page`
+// (`#/jobs?kind=...`); submitting the same filters again refreshes in place.
+export function submitsToHash(form, page, fields, refresh) {
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const data = new FormData(form);
+    const next = {};
+    for (const field of fields) next[field] = (data.get(field) || "").trim();
+    const hash = `#/${page}${query(next)}`;
+    if (location.hash === hash) refresh();
+    else location.hash = hash;
+  });
+  return form;
+}
+
+// Keyset pages of a listing view and its live switch. `loop()` is the view's poller (made
+// after this); `controls` go in the toolbar; each tick reads `cursor()` and ends with
+// `show(next_cursor)`.
+export function pager(loop) {
+  const cursors = [null];
+  const live = h("input", { type: "checkbox", checked: true });
+  live.addEventListener("change", () => loop().setPaused(!live.checked));
+  const newer = h("button", { type: "button", disabled: true }, "← newer");
+  const older = h("button", { type: "button", disabled: true }, "older →");
+  const pageLabel = h("span", { class: "muted" });
+  newer.addEventListener("click", () => {
+    if (cursors.length > 1) cursors.pop();
+    loop().refresh();
+  });
+  older.addEventListener("click", () => {
+    if (older.dataset.cursor) cursors.push(older.dataset.cursor);
+    loop().refresh();
+  });
+  return {
+    controls: [h("label", { class: "switch" }, live, " live"), newer, older, pageLabel],
+    cursor: () => cursors[cursors.length - 1],
+    show(nextCursor) {
+      newer.disabled = cursors.length <= 1;
+      older.disabled = !nextCursor;
+      older.dataset.cursor = nextCursor || "";
+      pageLabel.textContent = `page ${cursors.length}`;
     },
   };
 }
