@@ -119,6 +119,17 @@ SCALE_ARGS ?=
 bench-scale: setup ## Claim, enqueue and prune beside millions of finished and future jobs (into bench/results/scale.md)
 	$(PY) -m bench.scale $(SCALE_ARGS)
 
+# REGRESSION_ARGS: e.g. --refs d3410a8,HEAD --runs 5 --jobs 50000, --quick.
+REGRESSION_ARGS ?=
+
+.PHONY: bench-regression
+bench-regression: setup ## Drain, enqueue and claim cost at earlier commits and at HEAD, side by side (prints)
+	$(PY) -m bench.regression $(REGRESSION_ARGS)
+
+.PHONY: bench-workflows
+bench-workflows: setup ## A 10,000-parent fan-in and a 1,000-job chain beside plain jobs (prints)
+	$(PY) -m bench.workflows
+
 .PHONY: clean
 clean: ## Remove caches and build output
 	rm -rf build dist .pytest_cache .mypy_cache .ruff_cache

@@ -21,8 +21,8 @@ the full-page image of every page it is first to change, the worst case; without
 run may see no checkpoint at all, the best case); and derived: the ceiling of the cores given (cores / CPU per job, enqueue and
 drain together) and the WAL rate at that ceiling. The run writes nothing unless ``--json``.
 
-Figures from a busy machine (the load average is printed, and a warning when it exceeds half
-the cores) or from ``--quick`` are checks of this program, not measurements.
+Figures from a busy machine (the load average before the run started is printed, and a
+warning when it exceeds half the cores) or from ``--quick`` are checks of this program, not measurements.
 """
 
 from __future__ import annotations
@@ -155,9 +155,13 @@ class Probe:
 
 
 def pin(pid: int, cpus: set[int]) -> None:
-    """Pin a process and every thread of it to ``cpus``."""
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        os.sched_setaffinity(int(task.name), cpus)
+    """Pin a process and every thread of it to ``cpus`` (one that has exited is left be: a
+    server's short-lived children come and go while they are listed)."""
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            os.sched_setaffinity(int(task.name), cpus)
+    except (FileNotFoundError, ProcessLookupError):
+        pass
 
 
 def pin_server(postmaster: int, cpus: set[int]) -> None:
@@ -185,6 +189,8 @@ async def enqueue(system: Rota, count: int, batch: int, clients: int) -> None:
 
 
 async def measure(args: argparse.Namespace, cluster: Cluster) -> dict[str, Any]:
+    # The load before this run's own processes start: what else the machine was doing.
+    load = os.getloadavg()
     cpus = sorted(os.sched_getaffinity(0))
     pg_cpus = set(cpus[: args.pg_cores])
     worker_cpus = set(cpus[args.pg_cores :]) or set(cpus)
@@ -245,7 +251,7 @@ async def measure(args: argparse.Namespace, cluster: Cluster) -> dict[str, Any]:
     finally:
         await group.stop()
         await system.close()
-    return report(args, phases, pg_cpus, worker_cpus)
+    return report(args, phases, pg_cpus, worker_cpus, load)
 
 
 async def _until(probe: Probe, done_sql: str, *, timeout_s: float) -> int:
@@ -262,9 +268,12 @@ async def _until(probe: Probe, done_sql: str, *, timeout_s: float) -> int:
 
 
 def report(
-    args: argparse.Namespace, phases: list[Phase], pg_cpus: set[int], worker_cpus: set[int]
+    args: argparse.Namespace,
+    phases: list[Phase],
+    pg_cpus: set[int],
+    worker_cpus: set[int],
+    load: tuple[float, float, float],
 ) -> dict[str, Any]:
-    load = os.getloadavg()
     cores = os.cpu_count() or 1
     busy = load[0] > cores / 2
     lines = [
