@@ -119,6 +119,23 @@ SCALE_ARGS ?=
 bench-scale: setup ## Claim, enqueue and prune beside millions of finished and future jobs (into bench/results/scale.md)
 	$(PY) -m bench.scale $(SCALE_ARGS)
 
+# Django 6 (django.tasks built in) needs Python 3.12 or later: the Django backend's tests run
+# again in a venv of their own, from python3.12 on PATH or the newest 3.12 under pyenv.
+VENV_DJANGO6 := .venv-django6
+
+.PHONY: test-django6
+test-django6: ## The Django backend's tests on Django 6 and its own django.tasks (Python 3.12)
+	@py=""; for p in python3.12 $${PYENV_ROOT:-$$HOME/.pyenv}/versions/3.12*/bin/python3.12; do \
+		if "$$p" -c "" 2>/dev/null; then py="$$p"; fi; \
+	done; \
+	if [ -z "$$py" ]; then echo "test-django6: no Python 3.12 (python3.12 on PATH or under pyenv)" >&2; exit 2; fi; \
+	echo "Django 6 on $$("$$py" --version)"; \
+	[ -x $(VENV_DJANGO6)/bin/python ] || "$$py" -m venv $(VENV_DJANGO6); \
+	$(VENV_DJANGO6)/bin/pip install --quiet -e '.[dev,django]' 'django>=6'; \
+	$(VENV_DJANGO6)/bin/python -c "import django, django.tasks; print('django', django.__version__)"; \
+	$(VENV_DJANGO6)/bin/python -m pytest -q -p no:cacheprovider \
+		tests/unit/test_django_backend.py tests/integration/test_django.py
+
 # REGRESSION_ARGS: e.g. --refs d3410a8,HEAD --runs 5 --jobs 50000, --quick.
 REGRESSION_ARGS ?=
 
