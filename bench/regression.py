@@ -108,6 +108,24 @@ async def _until(dsn: str, question: str, timeout_s: float) -> None:
             await asyncio.sleep(0.01)
 
 
+async def _claims(store: Any, jobs: int) -> tuple[float, float]:
+    """Median ms of a claim of 100 and of its completion, over ``jobs // 400`` rounds (10 at
+    least) from a backlog of at least 100 per round."""
+    claims, completes = [], []
+    for _ in range(max(10, jobs // 400)):
+        started = time.perf_counter()
+        claimed = await store.claim(
+            "bench", queues=["default"], limit=100, lease=timedelta(minutes=5)
+        )
+        claims.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        lost = await store.complete_many([job.lease for job in claimed])
+        completes.append(time.perf_counter() - started)
+        if len(claimed) != 100 or lost:
+            raise RuntimeError(f"claimed {len(claimed)} of 100, lost {len(lost)}")
+    return statistics.median(claims) * 1e3, statistics.median(completes) * 1e3
+
+
 async def _measure(dsn: str, jobs: int, singles: int, postmaster: int) -> dict[str, Any]:
     """The figures of one run, in the tree whose ``rota`` this process imports."""
     import psycopg
@@ -137,20 +155,7 @@ async def _measure(dsn: str, jobs: int, singles: int, postmaster: int) -> dict[s
 
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
             await conn.execute("VACUUM ANALYZE rota_jobs")
-        store, claims, completes = app.store, [], []
-        for _ in range(max(10, jobs // 400)):
-            started = time.perf_counter()
-            claimed = await store.claim(
-                "bench", queues=["default"], limit=100, lease=timedelta(minutes=5)
-            )
-            claims.append(time.perf_counter() - started)
-            started = time.perf_counter()
-            lost = await store.complete_many([job.lease for job in claimed])
-            completes.append(time.perf_counter() - started)
-            if len(claimed) != 100 or lost:
-                raise RuntimeError(f"claimed {len(claimed)} of 100, lost {len(lost)}")
-        figures["claim_ms"] = statistics.median(claims) * 1e3
-        figures["complete_ms"] = statistics.median(completes) * 1e3
+        figures["claim_ms"], figures["complete_ms"] = await _claims(app.store, jobs)
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
             await conn.execute("DELETE FROM rota_jobs WHERE state = 'pending'")
             await conn.execute("VACUUM ANALYZE rota_jobs")
@@ -248,21 +253,11 @@ async def _ablate(dsn: str, jobs: int, runs: int) -> dict[str, list[tuple[float,
                         await app.enqueue_many(app.spec("noop", {}) for _ in range(count))
                     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as c:
                         await c.execute("VACUUM ANALYZE rota_jobs")
-                    claims, completes = [], []
-                    for _ in range(max(10, jobs // 400)):
-                        started = time.perf_counter()
-                        claimed = await app.store.claim(
-                            "bench", queues=["default"], limit=100, lease=timedelta(minutes=5)
-                        )
-                        claims.append(time.perf_counter() - started)
-                        started = time.perf_counter()
-                        await app.store.complete_many([job.lease for job in claimed])
-                        completes.append(time.perf_counter() - started)
+                    pair = await _claims(app.store, jobs)
                 finally:
                     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as c:
                         for statement in on:
                             await c.execute(statement)
-                pair = (statistics.median(claims) * 1e3, statistics.median(completes) * 1e3)
                 figures[name].append(pair)
                 print(
                     f"run {run + 1} {name}: claim {pair[0]:.2f} ms, complete {pair[1]:.2f} ms",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from typing import Any
 
 import psycopg
 import pytest
@@ -150,6 +151,19 @@ def scans(url: str, statement: str, params: dict[str, object]) -> list[tuple[str
     return nodes
 
 
+def capture_params(store: Any) -> dict[str, dict[str, object]]:
+    """The parameters of each named statement ``store`` runs from now on (the last run)."""
+    sent: dict[str, dict[str, object]] = {}
+    fetch = store._fetch
+
+    async def capture(name: str, params: dict[str, object]) -> list[object]:
+        sent[name] = dict(params)
+        return await fetch(name, params)
+
+    store._fetch = capture
+    return sent
+
+
 async def test_a_fair_claim_over_many_tenants_fills_its_batch_from_the_due_index(
     pg_url: str,
 ) -> None:
@@ -165,14 +179,7 @@ async def test_a_fair_claim_over_many_tenants_fills_its_batch_from_the_due_index
     store = open_store(pg_url)
     assert isinstance(store, PostgresStore)
     try:
-        sent: dict[str, dict[str, object]] = {}
-        fetch = store._fetch
-
-        async def capture(name: str, params: dict[str, object]) -> list[object]:
-            sent[name] = dict(params)
-            return await fetch(name, params)
-
-        store._fetch = capture  # type: ignore[method-assign]
+        sent = capture_params(store)
         jobs = await store.claim("w", queues=["default"], limit=250, lease=timedelta(seconds=30))
         assert len(jobs) == 250
         assert len({job.tenant for job in jobs}) == 250
@@ -205,14 +212,7 @@ async def test_a_claim_after_a_burst_into_a_table_analysed_all_finished_keeps_th
         for _ in range(10):
             await store.enqueue([JobSpec(kind="k") for _ in range(2_000)])
 
-        sent: dict[str, dict[str, object]] = {}
-        fetch = store._fetch
-
-        async def capture(name: str, params: dict[str, object]) -> list[object]:
-            sent.setdefault(name, dict(params))
-            return await fetch(name, params)
-
-        store._fetch = capture  # type: ignore[method-assign]
+        sent = capture_params(store)
         assert (
             len(await store.claim("w", queues=["default"], limit=250, lease=timedelta(seconds=30)))
             == 250
