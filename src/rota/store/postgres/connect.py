@@ -290,6 +290,8 @@ class Connections:
         self._dialer: Dialer | None = None
         #: Whether connections go through a transaction pooler; None until opened.
         self.pooled: bool | None = None
+        #: Whether statements are prepared on the server (once opened).
+        self.prepared = False
 
     @property
     def is_open(self) -> bool:
@@ -331,6 +333,7 @@ class Connections:
         prepare = self._prepare if self._prepare is not None else not self.pooled
         if self.pooled:
             log.debug("%s is reached through a transaction pooler", self.address)
+        self.prepared = prepare
         kwargs = self.kwargs(prepare=prepare)
         self._dialer = Dialer(self.conninfo, kwargs, what="PostgreSQL")
         pool = open_pool(

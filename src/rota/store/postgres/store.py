@@ -87,9 +87,12 @@ from rota.store.postgres.failures import SCHEMA_ERRORS, migrations_pending
 from rota.store.postgres.filters import guarded, where
 from rota.store.postgres.limits import claim_limited, limits_in_use
 from rota.store.postgres.listen import SCHEDULES_CHANNEL, listen
-from rota.store.postgres.queries import JOB_COLUMNS, migrations, query
+from rota.store.postgres.queries import GENERIC_PLAN, JOB_COLUMNS, migrations, query
 from rota.store.postgres.rows import Row, micros, row_to_job, us
 from rota.store.postgres.workflows import enqueue_workflow_flow
+
+#: Where a connection stands after a statement of an explicit transaction failed.
+_UNFINISHED = (psycopg.pq.TransactionStatus.INTRANS, psycopg.pq.TransactionStatus.INERROR)
 
 log = logging.getLogger("rota.store.postgres")
 
@@ -204,6 +207,33 @@ class PostgresStore:
         async with self._connection() as conn:
             cursor = await conn.execute(query(name), params)
             return await cursor.fetchall() if cursor.description else []
+
+    async def _fetch_generic(self, name: str, params: dict[str, Any]) -> list[Row]:
+        """``_fetch`` for a statement PostgreSQL would plan afresh on every call: a claim's
+        custom plan is no better than its generic one, but its parameters make the generic
+        plan's estimate look worse, so PostgreSQL never settles on it and spends as long
+        planning each claim as running it. Prepared, the statement runs under a generic plan
+        made once per connection, set for its own transaction and sent with it in one round
+        trip; unprepared (behind a transaction pooler) there is no plan to keep."""
+        async with self._connection() as conn:
+            if not self._connections.prepared:
+                cursor = await conn.execute(query(name), params)
+                rows: list[Row] = await cursor.fetchall()
+                return rows
+            # BEGIN and COMMIT by hand: psycopg's transaction block would wait for the
+            # server after each of them, three round trips where one does.
+            try:
+                async with conn.pipeline() as pipeline:
+                    await conn.execute("BEGIN")
+                    await conn.execute(GENERIC_PLAN)
+                    cursor = await conn.execute(query(name), params)
+                    await conn.execute("COMMIT")
+                    await pipeline.sync()
+                    rows = await cursor.fetchall()
+                    return rows
+            finally:
+                if conn.info.transaction_status in _UNFINISHED:  # the claim failed
+                    await conn.rollback()
 
     async def _run_flow(self, flow: Flow, *, announce_schedules: bool = False) -> Any:
         async with self._connection() as conn, conn.transaction():
@@ -374,7 +404,7 @@ class PostgresStore:
             "kinds": None if kinds is None else sorted(kinds),
             "limited": False,
         }
-        rows = await self._fetch("claim", params)
+        rows = await self._fetch_generic("claim", params)
         markers = [row for row in rows if row[0] is None]
         walked_to = next((row[10] for row in markers if row[10] is not None), None)
         if any(row[10] is None for row in markers):  # a limit exists: claim under its budget
@@ -394,6 +424,8 @@ class PostgresStore:
 
     async def _claim_limited(self, params: dict[str, Any], limit: int) -> list[Job]:
         async with self._connection() as conn, conn.transaction():
+            if self._connections.prepared:  # the candidates, planned once (_fetch_generic)
+                await conn.execute(GENERIC_PLAN)
             return await claim_limited(conn, params, limit)
 
     async def heartbeat(
