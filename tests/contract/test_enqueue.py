@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from rota.domain.job import DEFAULT_MAX_ATTEMPTS, JobSpec, JobState
@@ -38,6 +39,35 @@ async def test_enqueue_stores_every_field(store: Store, clock: FakeClock) -> Non
     assert stored.timeout == timedelta(seconds=90)
     assert (stored.state, stored.attempt, stored.created_at) == (JobState.PENDING, 0, clock.now())
     assert stored.lease_token is None and stored.worker is None
+
+
+async def test_one_job_alone_and_in_a_batch_is_stored_alike(store: Store, clock: FakeClock) -> None:
+    """A job enqueued alone (on PostgreSQL, a statement of its own) and the same job in a
+    batch are stored with the same fields, every optional one set."""
+    common: dict[str, object] = {
+        "kind": "email.send",
+        "payload": {"to": "ada@example.com", "n": [1, 2.5, None]},
+        "queue": "mail",
+        "priority": -3,
+        "delay": timedelta(minutes=5),
+        "max_attempts": 4,
+        "tenant": "acme",
+        "timeout": timedelta(seconds=90),
+        "trace_context": {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
+        "expire_after": timedelta(hours=2),
+        "unique_for": timedelta(days=1),
+        "unique_states": frozenset({JobState.PENDING, JobState.SUCCEEDED}),
+    }
+    [alone] = await store.enqueue([JobSpec(unique_key="alone", **common)])  # type: ignore[arg-type]
+    [batched, _] = await store.enqueue(
+        [JobSpec(unique_key="batched", **common), JobSpec(kind="other")]  # type: ignore[arg-type]
+    )
+    one, other = await store.get(alone.job.id), await store.get(batched.job.id)
+    assert one == alone.job and other == batched.job
+    assert replace(one, id=other.id, unique_key="batched") == other
+    assert one.run_at == clock.now() + timedelta(minutes=5)
+    assert one.expires_at == clock.now() + timedelta(hours=2)
+    assert one.trace_context == common["trace_context"]
 
 
 async def test_enqueue_defaults(store: Store, clock: FakeClock) -> None:

@@ -39,7 +39,10 @@ def enqueue_flow(specs: Sequence[JobSpec], now: datetime | None) -> Flow:
     todo = list(range(len(specs)))
     for _ in range(5):
         batch = [specs[i] for i in todo]
-        rows = yield query("enqueue"), enqueue_params(batch, now)
+        if len(batch) == 1:
+            rows = yield query("enqueue_one"), enqueue_one_params(batch[0], now)
+        else:
+            rows = yield query("enqueue"), enqueue_params(batch, now)
         # Rows come back in insertion order (ids ascending): walk them beside the specs; a
         # keyed spec whose key does not match the next row was a duplicate.
         inserted = iter(sorted(rows))
@@ -145,6 +148,12 @@ def enqueue_params(specs: Sequence[JobSpec], now: datetime | None) -> dict[str, 
             state_mask(s.unique_states) if s.unique_states is not None else None for s in specs
         ],
     }
+
+
+def enqueue_one_params(spec: JobSpec, now: datetime | None) -> dict[str, Any]:
+    """``enqueue_params`` of one spec, each value on its own (query "enqueue_one")."""
+    params = enqueue_params([spec], now)
+    return {name: value if name == "now" else value[0] for name, value in params.items()}
 
 
 def trace_context_json(spec: JobSpec) -> str | None:

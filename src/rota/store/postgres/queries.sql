@@ -41,6 +41,26 @@ ORDER BY i.ord
 ON CONFLICT DO NOTHING
 RETURNING id, run_at, created_at, unique_key, schedule, slot_at, expires_at;
 
+-- name: enqueue_one
+-- "enqueue" for one job, its values sent as they are: no arrays to build, send and unnest.
+INSERT INTO rota_jobs (kind, queue, payload, priority, run_at, max_attempts, tenant,
+                       unique_key, timeout_us, schedule, slot_at, created_at, trace_context,
+                       expires_at, unique_until, unique_states)
+VALUES (%(kind)s::text, %(queue)s::text, %(payload)s::text::json, %(priority)s::smallint,
+        coalesce(%(run_at)s::timestamptz,
+                 coalesce(%(now)s::timestamptz, now()) + %(delay_us)s::bigint * interval '1 microsecond'),
+        %(max_attempts)s::int, %(tenant)s::text, %(unique_key)s::text, %(timeout_us)s::bigint,
+        %(schedule)s::text, %(slot_at)s::timestamptz,
+        coalesce(%(now)s::timestamptz, now()), %(trace_context)s::text::json,
+        coalesce(%(expires_at)s::timestamptz,
+                 coalesce(%(now)s::timestamptz, now()) + %(expire_after_us)s::bigint * interval '1 microsecond'),
+        CASE WHEN %(unique_states)s::smallint IS NOT NULL
+             THEN coalesce(coalesce(%(now)s::timestamptz, now()) + %(unique_for_us)s::bigint * interval '1 microsecond',
+                           'infinity') END,
+        %(unique_states)s::smallint)
+ON CONFLICT DO NOTHING
+RETURNING id, run_at, created_at, unique_key, schedule, slot_at, expires_at;
+
 -- name: existing_for_keys
 -- The active job holding each unique key, and the job of each schedule slot.
 SELECT {job_columns} FROM rota_jobs
