@@ -5,7 +5,9 @@ measures it, and heartbeats and self-fences on the store's time."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -14,6 +16,7 @@ import pytest
 from rota import App, JobContext, WorkerSettings
 from rota.domain.errors import StoreUnavailable
 from rota.runtime.storeclock import StoreClock
+from rota.runtime.worker import Worker
 from rota.store.memory import MemoryStore
 from rota.testing import FakeClock
 
@@ -25,30 +28,63 @@ def two_clocks(behind: timedelta = timedelta(0)) -> tuple[FakeClock, FakeClock]:
     return FakeClock(T0), FakeClock(T0 - behind)
 
 
-@pytest.mark.parametrize("delay_s", [0.0, 0.2], ids=["due-now", "due-soon"])
-async def test_a_worker_whose_wall_clock_is_ten_minutes_behind_wakes_at_the_stores_due_time(
-    delay_s: float,
-) -> None:
-    store_clock, worker_clock = two_clocks(behind=timedelta(minutes=10))
-    store = MemoryStore(clock=store_clock)
-    app = App(store=store, clock=worker_clock)
+def ping_app(store_clock: FakeClock, worker_clock: FakeClock) -> tuple[App, asyncio.Event]:
+    """An app on a memory store with the store's clock, and a ``ping`` kind that sets the
+    event it returns."""
+    app = App(store=MemoryStore(clock=store_clock), clock=worker_clock)
     ran = asyncio.Event()
 
     @app.job("ping")
     async def ping(ctx: JobContext, payload: Any) -> None:
         ran.set()
 
-    async with app:
-        worker = app.worker(WorkerSettings(name="w", poll=timedelta(hours=1)))
-        running = asyncio.create_task(worker.run())
-        try:
-            await asyncio.wait_for(worker.idle.wait(), timeout=10)
-            await app.enqueue("ping", delay=delay_s)  # the store wakes the worker for its run_at
-            store_clock.advance(delay_s)  # by the store's clock the job is due (now or soon)
-            await asyncio.wait_for(ran.wait(), timeout=10)
-        finally:
-            worker.request_stop()
-            await running
+    return app, ran
+
+
+@contextlib.asynccontextmanager
+async def idle_worker(app: App) -> AsyncIterator[Worker]:
+    """A worker of ``app`` running, once it found nothing to claim; stopped after."""
+    worker = app.worker(WorkerSettings(name="w", poll=timedelta(hours=1)))
+    running = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(worker.idle.wait(), timeout=10)
+        yield worker
+    finally:
+        worker.request_stop()
+        await running
+
+
+@pytest.mark.parametrize("delay_s", [0.0, 0.2], ids=["due-now", "due-soon"])
+async def test_a_worker_whose_wall_clock_is_ten_minutes_behind_wakes_at_the_stores_due_time(
+    delay_s: float,
+) -> None:
+    store_clock, worker_clock = two_clocks(behind=timedelta(minutes=10))
+    app, ran = ping_app(store_clock, worker_clock)
+    async with app, idle_worker(app):
+        await app.enqueue("ping", delay=delay_s)  # the store wakes the worker for its run_at
+        store_clock.advance(delay_s)  # by the store's clock the job is due (now or soon)
+        await asyncio.wait_for(ran.wait(), timeout=10)
+
+
+async def test_a_job_due_within_the_store_clocks_uncertainty_is_claimed_at_once() -> None:
+    """The latest reading of the store's clock took a long round trip, and the store read its
+    clock at the start of it: the worker's estimate of the store's now lags the store by half
+    of it. A job enqueued for now is claimed at once all the same, not when the estimate has
+    caught up with its run_at."""
+    store_clock, worker_clock = two_clocks()
+    app, ran = ping_app(store_clock, worker_clock)
+    async with app, idle_worker(app) as worker:
+        now = worker_clock.monotonic()
+        round_trip = 3600.0
+        worker.store_clock.observe(
+            now - round_trip,
+            now,
+            store_clock.now() - timedelta(seconds=round_trip),
+            for_rate=False,
+        )
+        assert worker.store_clock.delay_s(store_clock.now()) == round_trip / 2
+        await app.enqueue("ping")
+        await asyncio.wait_for(ran.wait(), timeout=10)
 
 
 def skewed_app(rate: float) -> tuple[App, FakeClock, FakeClock, Any]:

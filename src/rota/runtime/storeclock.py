@@ -128,6 +128,13 @@ class StoreClock:
         elapsed = (self._clock.monotonic() - last.local) * self._rate
         return last.store + timedelta(seconds=elapsed)
 
+    @property
+    def uncertainty_s(self) -> float:
+        """How far the store's now may be from ``now()``: the latest reading's round trip.
+        The store read its clock somewhere within it (a transaction's now() at its start,
+        the answer after its commit), and ``now()`` takes the middle."""
+        return self._latest.round_trip if self._latest is not None else 0.0
+
     def delay_s(self, due_at: datetime) -> float | None:
         """Local seconds until the store's clock reaches ``due_at``; None before any reading."""
         now = self.now()

@@ -479,6 +479,11 @@ class Worker:
         if delay is None or delay <= 0:
             self._wake.set()
             return
+        if delay <= self.store_clock.uncertainty_s:
+            # Maybe due already: the store's now is known only to within the latest
+            # reading's round trip, and a job enqueued for now must not wait for the estimate
+            # to catch up. Claim now; the timer below covers a job not due yet after all.
+            self._wake.set()
         at = self._clock.monotonic() + delay
         if self._wake_at is not None and self._wake_at <= at and self._wake_timer is not None:
             return
