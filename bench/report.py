@@ -19,6 +19,9 @@ from bench.harness import ROOT, SYSTEMS, Bench, Measurement, Settings
 
 MARKDOWN = ROOT / "docs" / "benchmarks.md"
 PLOT = ROOT / "docs" / "benchmarks.png"
+#: What the run above says and does not, written after reading it (dated, with the commit it
+#: read), spliced in verbatim after the notes; the write-ups below follow it.
+READING = ROOT / "bench" / "reading.md"
 #: The profile write-up (``python -m bench.profile`` and its reading), spliced in verbatim.
 PROFILE = ROOT / "bench" / "profile.md"
 #: The dashboard-at-scale and counting-cost write-up (``bench.dashboard_scale``,
@@ -359,7 +362,7 @@ def write(bench: Bench, *, command: str, started: float, seconds: float | None =
     if bench.skipped:
         lines += ["", "## Skipped", ""]
         lines += [f"- **{scenario}**: {why}" for scenario, why in bench.skipped]
-    for write_up in (PROFILE, DASHBOARD_SCALE, SCALE, SERVE_LOAD, WORKFLOWS):
+    for write_up in (READING, PROFILE, DASHBOARD_SCALE, SCALE, SERVE_LOAD, WORKFLOWS):
         if write_up.exists():
             lines += ["", write_up.read_text().strip()]
     lines += ["", "![Throughput and latency per system](benchmarks.png)", ""]
