@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from rota.domain.job import Job, JobSpec, JobState, Outcome
-from rota.store import Store, open_store
+from rota.store import JobFilter, Store, open_store
 from tests.support.history import (
     CANCELLED,
     END_OK,
@@ -521,7 +521,22 @@ async def wait_all_succeeded(store: Store, count: int, *, within_s: float) -> No
     async def all_succeeded() -> bool:
         return (await store.counts()).total(JobState.SUCCEEDED) == count
 
-    await eventually(all_succeeded, within_s=within_s, what=f"{count} jobs to succeed")
+    try:
+        await eventually(all_succeeded, within_s=within_s, what=f"{count} jobs to succeed")
+    except AssertionError as error:
+        # What the fleet left unfinished, from the rows themselves, not the maintained counts.
+        unfinished = JobFilter(states=frozenset(JobState) - {JobState.SUCCEEDED})
+        page = await store.list_jobs(unfinished, limit=20)
+        rows = "\n".join(
+            f"  job {job.id} {job.state.value} attempt {job.attempt} worker {job.worker}"
+            f" lease_until {job.lease_until} crashes {job.crashes} error {job.last_error!r}"
+            for job in page.jobs
+        )
+        succeeded = await store.count_jobs(JobFilter(states=frozenset({JobState.SUCCEEDED})))
+        raise AssertionError(
+            f"{error}\nsucceeded rows: {succeeded}; counts: {(await store.counts()).by_state}"
+            f"\nunfinished rows (first 20):\n{rows}"
+        ) from None
 
 
 async def test_four_workers_run_two_thousand_jobs_each_exactly_once(

@@ -284,6 +284,29 @@ async def test_cancel_reaches_a_running_handler_within_one_heartbeat(app: App) -
     assert (await app.get(job.id)).state is JobState.CANCELLED
 
 
+async def test_a_job_stopped_before_its_task_first_ran_frees_its_slot(
+    app: App, clock: FakeClock
+) -> None:
+    """A claim that answers after a stall past the lease, then a heartbeat tick in the same
+    turn of the loop: the job is stopped before its task ever ran. Its slot comes back, and a
+    crash suspect claimed later (which waits to be alone) is not held up by it for good."""
+    ran: list[int] = []
+
+    @app.job("quick")
+    async def handle(ctx: JobContext, payload: Any) -> None:
+        ran.append(ctx.job.id)
+
+    job = (await app.enqueue("quick")).job
+    worker = app.worker(settings(concurrency=2))
+    assert [claimed.id for claimed in await worker.claim_tick()] == [job.id]
+    clock.advance(timedelta(seconds=31))  # stalled past the lease before its task started
+    assert [lost.id for lost in await worker.heartbeater.tick()] == [job.id]
+    await asyncio.wait_for(worker.wait_for_running(), timeout=5)
+    assert (worker.held, worker.free_slots(), ran) == ([], 2, [])
+    [taken] = await app.store.claim("other", queues=["default"], limit=1, lease=timedelta(60))
+    assert (taken.id, taken.attempt) == (job.id, 2)
+
+
 async def test_lost_lease_cancels_the_handler_and_discards_its_result(
     app: App, clock: FakeClock
 ) -> None:

@@ -391,7 +391,12 @@ class Worker:
         if job.runs_alone:
             self._alone = execution
         self._arm(execution)
-        execution.task = asyncio.create_task(self._execute(execution), name=f"rota-job-{job.id}")
+        task = asyncio.create_task(self._executor.run(execution), name=f"rota-job-{job.id}")
+        # A done callback, not a finally in the task: a task cancelled before it first ran
+        # (stopped in the same turn of the loop as its claim, after a stall past the lease)
+        # never enters its coroutine, and would stay held for good, its slot with it.
+        task.add_done_callback(lambda _: self._finished(execution))
+        execution.task = task
 
     def _arm(self, execution: Execution) -> None:
         """Stop the handler when its local lease deadline passes, even while a heartbeat is
@@ -446,16 +451,13 @@ class Worker:
                 ]
             )
 
-    async def _execute(self, execution: Execution) -> None:
-        try:
-            await self._executor.run(execution)
-        finally:
-            self._disarm(execution)
-            self._held.pop(execution.job.id, None)
-            if self._alone is execution:
-                self._alone = None
-            self._slot_freed.set()
-            self._job_finished.set()
+    def _finished(self, execution: Execution) -> None:
+        self._disarm(execution)
+        self._held.pop(execution.job.id, None)
+        if self._alone is execution:
+            self._alone = None
+        self._slot_freed.set()
+        self._job_finished.set()
 
     async def _until_alone(self, execution: Execution) -> None:
         """Return once ``execution`` is the only job held, for its handler to start alone."""
