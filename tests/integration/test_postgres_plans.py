@@ -237,7 +237,7 @@ async def test_a_claim_is_planned_once_per_connection(pg_url: str) -> None:
                 "w", queues=["default"], limit=10, lease=timedelta(seconds=30)
             )
             assert await store.complete_many([job.lease for job in claimed]) == []
-        async with store._connection() as conn:
+        async with store._connection(claims=True) as conn:
             cursor = await conn.execute(
                 "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
                 " WHERE strpos(statement, 'One statement for a claim') > 0",

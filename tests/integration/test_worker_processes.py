@@ -21,6 +21,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from rota.domain.job import Job, JobSpec, JobState, Outcome
@@ -214,6 +215,46 @@ async def test_a_paused_worker_is_fenced_out_and_its_handler_cancelled_on_resume
     report.assert_clean()
     paused_run, new_run = report.executed(job.id)
     assert new_run.start_ns < (paused_run.end_ns or 0)
+
+
+@pytest.mark.parametrize(
+    "database_url", [pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
+async def test_a_worker_stopped_at_any_moment_leaves_no_transaction_open(
+    fleet: Fleet, store: Store, database_url: str
+) -> None:
+    """On PostgreSQL a worker's claims and writes commit on their own: SIGSTOPped at any
+    moment of a drain, it never leaves the server waiting inside a transaction, where the rows
+    it claimed would stay locked from every other worker for as long as it is stopped."""
+    name = "rota-stopped-probe"
+    separator = "&" if "?" in database_url else "?"
+    worker = await fleet.start_ready(
+        "p", concurrency=8, database_url=f"{database_url}{separator}application_name={name}"
+    )
+    await store.enqueue([JobSpec(kind="sleep", payload=0) for _ in range(20_000)])
+    rng = random.Random(7)
+    stops = open_in_stop = 0
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as probe:
+        for _ in range(300):  # bounded: each stop lasts one query
+            await asyncio.sleep(rng.uniform(0, 0.005))  # a random moment of the drain
+            worker.pause()
+            stops += 1
+            rows = await (
+                await probe.execute(
+                    "SELECT state, query FROM pg_stat_activity WHERE application_name = %s"
+                    " AND state LIKE 'idle in transaction%%'",
+                    [name],
+                )
+            ).fetchall()
+            worker.resume()
+            if rows:
+                open_in_stop += 1
+                print(f"stop {stops}: {rows}")
+            if (await store.counts()).total(JobState.PENDING) == 0:
+                break
+    print(f"{stops} stops, {open_in_stop} inside a transaction")
+    assert stops >= 50, "the drain ended before the worker was stopped often enough"
+    assert open_in_stop == 0
 
 
 async def test_a_stalled_worker_does_not_start_a_job_it_lost_meanwhile(

@@ -1,6 +1,6 @@
 """The plans PostgreSQL runs rota's statements under, read with EXPLAIN.
 
-A claim runs prepared under a generic plan (``PostgresStore._fetch_generic``): ``EXPLAIN`` of
+A claim runs prepared under a generic plan (``Connections.claim_connection``): ``EXPLAIN`` of
 the statement with its parameters would show a custom plan instead, so ``generic_plan``
 prepares the statement with its parameters left open and explains ``EXECUTE`` of it with the
 values given, under ``force_generic_plan``, in a transaction rolled back after it (ANALYZE
@@ -16,8 +16,6 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from rota.store.postgres.queries import GENERIC_PLAN
-
 _PARAMETER = re.compile(r"%\((\w+)\)s")
 
 
@@ -25,14 +23,13 @@ def sent_params(store: Any, *, run: bool = True) -> dict[str, dict[str, Any]]:
     """The parameters of each named statement ``store`` sends from now on (the last of each),
     run (``run``) or only captured."""
     sent: dict[str, dict[str, Any]] = {}
-    for method in ("_fetch", "_fetch_generic"):
-        fetch = getattr(store, method)
+    fetch = store._fetch
 
-        async def capture(name: str, params: dict[str, Any], fetch: Any = fetch) -> list[Any]:
-            sent[name] = dict(params)
-            return await fetch(name, params) if run else []
+    async def capture(name: str, params: dict[str, Any], **options: Any) -> list[Any]:
+        sent[name] = dict(params)
+        return await fetch(name, params, **options) if run else []
 
-        setattr(store, method, capture)
+    store._fetch = capture
     return sent
 
 
@@ -75,7 +72,7 @@ def generic_plan(
     types = sql.SQL(", ").join(sql.SQL(_type_of(params[name])) for name in names)
     arguments = sql.SQL(", ").join(sql.Literal(params[name]) for name in names)
     with psycopg.connect(url) as conn:
-        conn.execute(GENERIC_PLAN)
+        conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
         conn.execute(sql.SQL("PREPARE planned ({}) AS {}").format(types, sql.SQL(text)))  # type: ignore[arg-type]
         [(plan,)] = conn.execute(
             sql.SQL("EXPLAIN ({}) EXECUTE planned({})").format(sql.SQL(options), arguments)  # type: ignore[arg-type]

@@ -16,12 +16,21 @@ from rota.store.base import LimitInfo
 from rota.store.postgres.queries import query
 from rota.store.postgres.rows import candidate_job, counted_keys_of, row_to_job
 
+#: How long a limited claim's transaction may wait for its client (see ``claim_limited``):
+#: far above the few milliseconds between its statements.
+LIMITED_CLAIM_IDLE = "5s"
+
 
 async def claim_limited(
     conn: psycopg.AsyncConnection[TupleRow], params: dict[str, Any], limit: int
 ) -> list[Job]:
     """Claim under the limits' budget, in one transaction that holds every limit row's
-    lock, so concurrent limited claims run one after another and none overshoots."""
+    lock, so concurrent limited claims run one after another and none overshoots.
+
+    A claimer stopped inside it (a paused process) would hold every limited claim up for as
+    long as it is stopped: the server ends a transaction whose client is silent for longer
+    than LIMITED_CLAIM_IDLE (its session with it), releasing the locks and the rows."""
+    await conn.execute(f"SET LOCAL idle_in_transaction_session_timeout = '{LIMITED_CLAIM_IDLE}'")
     limits = {
         (LimitScope(scope), key): Limit(
             LimitScope(scope),

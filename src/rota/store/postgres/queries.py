@@ -71,9 +71,6 @@ _FINISHED = """
         SELECT pg_notify('rota_finished', '') WHERE EXISTS (SELECT 1 FROM waited)
     ), told AS (SELECT count(*) FROM finished)
 """.strip()
-#: Run first in a transaction whose statements should keep one plan per connection
-#: (``PostgresStore._fetch_generic``).
-GENERIC_PLAN = "SET LOCAL plan_cache_mode = force_generic_plan"
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 
 

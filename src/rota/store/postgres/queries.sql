@@ -654,7 +654,8 @@ WITH turn AS MATERIALIZED (
 SELECT count(*) FROM folded;
 
 -- name: drop_zero_counts
--- Keys whose jobs are all gone (a queue no longer used), in the fold's transaction.
+-- Keys whose jobs are all gone (a queue no longer used), after a fold. A fold that meets a
+-- row being dropped waits for the drop, then inserts it anew.
 DELETE FROM rota_counts WHERE n = 0;
 
 -- name: oldest_due

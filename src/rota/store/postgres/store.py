@@ -87,12 +87,9 @@ from rota.store.postgres.failures import SCHEMA_ERRORS, migrations_pending
 from rota.store.postgres.filters import guarded, where
 from rota.store.postgres.limits import claim_limited, limits_in_use
 from rota.store.postgres.listen import SCHEDULES_CHANNEL, listen
-from rota.store.postgres.queries import GENERIC_PLAN, JOB_COLUMNS, migrations, query
+from rota.store.postgres.queries import JOB_COLUMNS, migrations, query
 from rota.store.postgres.rows import Row, micros, row_to_job, us
 from rota.store.postgres.workflows import enqueue_workflow_flow
-
-#: Where a connection stands after a statement of an explicit transaction failed.
-_UNFINISHED = (psycopg.pq.TransactionStatus.INTRANS, psycopg.pq.TransactionStatus.INERROR)
 
 log = logging.getLogger("rota.store.postgres")
 
@@ -186,10 +183,14 @@ class PostgresStore:
             self.pushes_finished = self.pushes_schedule_changes
 
     @contextlib.asynccontextmanager
-    async def _connection(self) -> Any:
+    async def _connection(self, *, claims: bool = False) -> Any:
+        """A pooled connection; ``claims``: one of the claims' own (``claim_connection``)."""
         await self._ensure_open()
+        connections = self._connections
         try:
-            async with self._connections.connection() as conn:
+            async with (
+                connections.claim_connection() if claims else connections.connection()
+            ) as conn:
                 yield conn
         except SCHEMA_ERRORS as error:
             raise await self._schema_error(error) from error
@@ -203,37 +204,10 @@ class PostgresStore:
             pending = ["?"]
         return migrations_pending(error) if pending else error
 
-    async def _fetch(self, name: str, params: dict[str, Any]) -> list[Row]:
-        async with self._connection() as conn:
+    async def _fetch(self, name: str, params: dict[str, Any], *, claims: bool = False) -> list[Row]:
+        async with self._connection(claims=claims) as conn:
             cursor = await conn.execute(query(name), params)
             return await cursor.fetchall() if cursor.description else []
-
-    async def _fetch_generic(self, name: str, params: dict[str, Any]) -> list[Row]:
-        """``_fetch`` for a statement PostgreSQL would plan afresh on every call: a claim's
-        custom plan is no better than its generic one, but its parameters make the generic
-        plan's estimate look worse, so PostgreSQL never settles on it and spends as long
-        planning each claim as running it. Prepared, the statement runs under a generic plan
-        made once per connection, set for its own transaction and sent with it in one round
-        trip; unprepared (behind a transaction pooler) there is no plan to keep."""
-        async with self._connection() as conn:
-            if not self._connections.prepared:
-                cursor = await conn.execute(query(name), params)
-                rows: list[Row] = await cursor.fetchall()
-                return rows
-            # BEGIN and COMMIT by hand: psycopg's transaction block would wait for the
-            # server after each of them, three round trips where one does.
-            try:
-                async with conn.pipeline() as pipeline:
-                    await conn.execute("BEGIN")
-                    await conn.execute(GENERIC_PLAN)
-                    cursor = await conn.execute(query(name), params)
-                    await conn.execute("COMMIT")
-                    await pipeline.sync()
-                    rows = await cursor.fetchall()
-                    return rows
-            finally:
-                if conn.info.transaction_status in _UNFINISHED:  # the claim failed
-                    await conn.rollback()
 
     async def _run_flow(self, flow: Flow, *, announce_schedules: bool = False) -> Any:
         async with self._connection() as conn, conn.transaction():
@@ -404,7 +378,7 @@ class PostgresStore:
             "kinds": None if kinds is None else sorted(kinds),
             "limited": False,
         }
-        rows = await self._fetch_generic("claim", params)
+        rows = await self._fetch("claim", params, claims=True)
         markers = [row for row in rows if row[0] is None]
         walked_to = next((row[10] for row in markers if row[10] is not None), None)
         if any(row[10] is None for row in markers):  # a limit exists: claim under its budget
@@ -423,9 +397,7 @@ class PostgresStore:
         return jobs
 
     async def _claim_limited(self, params: dict[str, Any], limit: int) -> list[Job]:
-        async with self._connection() as conn, conn.transaction():
-            if self._connections.prepared:  # the candidates, planned once (_fetch_generic)
-                await conn.execute(GENERIC_PLAN)
+        async with self._connection(claims=True) as conn, conn.transaction():
             return await claim_limited(conn, params, limit)
 
     async def heartbeat(
@@ -734,7 +706,10 @@ class PostgresStore:
         """Folds the committed count deltas into the totals (017_counts); a no-op on a read
         replica, whose primary's rescuers fold them."""
         try:
-            async with self._connection() as conn, conn.transaction():
+            # Two statements, each committing on its own: a folder stopped between them
+            # holds no lock (the fold's turn is a transaction-level lock of its statement),
+            # and a zero left behind counts for nothing until the next fold drops it.
+            async with self._connection() as conn:
                 await conn.execute(query("fold_counts"))
                 await conn.execute(query("drop_zero_counts"))
         except psycopg.errors.ReadOnlySqlTransaction:
