@@ -160,6 +160,9 @@ class ChaosProxy:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True, name="proxy")
         self._server: asyncio.Server | None = None
+        #: The client end of every connection not yet served to its end.
+        self._clients: set[asyncio.StreamWriter] = set()
+        self._serving: set[asyncio.Task[None]] = set()
         self.port = 0
 
     # ------------------------------------------------------------------ control (any thread)
@@ -265,16 +268,41 @@ class ChaosProxy:
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def _stop(self) -> None:
+        # Stop accepting first, but close the server only once the connections it already
+        # accepted are handed over (asyncio's own tasks: a socket, its transport, then
+        # ``_accept``): on Python 3.11 a hand-over that runs after the server closed fails
+        # inside asyncio and leaves its socket to the garbage collector, an unclosed-socket
+        # warning in whichever test runs then.
         if self._server is not None:
+            loop = asyncio.get_running_loop()
+            for listening in self._server.sockets:
+                loop.remove_reader(listening.fileno())
+            await self._handovers()
             self._server.close()
-        for link in list(self.links):
-            self._drop(link)
-        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        for _ in range(3):  # let aborted transports run their connection_lost callbacks
-            await asyncio.sleep(0)
+        for _ in range(100):  # bounded: each round ends what the previous one handed over
+            for link in list(self.links):
+                self._drop(link)
+            for client in list(self._clients):
+                _abort(client)
+            self._clients.clear()
+            ours = list(self._serving)
+            for task in ours:
+                task.cancel()
+            await asyncio.gather(*ours, return_exceptions=True)
+            for _ in range(3):  # let aborted transports run their connection_lost callbacks
+                await asyncio.sleep(0)
+            if not self._serving and not self._clients:
+                return
+
+    async def _handovers(self) -> None:
+        """Wait for asyncio's tasks that hand accepted connections over (at most 5 s)."""
+        handing_over = [
+            task
+            for task in asyncio.all_tasks()
+            if getattr(task.get_coro(), "__name__", "") == "_accept_connection2"
+        ]
+        if handing_over:
+            await asyncio.wait(handing_over, timeout=5)
 
     def _targets(self, link: Link) -> bool:
         return self.match is None or link.sent(self.match)
@@ -297,12 +325,21 @@ class ChaosProxy:
         with contextlib.suppress(ValueError):
             self.links.remove(link)
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        # Only ``_stop`` cancels a connection's task, and it must end quietly: asyncio's server
-        # (Python 3.11) asks a cancelled handler task for its exception, which raises
-        # CancelledError inside a callback and logs a traceback per open connection.
+    def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # Called as the connection is made, so ``_stop`` knows every client socket, even one
+        # whose task it cancels before that task ran.
+        self._clients.add(writer)
+        task = asyncio.ensure_future(self._serve_quietly(reader, writer))
+        self._serving.add(task)
+        task.add_done_callback(self._serving.discard)
+
+    async def _serve_quietly(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        # Only ``_stop`` cancels a connection's task, and it must end quietly.
         with contextlib.suppress(asyncio.CancelledError):
             await self._serve(reader, writer)
+        self._clients.discard(writer)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.accepted += 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import socket
@@ -12,6 +13,7 @@ import struct
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -131,6 +133,23 @@ async def test_closing_with_connections_open_ends_them_without_a_traceback(
             await asyncio.wait_for(reader.read(), 2)
         writer.close()
     assert [record.getMessage() for record in caplog.records if record.name == "asyncio"] == []
+
+
+async def test_closing_as_clients_arrive_leaves_no_socket_open(echo: int) -> None:
+    """Clients that connect as the proxy closes, accepted or not yet: each is closed by the
+    proxy (none waits for an answer) and the proxy leaves no socket to the garbage collector."""
+    gc.collect()  # what earlier tests left is theirs
+    proxy = ChaosProxy("127.0.0.1", echo).start()
+    clients = [socket.create_connection(("127.0.0.1", proxy.port), timeout=5) for _ in range(50)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        await asyncio.to_thread(proxy.close)
+        gc.collect()
+    for client in clients:
+        with contextlib.suppress(ConnectionResetError):
+            assert client.recv(1) == b""  # closed by the proxy, or reset with its listener
+        client.close()
+    assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
 
 
 def pg_message(kind: bytes, body: bytes) -> bytes:
