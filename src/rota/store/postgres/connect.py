@@ -288,13 +288,8 @@ class Connections:
         self._lock = asyncio.Lock()
         self._pool: AsyncConnectionPool[Any] | None = None
         self._dialer: Dialer | None = None
-        #: The claims' own connections (prepared only), opened at the first claim.
-        self._claim_pool: AsyncConnectionPool[Any] | None = None
-        self._claim_dialer: Dialer | None = None
         #: Whether connections go through a transaction pooler; None until opened.
         self.pooled: bool | None = None
-        #: Whether statements are prepared on the server (once opened).
-        self.prepared = False
 
     @property
     def is_open(self) -> bool:
@@ -336,7 +331,6 @@ class Connections:
         prepare = self._prepare if self._prepare is not None else not self.pooled
         if self.pooled:
             log.debug("%s is reached through a transaction pooler", self.address)
-        self.prepared = prepare
         kwargs = self.kwargs(prepare=prepare)
         self._dialer = Dialer(self.conninfo, kwargs, what="PostgreSQL")
         pool = open_pool(
@@ -362,46 +356,6 @@ class Connections:
                 log.debug("waiting for the store to open: %s", error)
                 await asyncio.sleep(RECONNECT_BACKOFF.delay(failures).total_seconds())
 
-    def claim_kwargs(self) -> dict[str, Any]:
-        """The main connections' settings, plus a session setting for claims alone: every
-        prepared statement runs under its generic plan (see ``claim_connection``)."""
-        kwargs = self.kwargs(prepare=True)
-        given = conninfo_to_dict(self.conninfo).get("options") or ""
-        kwargs["options"] = f"{given} -c plan_cache_mode=force_generic_plan".strip()
-        return kwargs
-
-    @contextlib.asynccontextmanager
-    async def claim_connection(self) -> Any:
-        """A connection for claims. Prepared, they have connections of their own whose
-        session plans every statement once (force_generic_plan): PostgreSQL would otherwise
-        make a custom plan for every claim, as long to make as the claim takes to run (the
-        claim's parameters make its generic plan's estimate look worse than it runs). A
-        session setting and no transaction of its own: a worker stopped at any moment never
-        leaves a claim's rows locked. Unprepared (behind a transaction pooler), claims use
-        the store's connections: there is no plan to keep, or no session to keep it in."""
-        await self.open()
-        if not self.prepared or self.pooled:  # a pooler may not pass session options on
-            async with self.connection() as conn:
-                yield conn
-            return
-        if self._claim_pool is None:
-            async with self._lock:
-                if self._claim_pool is None:
-                    kwargs = self.claim_kwargs()
-                    self._claim_dialer = Dialer(self.conninfo, kwargs, what="PostgreSQL")
-                    pool = open_pool(
-                        self.conninfo,
-                        kwargs,
-                        self._claim_dialer,
-                        min_size=1,
-                        max_size=self._pool_max,
-                    )
-                    await pool.open(wait=False)
-                    self._claim_pool = pool
-        assert self._claim_dialer is not None
-        async with self._pooled(self._claim_pool, self._claim_dialer) as conn:
-            yield conn
-
     @contextlib.asynccontextmanager
     async def connection(self) -> Any:
         """A pooled connection; StoreUnavailable (ConnectionFailed with the cause, when no
@@ -409,13 +363,9 @@ class Connections:
         await self.open()
         assert self._pool is not None
         assert self._dialer is not None
-        async with self._pooled(self._pool, self._dialer) as conn:
-            yield conn
-
-    @contextlib.asynccontextmanager
-    async def _pooled(self, pool: AsyncConnectionPool[Any], dialer: Dialer) -> Any:
+        dialer = self._dialer
         try:
-            async with pool.connection() as conn:
+            async with self._pool.connection() as conn:
                 yield conn
         except PoolTimeout as error:
             if dialer.last_failure is not None:
@@ -428,11 +378,6 @@ class Connections:
             raise StoreUnavailable(f"PostgreSQL is unavailable: {error}") from error
 
     async def close(self) -> None:
-        if self._claim_pool is not None:
-            assert self._claim_dialer is not None
-            self._claim_dialer.close()
-            await self._claim_pool.close()
-            self._claim_pool = None
         if self._pool is None:
             return
         assert self._dialer is not None

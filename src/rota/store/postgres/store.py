@@ -183,14 +183,10 @@ class PostgresStore:
             self.pushes_finished = self.pushes_schedule_changes
 
     @contextlib.asynccontextmanager
-    async def _connection(self, *, claims: bool = False) -> Any:
-        """A pooled connection; ``claims``: one of the claims' own (``claim_connection``)."""
+    async def _connection(self) -> Any:
         await self._ensure_open()
-        connections = self._connections
         try:
-            async with (
-                connections.claim_connection() if claims else connections.connection()
-            ) as conn:
+            async with self._connections.connection() as conn:
                 yield conn
         except SCHEMA_ERRORS as error:
             raise await self._schema_error(error) from error
@@ -204,8 +200,8 @@ class PostgresStore:
             pending = ["?"]
         return migrations_pending(error) if pending else error
 
-    async def _fetch(self, name: str, params: dict[str, Any], *, claims: bool = False) -> list[Row]:
-        async with self._connection(claims=claims) as conn:
+    async def _fetch(self, name: str, params: dict[str, Any]) -> list[Row]:
+        async with self._connection() as conn:
             cursor = await conn.execute(query(name), params)
             return await cursor.fetchall() if cursor.description else []
 
@@ -378,7 +374,8 @@ class PostgresStore:
             "kinds": None if kinds is None else sorted(kinds),
             "limited": False,
         }
-        rows = await self._fetch("claim", params, claims=True)
+        # One statement that commits by itself: a claimer stopped at any moment holds no lock.
+        rows = await self._fetch("claim", params)
         markers = [row for row in rows if row[0] is None]
         walked_to = next((row[10] for row in markers if row[10] is not None), None)
         if any(row[10] is None for row in markers):  # a limit exists: claim under its budget
@@ -397,7 +394,7 @@ class PostgresStore:
         return jobs
 
     async def _claim_limited(self, params: dict[str, Any], limit: int) -> list[Job]:
-        async with self._connection(claims=True) as conn, conn.transaction():
+        async with self._connection() as conn, conn.transaction():
             return await claim_limited(conn, params, limit)
 
     async def heartbeat(
