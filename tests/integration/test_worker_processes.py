@@ -223,9 +223,10 @@ async def test_a_paused_worker_is_fenced_out_and_its_handler_cancelled_on_resume
 async def test_a_worker_stopped_at_any_moment_leaves_no_transaction_open(
     fleet: Fleet, store: Store, database_url: str
 ) -> None:
-    """On PostgreSQL a worker's claims and writes commit on their own: SIGSTOPped at any
-    moment of a drain, it never leaves the server waiting inside a transaction, where the rows
-    it claimed would stay locked from every other worker for as long as it is stopped."""
+    """On PostgreSQL a draining worker's claims, heartbeats, completions and count folds
+    commit on their own: SIGSTOPped at any moment of a drain, it never leaves the server
+    waiting inside a transaction, where the rows it claimed would stay locked from every other
+    worker for as long as it is stopped."""
     name = "rota-stopped-probe"
     separator = "&" if "?" in database_url else "?"
     worker = await fleet.start_ready(

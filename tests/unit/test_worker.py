@@ -288,8 +288,8 @@ async def test_a_job_stopped_before_its_task_first_ran_frees_its_slot(
     app: App, clock: FakeClock
 ) -> None:
     """A claim that answers after a stall past the lease, then a heartbeat tick in the same
-    turn of the loop: the job is stopped before its task ever ran. Its slot comes back, and a
-    crash suspect claimed later (which waits to be alone) is not held up by it for good."""
+    turn of the loop: the job is stopped before its task ever ran. Its slot comes back (held
+    for good, it would also keep a crash suspect claimed later waiting to run alone)."""
     ran: list[int] = []
 
     @app.job("quick")
