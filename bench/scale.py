@@ -201,7 +201,7 @@ async def claim_stats(dsn: str, reset: bool = False) -> tuple[float, float, floa
                     "sum(shared_blks_hit + shared_blks_read)::float / nullif(sum(calls), 0) "
                     "FROM pg_stat_statements s "
                     "JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = current_database() "
-                    "AND query LIKE '%%WITH RECURSIVE open_queues%%' AND query LIKE '%%UPDATE%%'"
+                    "AND query LIKE '%%FROM rota_claim(%%'"
                 )
             ).fetchone()
             if not row or row[0] is None:

@@ -17,8 +17,8 @@ import psycopg
 import pytest
 
 from rota.store import open_store
-from rota.store.postgres.queries import query
 from rota.store.postgres.store import PostgresStore
+from tests.support.plans import nodes, routine_plan, sent_params
 from tests.support.postgres import Server
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
@@ -40,38 +40,19 @@ FROM generate_series(1, %(due)s) AS g
 
 
 async def claim_params(url: str) -> dict[str, Any]:
-    """The parameters PostgresStore.claim sends with query('claim'), captured, not run."""
+    """The parameters PostgresStore.claim sends to rota_claim, captured, not run."""
     store = open_store(url)
     assert isinstance(store, PostgresStore)
-    seen: dict[str, Any] = {}
-
-    async def capture(name: str, params: dict[str, Any]) -> list[Any]:
-        seen[name] = params
-        return []
-
-    store._fetch = capture  # type: ignore[method-assign]
+    seen = sent_params(store, run=False)
     await store.claim("w", queues=["default"], limit=10, lease=timedelta(seconds=30))
     await store.close()
-    return seen["claim"]
-
-
-def plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
-    nodes = [plan]
-    for child in plan.get("Plans", []):
-        nodes += plan_nodes(child)
-    return nodes
+    return seen["claim_call"]
 
 
 def claim_pages(url: str, params: dict[str, object]) -> int:
-    """The buffers (pages, from cache or disk) one claim touches, by EXPLAIN ANALYZE in a
-    transaction rolled back after it."""
-    with psycopg.connect(url) as conn:
-        [(plan,)] = conn.execute(
-            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + query("claim"),  # type: ignore[arg-type]
-            params,
-        ).fetchall()
-        conn.rollback()
-    top = plan[0]["Plan"]
+    """The buffers (pages, from cache or disk) one claim touches under the plan it runs, by
+    EXPLAIN ANALYZE in a transaction rolled back after it."""
+    top = routine_plan(url, "claim_call", params, analyze=True)["Plan"]
     return int(top.get("Shared Hit Blocks", 0)) + int(top.get("Shared Read Blocks", 0))
 
 
@@ -84,7 +65,7 @@ async def claim_latency(url: str, rounds: int = 12) -> float:
         taken.append(time.perf_counter() - started)
         assert len(jobs) == 10
     await store.close()
-    return statistics.median(taken[6:])  # after psycopg prepared the statement (5 uses)
+    return statistics.median(taken[6:])  # warm: past the first, which prepared it and made its plan
 
 
 @pytest.mark.timeout(240)
@@ -100,13 +81,9 @@ async def test_the_claim_uses_its_index_and_reads_as_little_over_a_million_pendi
         print(f"loaded 1,010,000 rows in {time.monotonic() - started:.1f}s")
 
         params = await claim_params(deep)
-        with psycopg.connect(deep, autocommit=True) as conn:
-            [(plan,)] = conn.execute(
-                "EXPLAIN (FORMAT JSON) " + query("claim"),  # type: ignore[arg-type]
-                params,
-            ).fetchall()
-        nodes = plan_nodes(plan[0]["Plan"])
-        scans = [(n["Node Type"], n.get("Relation Name"), n.get("Index Name")) for n in nodes]
+        plan = routine_plan(deep, "claim_call", params)
+        found = nodes(plan["Plan"])
+        scans = [(n["Node Type"], n.get("Relation Name"), n.get("Index Name")) for n in found]
         assert not [s for s in scans if s[0] == "Seq Scan" and s[1] == "rota_jobs"], json.dumps(
             plan, indent=1
         )[:4000]

@@ -19,6 +19,7 @@ from rota.store import open_store
 from rota.store.base import JobFilter
 from rota.store.postgres.filters import guarded, where
 from rota.store.postgres.queries import query
+from tests.support.plans import nodes, routine_plan, sent_params
 
 pytestmark = pytest.mark.postgres
 
@@ -136,6 +137,13 @@ FROM generate_series(1, 50000) AS g,
 ]
 
 
+def named(found: list[dict[str, Any]]) -> list[tuple[str, str | None]]:
+    """(node type, relation or index) of each node."""
+    return [
+        (node["Node Type"], node.get("Index Name") or node.get("Relation Name")) for node in found
+    ]
+
+
 def scans(url: str, statement: str, params: dict[str, object]) -> list[tuple[str, str | None]]:
     """(node type, relation or index) of every node of the statement's plan."""
     with psycopg.connect(url, autocommit=True) as conn:
@@ -143,25 +151,12 @@ def scans(url: str, statement: str, params: dict[str, object]) -> list[tuple[str
             "EXPLAIN (FORMAT JSON) " + statement,  # type: ignore[arg-type]
             params,
         ).fetchall()
-    nodes, todo = [], [found[0]["Plan"]]
-    while todo:
-        node = todo.pop()
-        todo += node.get("Plans", [])
-        nodes.append((node["Node Type"], node.get("Index Name") or node.get("Relation Name")))
-    return nodes
+    return named(nodes(found[0]["Plan"]))
 
 
-def capture_params(store: Any) -> dict[str, dict[str, object]]:
-    """The parameters of each named statement ``store`` runs from now on (the last run)."""
-    sent: dict[str, dict[str, object]] = {}
-    fetch = store._fetch
-
-    async def capture(name: str, params: dict[str, object]) -> list[object]:
-        sent[name] = dict(params)
-        return await fetch(name, params)
-
-    store._fetch = capture
-    return sent
+def claim_scans(url: str, params: dict[str, object]) -> list[tuple[str, str | None]]:
+    """The nodes of the plan a claim runs under: its generic plan."""
+    return named(nodes(routine_plan(url, "claim_call", params)["Plan"]))
 
 
 async def test_a_fair_claim_over_many_tenants_fills_its_batch_from_the_due_index(
@@ -170,7 +165,6 @@ async def test_a_fair_claim_over_many_tenants_fills_its_batch_from_the_due_index
     """Beside jobs not yet due and finished jobs, a claim of 250 over 2,000 tenants with one
     due job each takes 250 jobs of 250 tenants, reading the due-jobs index: no sequential scan
     of rota_jobs, so the rows not due or finished cost nothing."""
-    from rota.store.postgres.queries import query
     from rota.store.postgres.store import PostgresStore
 
     with psycopg.connect(pg_url, autocommit=True) as conn:
@@ -179,15 +173,15 @@ async def test_a_fair_claim_over_many_tenants_fills_its_batch_from_the_due_index
     store = open_store(pg_url)
     assert isinstance(store, PostgresStore)
     try:
-        sent = capture_params(store)
+        sent = sent_params(store)
         jobs = await store.claim("w", queues=["default"], limit=250, lease=timedelta(seconds=30))
         assert len(jobs) == 250
         assert len({job.tenant for job in jobs}) == 250
     finally:
         await store.close()
-    nodes = scans(pg_url, query("claim"), sent["claim"])
-    assert ("Seq Scan", "rota_jobs") not in nodes, nodes
-    assert any(name == "rota_jobs_due" for _, name in nodes), nodes
+    found = claim_scans(pg_url, sent["claim_call"])
+    assert ("Seq Scan", "rota_jobs") not in found, found
+    assert any(name == "rota_jobs_due" for _, name in found), found
 
 
 async def test_a_claim_after_a_burst_into_a_table_analysed_all_finished_keeps_the_due_index(
@@ -212,21 +206,47 @@ async def test_a_claim_after_a_burst_into_a_table_analysed_all_finished_keeps_th
         for _ in range(10):
             await store.enqueue([JobSpec(kind="k") for _ in range(2_000)])
 
-        sent = capture_params(store)
+        sent = sent_params(store)
         assert (
             len(await store.claim("w", queues=["default"], limit=250, lease=timedelta(seconds=30)))
             == 250
         )
     finally:
         await store.close()
-    nodes = scans(pg_url, query("claim"), sent["claim"])
-    assert all(name != "rota_jobs_pending_run_at" for _, name in nodes), nodes
-    assert any(name == "rota_jobs_due" for _, name in nodes), nodes
+    found = claim_scans(pg_url, sent["claim_call"])
+    assert all(name != "rota_jobs_pending_run_at" for _, name in found), found
+    assert any(name == "rota_jobs_due" for _, name in found), found
     oldest = scans(pg_url, query("oldest_due"), {"now": None})
     assert ("Index Scan", "rota_jobs_pending_run_at") in oldest or (
         "Index Only Scan",
         "rota_jobs_pending_run_at",
     ) in oldest, oldest
+
+
+async def test_a_claim_runs_this_versions_statement_under_one_generic_plan(pg_url: str) -> None:
+    """A claim calls rota_claim, which migrate made from this version's claim statement, with
+    plan_cache_mode = force_generic_plan as its own setting: PL/pgSQL keeps the statement's
+    plan for the session, so it is made once per connection. Left to itself PostgreSQL would
+    make a custom plan for every claim (its parameters make the generic plan's estimate look
+    worse), about as long to make as the claim takes to run."""
+    from rota.store.postgres.queries import ROUTINES
+    from rota.store.postgres.store import PostgresStore
+
+    store = PostgresStore(pg_url, pool_min=1, pool_max=1)
+    try:
+        sent = sent_params(store)
+        await store.enqueue([JobSpec(kind="k") for _ in range(30)])
+        claimed = await store.claim("w", queues=["default"], limit=10, lease=timedelta(seconds=30))
+        assert len(claimed) == 10
+    finally:
+        await store.close()
+    assert "claim_call" in sent and "claim" not in sent, sent
+    with psycopg.connect(pg_url) as conn:
+        [(config, source)] = conn.execute(
+            "SELECT proconfig, prosrc FROM pg_proc WHERE proname = 'rota_claim'"
+        ).fetchall()
+    assert config == ["plan_cache_mode=force_generic_plan"]
+    assert source in ROUTINES["claim_call"].definition()
 
 
 async def test_prune_finds_old_finished_jobs_by_index(pg_url: str) -> None:
@@ -239,8 +259,8 @@ async def test_prune_finds_old_finished_jobs_by_index(pg_url: str) -> None:
             conn.execute(statement, {"tenants": TENANTS})  # type: ignore[arg-type]
         [(now,)] = conn.execute("SELECT now()").fetchall()
     params: dict[str, object] = {"older_than": now - timedelta(days=1), "limit": 5_000}
-    nodes = scans(pg_url, query("prune"), params)
-    assert ("Seq Scan", "rota_jobs") not in nodes, nodes
+    found = scans(pg_url, query("prune"), params)
+    assert ("Seq Scan", "rota_jobs") not in found, found
     store = open_store(pg_url)
     try:
         assert await store.prune(older_than=now - timedelta(days=1), limit=5_000) == 5_000

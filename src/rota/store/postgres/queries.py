@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
@@ -10,12 +12,38 @@ from rota.domain import blame
 from rota.domain.job import ALONE_AFTER_CRASHES, STATE_BIT_SQL
 
 #: The columns every statement returning a job selects, in the order ``row_to_job`` reads.
-JOB_COLUMNS = (
-    "id, kind, queue, payload, state, priority, run_at, attempt, max_attempts, created_at, "
-    "tenant, unique_key, timeout_us, lease_token, lease_until, worker, started_at, "
-    "finished_at, last_error, schedule, slot_at, crashes, trace_context, result, progress, "
-    "progress_message, expires_at, workflow, waiting_on"
+_JOB_COLUMN_TYPES = (
+    ("id", "bigint"),
+    ("kind", "text"),
+    ("queue", "text"),
+    ("payload", "json"),
+    ("state", "text"),
+    ("priority", "smallint"),
+    ("run_at", "timestamptz"),
+    ("attempt", "integer"),
+    ("max_attempts", "integer"),
+    ("created_at", "timestamptz"),
+    ("tenant", "text"),
+    ("unique_key", "text"),
+    ("timeout_us", "bigint"),
+    ("lease_token", "bigint"),
+    ("lease_until", "timestamptz"),
+    ("worker", "text"),
+    ("started_at", "timestamptz"),
+    ("finished_at", "timestamptz"),
+    ("last_error", "text"),
+    ("schedule", "text"),
+    ("slot_at", "timestamptz"),
+    ("crashes", "integer"),
+    ("trace_context", "json"),
+    ("result", "json"),
+    ("progress", "double precision"),
+    ("progress_message", "text"),
+    ("expires_at", "timestamptz"),
+    ("workflow", "bigint"),
+    ("waiting_on", "integer"),
 )
+JOB_COLUMNS = ", ".join(name for name, _ in _JOB_COLUMN_TYPES)
 
 #: A workflow schedule's last state is its last workflow's (rota.domain.workflow
 #: .workflow_outcome), read by the rota_jobs_workflow index; any other's, its last job's.
@@ -141,6 +169,8 @@ def queries() -> dict[str, str]:
             .replace("{schedule_columns}", SCHEDULE_COLUMNS)
             .replace("{state_bit}", STATE_BIT_SQL)
         )
+    for name, routine in ROUTINES.items():
+        named[name] = routine.call()
     return named
 
 
@@ -148,13 +178,86 @@ def query(name: str) -> str:
     return queries()[name]
 
 
+@dataclass(frozen=True)
+class Routine:
+    """A statement of queries.sql run inside a PL/pgSQL function of the same parameters.
+
+    Why a function: a claim's parameters (the queue array, the batch size) make PostgreSQL
+    estimate its generic plan far above its custom plans, so prepared, it never settles on the
+    generic plan and is planned afresh on every call, about as long as it takes to run. A PL/pgSQL function keeps its statement's plan
+    for the session, and its own setting of plan_cache_mode makes that plan the generic one:
+    the statement is planned once per connection and stays one statement that commits by
+    itself. ``migrate`` makes the functions from this version's statements (``routines``).
+    """
+
+    statement: str
+    function: str
+    parameters: tuple[tuple[str, str], ...]
+    returns: tuple[tuple[str, str], ...]
+
+    def definition(self) -> str:
+        body = queries()[self.statement].rstrip().removesuffix(";")
+        for name, _ in self.parameters:
+            body = body.replace(f"%({name})s", f"p_{name}")
+        if "%" in body or "$routine$" in body:
+            raise ValueError(f"{self.statement} has a parameter {self.function} does not take")
+        parameters = ", ".join(f"p_{name} {kind}" for name, kind in self.parameters)
+        columns = ", ".join(f"{name} {kind}" for name, kind in self.returns)
+        return (
+            f"DROP FUNCTION IF EXISTS {self.function};\n"
+            f"CREATE FUNCTION {self.function}({parameters})\nRETURNS TABLE ({columns})\n"
+            "LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $routine$\n"
+            "#variable_conflict use_column\nBEGIN\nRETURN QUERY\n"
+            f"{body};\nEND\n$routine$;\n"
+        )
+
+    def call(self) -> str:
+        """The statement the store sends (its parameters typed: NULLs would leave the function
+        to call unresolved)."""
+        arguments = ", ".join(f"%({name})s::{kind}" for name, kind in self.parameters)
+        return f"SELECT * FROM {self.function}({arguments})"
+
+
+#: The statements run as functions, by the name of the statement the store sends for each.
+ROUTINES = {
+    "claim_call": Routine(
+        statement="claim",
+        function="rota_claim",
+        parameters=(
+            ("now", "timestamptz"),
+            ("queues", "text[]"),
+            ("take", "integer"),
+            ("lease", "interval"),
+            ("worker", "text"),
+            ("fair", "boolean"),
+            ("after", "text"),
+            ("max_groups", "integer"),
+            ("blocked_kinds", "text[]"),
+            ("blocked_tenants", "text[]"),
+            ("kinds", "text[]"),
+            ("limited", "boolean"),
+        ),
+        returns=_JOB_COLUMN_TYPES,
+    ),
+}
+
+
+def routines() -> str:
+    """The functions of ``ROUTINES``, as this version defines them."""
+    return "".join(routine.definition() for routine in ROUTINES.values())
+
+
 @cache
 def migrations() -> list[tuple[str, str]]:
-    """(version, SQL) of every migration, in order; the version is the file's stem."""
+    """(version, SQL) of every migration, in order: the versioned files (the version is the
+    file's stem), then the functions of this version's ``ROUTINES``, named by their digest, so
+    a schema whose functions are another version's has a migration pending."""
     folder = resources.files(__package__).joinpath("migrations")
     found = sorted(
         (entry.name.removesuffix(".sql"), entry.read_text(encoding="utf-8"))
         for entry in folder.iterdir()
         if entry.name.endswith(".sql")
     )
-    return found
+    functions = routines()
+    digest = hashlib.sha256(functions.encode()).hexdigest()[:12]
+    return [*found, (f"routines_{digest}", functions)]

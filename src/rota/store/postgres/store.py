@@ -375,7 +375,8 @@ class PostgresStore:
             "limited": False,
         }
         # One statement that commits by itself: a claimer stopped at any moment holds no lock.
-        rows = await self._fetch("claim", params)
+        # It calls rota_claim, the claim statement planned once per connection (Routine).
+        rows = await self._fetch("claim_call", params)
         markers = [row for row in rows if row[0] is None]
         walked_to = next((row[10] for row in markers if row[10] is not None), None)
         if any(row[10] is None for row in markers):  # a limit exists: claim under its budget
