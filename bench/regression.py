@@ -61,6 +61,8 @@ METRICS = (
     ("drain_jobs_s", "drain", "jobs/s", True),
     ("worker_cpu_us", "drain, worker CPU per job", "µs", False),
     ("pg_cpu_us", "drain, PostgreSQL CPU per job", "µs", False),
+    ("per_claim", "drain, jobs per claim", "jobs", True),
+    ("per_completion", "drain, jobs per completion", "jobs", True),
 )
 
 
@@ -124,6 +126,25 @@ async def _claims(store: Any, jobs: int) -> tuple[float, float]:
         if len(claimed) != 100 or lost:
             raise RuntimeError(f"claimed {len(claimed)} of 100, lost {len(lost)}")
     return statistics.median(claims) * 1e3, statistics.median(completes) * 1e3
+
+
+async def _batches(dsn: str, jobs: int) -> tuple[float, float]:
+    """Jobs per claim and per completion statement over the drain just measured.
+
+    A claim stamps every job it takes with one ``started_at`` (the statement's ``now()``), a
+    completion every job it finishes with one ``finished_at``: the distinct stamps count the
+    statements. A faster worker frees its slots sooner and may claim and complete fewer jobs at
+    a time, which costs the server more per job without either statement getting dearer.
+    """
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        cursor = await conn.execute(
+            "SELECT count(DISTINCT started_at), count(DISTINCT finished_at) FROM rota_jobs "
+            "WHERE payload::text LIKE '{\"i\"%'"
+        )
+        claims, completions = await cursor.fetchone() or (0, 0)
+    return jobs / max(claims, 1), jobs / max(completions, 1)
 
 
 async def _measure(dsn: str, jobs: int, singles: int, postmaster: int) -> dict[str, Any]:
@@ -190,6 +211,7 @@ async def _measure(dsn: str, jobs: int, singles: int, postmaster: int) -> dict[s
                 figures["drain_jobs_s"] = jobs / took_s
                 figures["worker_cpu_us"] = (process_cpu_seconds(worker.pid) - cpu) / jobs * 1e6
                 figures["pg_cpu_us"] = (server_cpu_seconds(postmaster) - pg) / jobs * 1e6
+                figures["per_claim"], figures["per_completion"] = await _batches(dsn, jobs)
             finally:
                 os.kill(worker.pid, signal.SIGCONT)
                 worker.terminate()
