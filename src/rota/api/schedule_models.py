@@ -15,7 +15,15 @@ from zoneinfo import available_timezones
 from pydantic import BaseModel, ConfigDict, Field
 
 from rota.api.errors import ApiError, quote_input
-from rota.api.schemas import ErrorBody, JobCreate, JsonInt, RequestBody, StateName, errors
+from rota.api.schemas import (
+    NOT_FOR_SCHEDULES,
+    ErrorBody,
+    JobCreate,
+    JsonInt,
+    RequestBody,
+    StateName,
+    errors,
+)
 from rota.client import Client
 from rota.domain.errors import InvalidSchedule, StateConflict
 from rota.domain.job import (
@@ -279,15 +287,12 @@ def _seconds(field: str, value: float) -> timedelta:
 
 # ---------------------------------------------------------------- POST /api/jobs every_seconds
 
-#: JobCreate fields that mean nothing for a schedule.
-_NOT_FOR_SCHEDULES = ("delay_seconds", "run_at", "unique_key", "timeout_seconds")
-
 
 async def create_every_schedule(client: Client, body: JobCreate, operator: Operator) -> ScheduleOut:
     """POST /api/jobs with ``every_seconds``: a schedule running ``kind`` on that interval,
     first run now. Named after the kind and interval (``email-every-10s``), with ``-2``,
     ``-3``... when the name is taken; 409 when every candidate is."""
-    for field in _NOT_FOR_SCHEDULES:
+    for field in NOT_FOR_SCHEDULES:
         if getattr(body, field) is not None:
             raise ApiError(400, f"{field}: cannot be combined with every_seconds")
     assert body.every_seconds is not None

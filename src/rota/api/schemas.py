@@ -113,6 +113,22 @@ _NEEDS_UNIQUE_KEY: list[Any] = [
 ]
 
 
+#: JobCreate fields that mean nothing for a schedule made with every_seconds: a schedule has no
+#: delay, run_at, key, timeout, expiry or parents.
+NOT_FOR_SCHEDULES = (
+    "delay_seconds",
+    "run_at",
+    "unique_key",
+    "timeout_seconds",
+    "expires_at",
+    "expire_after_seconds",
+    "unique_for_seconds",
+    "unique_states",
+    "on_conflict",
+    "depends_on",
+)
+
+
 class JobCreate(RequestBody):
     """POST /api/jobs: a job to enqueue. Omitted fields take the kind's defaults."""
 
@@ -146,21 +162,7 @@ class JobCreate(RequestBody):
                         "properties": {"every_seconds": {"type": "number"}},
                     },
                     "then": {
-                        "properties": {
-                            field: {"type": "null"}
-                            for field in (
-                                "delay_seconds",
-                                "run_at",
-                                "unique_key",
-                                "timeout_seconds",
-                                "expires_at",
-                                "expire_after_seconds",
-                                "unique_for_seconds",
-                                "unique_states",
-                                "on_conflict",
-                                "depends_on",
-                            )
-                        }
+                        "properties": {field: {"type": "null"} for field in NOT_FOR_SCHEDULES}
                     },
                 },
                 {

@@ -324,6 +324,8 @@ async def test_every_seconds_on_post_jobs_creates_a_schedule_named_after_kind_an
         ({"run_at": "2026-01-02T00:00:00Z"}, "run_at"),
         ({"unique_key": "k"}, "unique_key"),
         ({"timeout_seconds": 5}, "timeout_seconds"),
+        ({"expires_at": "2030-01-02T00:00:00Z"}, "expires_at"),
+        ({"expire_after_seconds": 2}, "expire_after_seconds"),
     ],
 )
 async def test_every_seconds_refuses_options_that_only_a_single_job_has(
