@@ -115,6 +115,13 @@ bench-profile: setup-bench ## Profile the worker on a no-op drain (py-spy; pg_st
 # SCALE_ARGS: e.g. --scale 10000000 (about 20 min), --only finished, --runs 5.
 SCALE_ARGS ?=
 
+# DAY_ARGS: e.g. --speed 50 --hours 6, --quick (a check), --json day.json.
+DAY_ARGS ?=
+
+.PHONY: bench-day
+bench-day: setup ## A day of 10M jobs and 2,000 hourly schedules, compressed 100x (~15 min)
+	$(PY) -m bench.day $(DAY_ARGS)
+
 .PHONY: bench-scale
 bench-scale: setup ## Claim, enqueue and prune beside millions of finished and future jobs (into bench/results/scale.md)
 	$(PY) -m bench.scale $(SCALE_ARGS)

@@ -75,11 +75,16 @@ async def rota_tick(ctx: Any, payload: Any) -> None:
 
 
 def define_schedules(app: App, count: int) -> None:
-    """``count`` schedules firing the ``tick`` kind every second (``App.schedule``)."""
+    """``count`` schedules firing the ``tick`` kind every second (``App.schedule``), or every
+    ``BENCH_SCHEDULE_EVERY_S`` with a jitter below ``BENCH_SCHEDULE_JITTER_S``."""
     from datetime import timedelta
 
+    every = float(os.environ.get("BENCH_SCHEDULE_EVERY_S", "1"))
+    jitter = float(os.environ.get("BENCH_SCHEDULE_JITTER_S", "0"))
     for index in range(count):
-        app.schedule(f"tick-{index:03d}", kind="tick", every=timedelta(seconds=1))  # type: ignore[attr-defined]
+        app.schedule(
+            f"tick-{index:03d}", kind="tick", every=timedelta(seconds=every), jitter=jitter
+        )
 
 
 if os.environ.get("BENCH_SCHEDULES") and hasattr(rota_app, "schedule"):

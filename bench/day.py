@@ -1,0 +1,271 @@
+"""A day of the seeds' estimate, compressed: steady jobs plus thousands of hourly schedules.
+
+    python -m bench.day                         # 24 simulated hours at 100x: 14.4 minutes
+    python -m bench.day --speed 50 --hours 6    # a quarter of a day at 50x: 7.2 minutes
+    python -m bench.day --quick                 # a check that it runs: small, not quotable
+    python -m bench.day --json day.json         # also keep the raw figures
+
+The estimate: 10 million jobs a day (115 a second on average) and thousands of "every hour"
+schedules that all fall due at minute zero, spread by jitter. Compressed ``--speed`` times, a
+simulated hour lasts ``3600 / speed`` real seconds: the steady jobs are enqueued at ``speed``
+times their rate (11,574 jobs/s at 100x), and each of ``--schedules`` schedules runs every
+``3600 / speed`` seconds, all anchored together (created at once), each with a fixed offset
+below ``--jitter-minutes`` of simulated time. Real time, real clocks: rota takes its time from
+PostgreSQL as in production, so nothing but the periods is scaled, and leases and heartbeats
+are the defaults.
+
+On a throwaway cluster configured as production (``bench/cluster.py``), ``--processes`` rota
+worker processes (``bench.worker``, no-op handlers, concurrency 500, claim batch 250) run the
+steady jobs and fire and run the schedules. The bench process enqueues the steady jobs in
+batches every 100 ms, paced by the clock, and reads the counts each simulated minute.
+
+Printed per simulated hour and for the whole day: schedule lag (a schedule's job claimed, by
+the store's clock, after the moment it was due: its slot plus its offset), p50, p99 and max;
+the backlog (pending jobs, from the counts the writes keep) at its largest and at the hour's
+end; the steady jobs enqueued and all jobs succeeded so far. The schedules' first runs, at
+their creation before the first hour, are left out. Load average at the start is printed: a busy machine's figures
+are checks of this program, not measurements.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from bench.cluster import Cluster
+from bench.harness import Settings, percentile, progress, start_workers
+from bench.systems import Rota
+
+#: A batch of steady jobs goes out this often (real seconds).
+ENQUEUE_EVERY_S = 0.1
+#: The most jobs one enqueue call carries.
+MAX_BATCH = 5_000
+
+_LAGS = """
+SELECT floor(extract(epoch FROM run_at - %(start)s::timestamptz) / %(hour_s)s)::int AS hour,
+       extract(epoch FROM started_at - run_at) * 1000 AS lag_ms
+FROM rota_jobs WHERE schedule IS NOT NULL AND started_at IS NOT NULL
+  AND run_at < %(end)s::timestamptz
+"""
+_UNCLAIMED = """
+SELECT count(*) FROM rota_jobs WHERE schedule IS NOT NULL AND started_at IS NULL
+  AND run_at < %(end)s::timestamptz
+"""
+
+
+@dataclass
+class Sample:
+    """The counts at one simulated minute."""
+
+    hour: int
+    pending: int
+    running: int
+    enqueued: int
+    succeeded: int
+
+
+@dataclass
+class Day:
+    """What one run measured."""
+
+    speed: float
+    hours: int
+    rate: float
+    samples: list[Sample] = field(default_factory=list)
+    lags: dict[int, list[float]] = field(default_factory=dict)
+    unclaimed: int = 0
+    load: float = 0.0
+
+
+async def enqueue_steady(system: Rota, rate: float, until: float, enqueued: list[int]) -> None:
+    """Enqueue noop jobs at ``rate`` per real second until ``until`` (monotonic), paced by
+    the clock: each batch makes up what the elapsed time asks for, at most MAX_BATCH."""
+    started = time.monotonic()
+    spec = system.app.spec
+    while (now := time.monotonic()) < until:
+        owed = int((now - started) * rate) - enqueued[0]
+        while owed > 0:
+            count = min(owed, MAX_BATCH)
+            await system.app.enqueue_many(spec("noop", None) for _ in range(count))
+            enqueued[0] += count
+            owed -= count
+        await asyncio.sleep(max(0.0, ENQUEUE_EVERY_S - (time.monotonic() - now)))
+
+
+async def sample(
+    system: Rota, day: Day, every_s: float, until: float, enqueued: list[int], start: float
+) -> None:
+    """Read the counts every ``every_s`` real seconds (a simulated minute) until ``until``."""
+    hour_s = every_s * 60
+    while time.monotonic() < until:
+        counts = await system.app.store.counts()  # kept by the writes: cheap at any size
+        day.samples.append(
+            Sample(
+                hour=int((time.monotonic() - start) // hour_s),
+                pending=counts.total(_state("pending")),
+                running=counts.total(_state("running")),
+                enqueued=enqueued[0],
+                succeeded=counts.total(_state("succeeded")),
+            )
+        )
+        await asyncio.sleep(every_s)
+
+
+def _state(name: str) -> Any:
+    from rota.domain.job import JobState
+
+    return JobState(name)
+
+
+async def schedules_defined(dsn: str, count: int, *, timeout_s: float) -> Any:
+    """Wait until the workers have upserted all ``count`` schedules (a ready worker may
+    still be writing them); the store's clock then."""
+    deadline = time.monotonic() + timeout_s
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        while True:
+            row = await (
+                await conn.execute("SELECT count(*), now() FROM rota_schedules")
+            ).fetchone()
+            if row and row[0] >= count:
+                return row[1]
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the workers defined {row and row[0]} of {count} schedules")
+            await asyncio.sleep(0.2)
+
+
+async def measure(args: argparse.Namespace, cluster: Cluster) -> Day:
+    hour_s = 3600 / args.speed
+    rate = args.per_day / 86_400 * args.speed
+    day = Day(speed=args.speed, hours=args.hours, rate=rate, load=os.getloadavg()[0])
+    settings = Settings(server_url=cluster.url, postmaster=cluster.pid, quick=args.quick)
+    system = Rota(settings)
+    await system.setup()
+    env = {
+        **system.drain_env,
+        "BENCH_SCHEDULES": str(args.schedules),
+        "BENCH_SCHEDULE_EVERY_S": repr(hour_s),
+        "BENCH_SCHEDULE_JITTER_S": repr(args.jitter_minutes * 60 / args.speed),
+    }
+    group = start_workers(
+        settings, "rota", system.dsn, processes=args.processes, concurrency=500, extra=env
+    )
+    try:
+        await group.wait_ready()
+        anchor = await schedules_defined(system.dsn, args.schedules, timeout_s=300)
+        progress(
+            f"{args.hours} simulated hours at {args.speed:g}x: {hour_s:.1f} s each,"
+            f" {rate:,.0f} steady jobs/s, {args.schedules:,} schedules"
+        )
+        started = time.monotonic()
+        until = started + args.hours * hour_s
+        enqueued = [0]
+        await asyncio.gather(
+            enqueue_steady(system, rate, until, enqueued),
+            sample(system, day, hour_s / 60, until, enqueued, started),
+        )
+        async with await psycopg.AsyncConnection.connect(system.dsn, autocommit=True) as conn:
+            end = await (await conn.execute("SELECT now()")).fetchone()
+            assert end is not None
+            params = {"start": anchor, "hour_s": hour_s, "end": end[0]}
+            for hour, lag_ms in await (await conn.execute(_LAGS, params)).fetchall():
+                day.lags.setdefault(int(hour), []).append(float(lag_ms))
+            [unclaimed] = await (await conn.execute(_UNCLAIMED, params)).fetchone() or (0,)
+            day.unclaimed = int(unclaimed)
+    finally:
+        await group.stop()
+        group.kill()
+        await system.close()
+    return day
+
+
+def report(day: Day) -> str:
+    lines = [
+        f"load average at start {day.load:.2f} on {os.cpu_count()} CPUs;"
+        f" {day.speed:g}x, {day.rate:,.0f} steady jobs/s",
+        "| simulated hour | schedule lag p50 / p99 / max, ms | schedule runs | pending max / at"
+        " end | steady jobs enqueued | jobs succeeded |",
+        "|---|---|---|---|---|---|",
+    ]
+    for hour in range(day.hours):
+        lags = day.lags.get(hour, [])
+        samples = [s for s in day.samples if s.hour == hour]
+        if not samples:
+            continue
+        lag = (
+            f"{percentile(lags, 0.5):,.0f} / {percentile(lags, 0.99):,.0f} / {max(lags):,.0f}"
+            if lags
+            else "-"
+        )
+        lines.append(
+            f"| {hour} | {lag} | {len(lags):,} | {max(s.pending for s in samples):,} /"
+            f" {samples[-1].pending:,} | {samples[-1].enqueued:,} | {samples[-1].succeeded:,} |"
+        )
+    # Slots before the first hour (the schedules' first, at their creation) are left out.
+    every = [lag for hour, lags in day.lags.items() if 0 <= hour < day.hours for lag in lags]
+    if every:
+        lines.append(
+            f"| day | {percentile(every, 0.5):,.0f} / {percentile(every, 0.99):,.0f} /"
+            f" {max(every):,.0f} | {len(every):,} | {max(s.pending for s in day.samples):,} /"
+            f" {day.samples[-1].pending:,} | {day.samples[-1].enqueued:,} |"
+            f" {day.samples[-1].succeeded:,} |"
+        )
+    lines.append(f"schedule runs due before the end and never claimed: {day.unclaimed:,}")
+    return "\n".join(lines)
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.day", description=__doc__.split("\n")[0])
+    parser.add_argument("--speed", type=float, default=100.0, help="compression (100)")
+    parser.add_argument("--hours", type=int, default=24, help="simulated hours (24)")
+    parser.add_argument("--per-day", type=int, default=10_000_000, help="steady jobs a day")
+    parser.add_argument("--schedules", type=int, default=2_000, help="hourly schedules (2,000)")
+    parser.add_argument(
+        "--jitter-minutes", type=float, default=5.0, help="simulated minutes of jitter (5)"
+    )
+    parser.add_argument("--processes", type=int, default=2, help="worker processes (2)")
+    parser.add_argument("--quick", action="store_true", help="1 hour, 100,000 a day, 100")
+    parser.add_argument("--json", type=Path, help="also write the raw figures here")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.hours, args.per_day, args.schedules = 1, 100_000, 100
+    if args.speed <= 0 or args.hours <= 0 or args.per_day < 0 or args.schedules <= 0:
+        parser.error("--speed, --hours and --schedules must be positive, --per-day not negative")
+    return args
+
+
+def main(argv: list[str]) -> int:
+    args = parse(argv)
+    cluster = Cluster.start()
+    try:
+        day = asyncio.run(measure(args, cluster))
+    finally:
+        cluster.stop()
+    print(report(day))
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                {
+                    "speed": day.speed,
+                    "hours": day.hours,
+                    "rate": day.rate,
+                    "load": day.load,
+                    "samples": [vars(s) for s in day.samples],
+                    "lags_ms": {str(h): v for h, v in day.lags.items()},
+                    "unclaimed": day.unclaimed,
+                }
+            )
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
