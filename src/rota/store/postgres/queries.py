@@ -184,10 +184,12 @@ class Routine:
 
     Why a function: a claim's parameters (the queue array, the batch size) make PostgreSQL
     estimate its generic plan far above its custom plans, so prepared, it never settles on the
-    generic plan and is planned afresh on every call, about as long as it takes to run. A PL/pgSQL function keeps its statement's plan
-    for the session, and its own setting of plan_cache_mode makes that plan the generic one:
-    the statement is planned once per connection and stays one statement that commits by
-    itself. ``migrate`` makes the functions from this version's statements (``routines``).
+    generic plan and is planned afresh on every call, about as long as it takes to run. A
+    PL/pgSQL function keeps its statement's plan for the session, and its own setting of
+    plan_cache_mode makes that plan the generic one: the statement is planned once per
+    connection and stays one statement that commits by itself. ``migrate`` makes the
+    functions from this version's statements (``routines``), dropping and creating each, so a
+    change of parameters or columns needs nothing more.
     """
 
     statement: str
