@@ -20,7 +20,9 @@ steady jobs and fire and run the schedules. The bench process enqueues the stead
 batches every 100 ms, paced by the clock, and reads the counts each simulated minute.
 
 Printed per simulated hour and for the whole day: schedule lag (a schedule's job claimed, by
-the store's clock, after the moment it was due: its slot plus its offset), p50, p99 and max;
+the store's clock, after its run_at, which the firing sets to the moment it enqueues the slot's
+job: the wait in the queue, not the firer's own delay past the slot and its offset, which this
+bench does not measure), p50, p99 and max;
 the backlog (pending jobs, from the counts the writes keep) at its largest and at the hour's
 end; the steady jobs enqueued and all jobs succeeded so far. The schedules' first runs, at
 their creation before the first hour, are left out. Load average at the start is printed: a busy machine's figures
