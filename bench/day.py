@@ -9,10 +9,10 @@ The estimate: 10 million jobs a day (115 a second on average) and thousands of "
 schedules that all fall due at minute zero, spread by jitter. Compressed ``--speed`` times, a
 simulated hour lasts ``3600 / speed`` real seconds: the steady jobs are enqueued at ``speed``
 times their rate (11,574 jobs/s at 100x), and each of ``--schedules`` schedules runs every
-``3600 / speed`` seconds, all anchored together (created at once), each with a fixed offset
-below ``--jitter-minutes`` of simulated time. Real time, real clocks: rota takes its time from
-PostgreSQL as in production, so nothing but the periods is scaled, and leases and heartbeats
-are the defaults.
+``3600 / speed`` seconds, anchored at its creation (the workers create them all at start,
+within the seconds their upsert takes), each with a fixed offset below ``--jitter-minutes``
+of simulated time. Real time, real clocks: rota takes its time from PostgreSQL as in
+production, so nothing but the periods is scaled, and leases and heartbeats are the defaults.
 
 On a throwaway cluster configured as production (``bench/cluster.py``), ``--processes`` rota
 worker processes (``bench.worker``, no-op handlers, concurrency 500, claim batch 250) run the
@@ -20,13 +20,13 @@ steady jobs and fire and run the schedules. The bench process enqueues the stead
 batches every 100 ms, paced by the clock, and reads the counts each simulated minute.
 
 Printed per simulated hour and for the whole day: schedule lag (a schedule's job claimed, by
-the store's clock, after its run_at, which the firing sets to the moment it enqueues the slot's
-job: the wait in the queue, not the firer's own delay past the slot and its offset, which this
-bench does not measure), p50, p99 and max;
-the backlog (pending jobs, from the counts the writes keep) at its largest and at the hour's
-end; the steady jobs enqueued and all jobs succeeded so far. The schedules' first runs, at
-their creation before the first hour, are left out. Load average at the start is printed: a busy machine's figures
-are checks of this program, not measurements.
+the store's clock, after its run_at, which the firing sets to the moment it enqueues the
+slot's job: the wait in the queue, not the firer's own delay past the slot and its offset,
+which this bench does not measure), p50, p99 and max; the backlog (pending jobs, from the
+counts the writes keep) at its largest and at the hour's end; the steady jobs enqueued and
+all jobs succeeded so far; the schedules' jobs enqueued before the end and never claimed. The
+schedules' first runs, at their creation before the first hour, are left out. Load average at
+the start is printed: a busy machine's figures are checks of this program, not measurements.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ import psycopg
 from bench.cluster import Cluster
 from bench.harness import Settings, percentile, progress, start_workers
 from bench.systems import Rota
+from rota.domain.job import JobState
 
 #: A batch of steady jobs goes out this often (real seconds).
 ENQUEUE_EVERY_S = 0.1
@@ -113,24 +114,18 @@ async def sample(
         day.samples.append(
             Sample(
                 hour=int((time.monotonic() - start) // hour_s),
-                pending=counts.total(_state("pending")),
-                running=counts.total(_state("running")),
+                pending=counts.total(JobState.PENDING),
+                running=counts.total(JobState.RUNNING),
                 enqueued=enqueued[0],
-                succeeded=counts.total(_state("succeeded")),
+                succeeded=counts.total(JobState.SUCCEEDED),
             )
         )
         await asyncio.sleep(every_s)
 
 
-def _state(name: str) -> Any:
-    from rota.domain.job import JobState
-
-    return JobState(name)
-
-
 async def schedules_defined(dsn: str, count: int, *, timeout_s: float) -> Any:
     """Wait until the workers have upserted all ``count`` schedules (a ready worker may
-    still be writing them); the store's clock then."""
+    still be writing them); the store's clock then, the start of the first simulated hour."""
     deadline = time.monotonic() + timeout_s
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         while True:
@@ -162,7 +157,7 @@ async def measure(args: argparse.Namespace, cluster: Cluster) -> Day:
     )
     try:
         await group.wait_ready()
-        anchor = await schedules_defined(system.dsn, args.schedules, timeout_s=300)
+        start_at = await schedules_defined(system.dsn, args.schedules, timeout_s=300)
         progress(
             f"{args.hours} simulated hours at {args.speed:g}x: {hour_s:.1f} s each,"
             f" {rate:,.0f} steady jobs/s, {args.schedules:,} schedules"
@@ -177,7 +172,7 @@ async def measure(args: argparse.Namespace, cluster: Cluster) -> Day:
         async with await psycopg.AsyncConnection.connect(system.dsn, autocommit=True) as conn:
             end = await (await conn.execute("SELECT now()")).fetchone()
             assert end is not None
-            params = {"start": anchor, "hour_s": hour_s, "end": end[0]}
+            params = {"start": start_at, "hour_s": hour_s, "end": end[0]}
             for hour, lag_ms in await (await conn.execute(_LAGS, params)).fetchall():
                 day.lags.setdefault(int(hour), []).append(float(lag_ms))
             [unclaimed] = await (await conn.execute(_UNCLAIMED, params)).fetchone() or (0,)
@@ -220,7 +215,7 @@ def report(day: Day) -> str:
             f" {day.samples[-1].pending:,} | {day.samples[-1].enqueued:,} |"
             f" {day.samples[-1].succeeded:,} |"
         )
-    lines.append(f"schedule runs due before the end and never claimed: {day.unclaimed:,}")
+    lines.append(f"schedule runs enqueued before the end and never claimed: {day.unclaimed:,}")
     return "\n".join(lines)
 
 
