@@ -17,7 +17,7 @@ from psycopg import sql
 
 from rota.store.postgres.queries import ROUTINES, query
 
-_PARAMETER = re.compile(r"%\((\w+)\)s")
+_PARAMETER = re.compile(r"%\((\w+)\)[sb]")
 
 
 def sent_params(store: Any, *, run: bool = True) -> dict[str, dict[str, Any]]:

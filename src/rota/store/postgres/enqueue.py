@@ -18,7 +18,7 @@ from psycopg.rows import TupleRow
 from rota.domain.errors import StoreUnavailable
 from rota.domain.job import EnqueueResult, Job, JobSpec, JobState, state_mask
 from rota.store.postgres.queries import query
-from rota.store.postgres.rows import Row, row_to_job, us
+from rota.store.postgres.rows import Row, array_or_null, row_to_job, us
 
 #: A statement to run and the rows it returned: the steps of a sans-I/O flow.
 Step: TypeAlias = tuple[str, dict[str, Any]]
@@ -126,34 +126,43 @@ def enqueue_any_flow(specs: Sequence[JobSpec], now: datetime | None) -> Flow:
 
 
 def enqueue_params(specs: Sequence[JobSpec], now: datetime | None) -> dict[str, Any]:
+    """The arrays of the "enqueue" statement; a column no spec sets is sent as NULL (unnest
+    pads it with NULLs), so the options most jobs leave unset cost nothing to send."""
     return {
         "now": now,
         "kind": [s.kind for s in specs],
         "queue": [s.queue for s in specs],
         "payload": [s.payload_json for s in specs],
         "priority": [s.priority for s in specs],
-        "run_at": [s.run_at for s in specs],
+        "run_at": array_or_null([s.run_at for s in specs]),
         "delay_us": [us(s.delay) if s.delay is not None else 0 for s in specs],
         "max_attempts": [s.max_attempts for s in specs],
-        "tenant": [s.tenant for s in specs],
-        "unique_key": [s.unique_key for s in specs],
-        "timeout_us": [us(s.timeout) if s.timeout is not None else None for s in specs],
-        "schedule": [s.schedule for s in specs],
-        "slot_at": [s.slot_at for s in specs],
-        "trace_context": [trace_context_json(s) for s in specs],
-        "expires_at": [s.expires_at for s in specs],
-        "expire_after_us": [us(s.expire_after) if s.expire_after else None for s in specs],
-        "unique_for_us": [us(s.unique_for) if s.unique_for else None for s in specs],
-        "unique_states": [
-            state_mask(s.unique_states) if s.unique_states is not None else None for s in specs
-        ],
+        "tenant": array_or_null([s.tenant for s in specs]),
+        "unique_key": array_or_null([s.unique_key for s in specs]),
+        "timeout_us": array_or_null(
+            [us(s.timeout) if s.timeout is not None else None for s in specs]
+        ),
+        "schedule": array_or_null([s.schedule for s in specs]),
+        "slot_at": array_or_null([s.slot_at for s in specs]),
+        "trace_context": array_or_null([trace_context_json(s) for s in specs]),
+        "expires_at": array_or_null([s.expires_at for s in specs]),
+        "expire_after_us": array_or_null(
+            [us(s.expire_after) if s.expire_after else None for s in specs]
+        ),
+        "unique_for_us": array_or_null([us(s.unique_for) if s.unique_for else None for s in specs]),
+        "unique_states": array_or_null(
+            [state_mask(s.unique_states) if s.unique_states is not None else None for s in specs]
+        ),
     }
 
 
 def enqueue_one_params(spec: JobSpec, now: datetime | None) -> dict[str, Any]:
     """``enqueue_params`` of one spec, each value on its own (query "enqueue_one")."""
     params = enqueue_params([spec], now)
-    return {name: value if name == "now" else value[0] for name, value in params.items()}
+    return {
+        name: value if name == "now" or value is None else value[0]
+        for name, value in params.items()
+    }
 
 
 def trace_context_json(spec: JobSpec) -> str | None:

@@ -31,7 +31,7 @@ def where(
         else (sorted(s.value for s in filter.states) if filter.states is not None else None)
     )
     if states is not None:
-        clauses.append(sql.SQL("state = ANY(%(states)s::text[])"))
+        clauses.append(sql.SQL("state = ANY(%(states)b::text[])"))
         params["states"] = states
     for column in ("kind", "queue", "tenant", "schedule"):
         value = getattr(filter, column)
@@ -60,7 +60,7 @@ def guarded(
         states = [state.value for state in filter.states]
     counted: list[sql.Composable] = []
     if states is not None:
-        counted.append(sql.SQL("c.state = ANY(%(states)s::text[])"))
+        counted.append(sql.SQL("c.state = ANY(%(states)b::text[])"))
     counted.extend(
         sql.SQL("c.{} = %({})s").format(sql.Identifier(column), sql.SQL(column))
         for column in ("kind", "queue")

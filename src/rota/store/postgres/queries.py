@@ -200,7 +200,7 @@ class Routine:
     def definition(self) -> str:
         body = queries()[self.statement].rstrip().removesuffix(";")
         for name, _ in self.parameters:
-            body = body.replace(f"%({name})s", f"p_{name}")
+            body = body.replace(f"%({name})s", f"p_{name}").replace(f"%({name})b", f"p_{name}")
         if "%" in body or "$routine$" in body:
             raise ValueError(f"{self.statement} has a parameter {self.function} does not take")
         parameters = ", ".join(f"p_{name} {kind}" for name, kind in self.parameters)
@@ -215,8 +215,11 @@ class Routine:
 
     def call(self) -> str:
         """The statement the store sends (its parameters typed: NULLs would leave the function
-        to call unresolved)."""
-        arguments = ", ".join(f"%({name})s::{kind}" for name, kind in self.parameters)
+        to call unresolved; arrays sent in binary, as every statement sends them)."""
+        arguments = ", ".join(
+            f"%({name}){'b' if kind.endswith('[]') else 's'}::{kind}"
+            for name, kind in self.parameters
+        )
         return f"SELECT * FROM {self.function}({arguments})"
 
 

@@ -2,6 +2,8 @@
 -- Conventions: %(now)s is NULL in production, so coalesce(%(now)s, now()) is the database's
 -- clock (workers' clocks never decide anything); tests pass a fake instant instead.
 -- Every write after a claim is fenced: WHERE state = 'running' AND lease_token = <token>.
+-- Arrays are sent in binary (%(name)b): psycopg spells a text array by escaping every element,
+-- and PostgreSQL parses it back, which cost more than the rest of a batched enqueue.
 -- {tally} adds the terminal transitions of the CTE "done" to rota_finished_per_minute;
 -- {wake} notifies workers of the jobs "done" made pending (due now or later), on commit;
 -- {finished} notifies result waiters when "done" made jobs they wait for terminal (one NOTIFY,
@@ -28,12 +30,12 @@ SELECT i.kind, i.queue, i.payload::json, i.priority,
             THEN coalesce(coalesce(%(now)s::timestamptz, now()) + i.unique_for_us * interval '1 microsecond',
                           'infinity') END,
        i.unique_states
-FROM unnest(%(kind)s::text[], %(queue)s::text[], %(payload)s::text[], %(priority)s::smallint[],
-            %(run_at)s::timestamptz[], %(delay_us)s::bigint[], %(max_attempts)s::int[],
-            %(tenant)s::text[], %(unique_key)s::text[], %(timeout_us)s::bigint[],
-            %(schedule)s::text[], %(slot_at)s::timestamptz[], %(trace_context)s::text[],
-            %(expires_at)s::timestamptz[], %(expire_after_us)s::bigint[],
-            %(unique_for_us)s::bigint[], %(unique_states)s::smallint[])
+FROM unnest(%(kind)b::text[], %(queue)b::text[], %(payload)b::text[], %(priority)b::smallint[],
+            %(run_at)b::timestamptz[], %(delay_us)b::bigint[], %(max_attempts)b::int[],
+            %(tenant)b::text[], %(unique_key)b::text[], %(timeout_us)b::bigint[],
+            %(schedule)b::text[], %(slot_at)b::timestamptz[], %(trace_context)b::text[],
+            %(expires_at)b::timestamptz[], %(expire_after_us)b::bigint[],
+            %(unique_for_us)b::bigint[], %(unique_states)b::smallint[])
      WITH ORDINALITY AS i(kind, queue, payload, priority, run_at, delay_us, max_attempts,
                           tenant, unique_key, timeout_us, schedule, slot_at, trace_context,
                           expires_at, expire_after_us, unique_for_us, unique_states, ord)
@@ -64,8 +66,8 @@ RETURNING id, run_at, created_at, unique_key, schedule, slot_at, expires_at;
 -- name: existing_for_keys
 -- The active job holding each unique key, and the job of each schedule slot.
 SELECT {job_columns} FROM rota_jobs
-WHERE (unique_key = ANY(%(unique_keys)s::text[]) AND state IN ('pending', 'running'))
-   OR (schedule, slot_at) IN (SELECT * FROM unnest(%(schedules)s::text[], %(slots)s::timestamptz[]));
+WHERE (unique_key = ANY(%(unique_keys)b::text[]) AND state IN ('pending', 'running'))
+   OR (schedule, slot_at) IN (SELECT * FROM unnest(%(schedules)b::text[], %(slots)b::timestamptz[]));
 
 -- name: lock_unique_key
 -- Enqueues of a key held beyond the active states take turns on it until they commit, so
@@ -116,7 +118,7 @@ COPY rota_jobs (id, kind, queue, payload, priority, run_at, max_attempts, tenant
 -- and a LIMIT, so two claimers never share a row and the planner can neither re-run a
 -- locking subquery nor take more than asked.
 WITH RECURSIVE open_queues AS MATERIALIZED (
-    SELECT q.name FROM unnest(%(queues)s::text[]) AS q(name)
+    SELECT q.name FROM unnest(%(queues)b::text[]) AS q(name)
     WHERE NOT EXISTS (SELECT 1 FROM rota_queues p WHERE p.name = q.name AND p.paused)
       AND (%(limited)s OR NOT EXISTS (SELECT 1 FROM rota_limits))
 ), walk(queue, tenant, priority, phase, steps) AS (
@@ -177,10 +179,10 @@ WITH RECURSIVE open_queues AS MATERIALIZED (
           AND j.run_at <= coalesce(%(now)s::timestamptz, now())
           -- An expired job is never started, whether or not the rescuer cancelled it yet.
           AND (j.expires_at IS NULL OR j.expires_at > coalesce(%(now)s::timestamptz, now()))
-          AND j.kind <> ALL(%(blocked_kinds)s::text[])
+          AND j.kind <> ALL(%(blocked_kinds)b::text[])
           -- A kind the claiming worker does not run is left for a worker that does.
-          AND (%(kinds)s::text[] IS NULL OR j.kind = ANY(%(kinds)s::text[]))
-          AND coalesce(j.tenant, '') <> ALL(%(blocked_tenants)s::text[])
+          AND (%(kinds)b::text[] IS NULL OR j.kind = ANY(%(kinds)b::text[]))
+          AND coalesce(j.tenant, '') <> ALL(%(blocked_tenants)b::text[])
         ORDER BY j.run_at, j.id
         LIMIT (SELECT n FROM quota)
         FOR UPDATE SKIP LOCKED
@@ -191,9 +193,9 @@ WITH RECURSIVE open_queues AS MATERIALIZED (
     FROM rota_jobs j
     WHERE j.state = 'running' AND j.lease_until < coalesce(%(now)s::timestamptz, now())
       AND NOT {expiry_dead} AND j.queue IN (SELECT name FROM open_queues)
-      AND j.kind <> ALL(%(blocked_kinds)s::text[])
-      AND (%(kinds)s::text[] IS NULL OR j.kind = ANY(%(kinds)s::text[]))
-      AND coalesce(j.tenant, '') <> ALL(%(blocked_tenants)s::text[])
+      AND j.kind <> ALL(%(blocked_kinds)b::text[])
+      AND (%(kinds)b::text[] IS NULL OR j.kind = ANY(%(kinds)b::text[]))
+      AND coalesce(j.tenant, '') <> ALL(%(blocked_tenants)b::text[])
     -- Expired leases are few; sorting them in claim order keeps one order for all jobs.
     ORDER BY j.priority DESC, j.run_at, j.id
     LIMIT %(take)s
@@ -277,7 +279,7 @@ FROM chosen JOIN rota_jobs j USING (id)
 ORDER BY chosen.pos;
 
 -- name: claim_ids
-WITH batch AS (SELECT unnest(%(ids)s::bigint[]) AS id)
+WITH batch AS (SELECT unnest(%(ids)b::bigint[]) AS id)
 {_take}
 RETURNING {j.job_columns};
 
@@ -299,7 +301,7 @@ WHERE starts[cardinality(starts)] > coalesce(%(now)s::timestamptz, now()) - %(pe
 -- Append this claim's starts, keeping only as many as the largest rate can ever count.
 INSERT INTO rota_limit_starts AS s (scope, key, starts)
 SELECT x.scope, x.key, array_fill(coalesce(%(now)s::timestamptz, now()), ARRAY[x.n])
-FROM unnest(%(scopes)s::text[], %(keys)s::text[], %(counts)s::int[]) AS x(scope, key, n)
+FROM unnest(%(scopes)b::text[], %(keys)b::text[], %(counts)b::int[]) AS x(scope, key, n)
 ON CONFLICT (scope, key) DO UPDATE SET starts =
     (s.starts || excluded.starts)[greatest(1, cardinality(s.starts) + cardinality(excluded.starts) - 9999):];
 
@@ -340,7 +342,7 @@ GROUP BY tenant ORDER BY tenant;
 WITH renewed AS (
     UPDATE rota_jobs j
     SET lease_until = coalesce(%(now)s::timestamptz, now()) + %(lease)s::interval
-    FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS l(id, token)
+    FROM unnest(%(ids)b::bigint[], %(tokens)b::bigint[]) AS l(id, token)
     WHERE j.id = l.id AND j.state = 'running' AND j.lease_token = l.token
     RETURNING j.id
 )
@@ -354,8 +356,8 @@ WITH renewed AS (
     SET lease_until = coalesce(%(now)s::timestamptz, now()) + %(lease)s::interval,
         progress = CASE WHEN l.reported THEN l.fraction ELSE j.progress END,
         progress_message = CASE WHEN l.reported THEN l.message ELSE j.progress_message END
-    FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(reported)s::boolean[],
-                %(fractions)s::double precision[], %(messages)s::text[])
+    FROM unnest(%(ids)b::bigint[], %(tokens)b::bigint[], %(reported)b::boolean[],
+                %(fractions)s::double precision[], %(messages)b::text[])
          AS l(id, token, reported, fraction, message)
     WHERE j.id = l.id AND j.state = 'running' AND j.lease_token = l.token
     RETURNING j.id
@@ -375,7 +377,7 @@ WITH done AS (
     UPDATE rota_jobs j SET state = 'succeeded', lease_until = NULL,
                            finished_at = coalesce(%(now)s::timestamptz, now()),
                            result = l.result::json
-    FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(results)s::text[])
+    FROM unnest(%(ids)b::bigint[], %(tokens)b::bigint[], %(results)b::text[])
          AS l(id, token, result)
     WHERE j.id = l.id AND j.state = 'running' AND j.lease_token = l.token
     RETURNING j.id, j.state
@@ -426,7 +428,7 @@ UPDATE rota_jobs SET state = CASE WHEN waiting_on > 0 THEN 'waiting' ELSE 'pendi
     run_at = coalesce(%(now)s::timestamptz, now()),
     attempt = 0, max_attempts = greatest(max_attempts, %(max_attempts)s::int),
     lease_until = NULL, finished_at = NULL
-WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('dead', 'cancelled')
+WHERE id = ANY(%(ids)b::bigint[]) AND state IN ('dead', 'cancelled')
 RETURNING {job_columns}
 ), {wake}
 SELECT done.* FROM done, woke;
@@ -463,7 +465,7 @@ UPDATE rota_jobs SET state = 'cancelled', lease_until = NULL,
 -- name: cancel
 WITH done AS (
 {_cancelling}
-WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('waiting', 'pending', 'running')
+WHERE id = ANY(%(ids)b::bigint[]) AND state IN ('waiting', 'pending', 'running')
 RETURNING {job_columns}
 ), tally AS ({tally}), {finished}
 SELECT done.* FROM done, told;
@@ -491,7 +493,7 @@ SELECT done.* FROM done, woke;
 
 -- name: purge
 DELETE FROM rota_jobs
-WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('succeeded', 'dead', 'cancelled')
+WHERE id = ANY(%(ids)b::bigint[]) AND state IN ('succeeded', 'dead', 'cancelled')
 RETURNING id;
 
 -- name: get
@@ -503,11 +505,11 @@ SELECT {job_columns} FROM rota_jobs WHERE id = %(id)s;
 -- pruned meanwhile go with them (prune), so the table never outgrows the jobs waited for.
 INSERT INTO rota_result_waits (job_id)
 SELECT id FROM rota_jobs
-WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('waiting', 'pending', 'running')
+WHERE id = ANY(%(ids)b::bigint[]) AND state IN ('waiting', 'pending', 'running')
 ON CONFLICT DO NOTHING;
 
 -- name: get_many
-SELECT {job_columns} FROM rota_jobs WHERE id = ANY(%(ids)s::bigint[]);
+SELECT {job_columns} FROM rota_jobs WHERE id = ANY(%(ids)b::bigint[]);
 
 -- name: state_of
 SELECT state FROM rota_jobs WHERE id = %(id)s;
@@ -669,7 +671,7 @@ ORDER BY run_at LIMIT 1;
 INSERT INTO rota_workers (name, host, pid, queues, concurrency, started_at, beat_at, kinds)
 VALUES (%(name)s, %(host)s, %(pid)s, %(queues)s, %(concurrency)s,
         coalesce(%(now)s::timestamptz, now()), coalesce(%(now)s::timestamptz, now()),
-        %(kinds)s::text[])
+        %(kinds)b::text[])
 ON CONFLICT (name) DO UPDATE SET host = excluded.host, pid = excluded.pid,
     queues = excluded.queues, concurrency = excluded.concurrency,
     started_at = excluded.started_at, beat_at = excluded.beat_at, kinds = excluded.kinds;
@@ -759,11 +761,11 @@ UPDATE rota_schedules SET last_job_id = %(job_id)s WHERE name = %(name)s;
 -- name: due_schedules
 -- Lock the due rows; SKIP LOCKED lets concurrent firers take other schedules instead of
 -- queueing behind this one, and makes each due schedule fire in exactly one transaction.
--- A workflow schedule only where this firer knows its builder (%(workflows)s, by name).
+-- A workflow schedule only where this firer knows its builder (the names in %(workflows)b).
 SELECT {schedule_columns}, coalesce(%(now)s::timestamptz, now())
 FROM rota_schedules s LEFT JOIN rota_jobs j ON j.id = s.last_job_id
 WHERE NOT s.paused AND s.due_at <= coalesce(%(now)s::timestamptz, now())
-  AND (NOT s.workflow OR s.name = ANY(%(workflows)s::text[]))
+  AND (NOT s.workflow OR s.name = ANY(%(workflows)b::text[]))
 ORDER BY s.due_at, s.name
 LIMIT %(limit)s
 FOR UPDATE OF s SKIP LOCKED;
@@ -772,14 +774,14 @@ FOR UPDATE OF s SKIP LOCKED;
 -- Runs in the transaction that locked the rows (due_schedules) and inserted their jobs.
 UPDATE rota_schedules s SET next_run_at = a.next_run_at, due_at = a.due_at,
     last_run_at = a.last_run_at, last_job_id = a.last_job_id
-FROM unnest(%(names)s::text[], %(next_run_at)s::timestamptz[], %(due_at)s::timestamptz[],
-            %(last_run_at)s::timestamptz[], %(last_job_id)s::bigint[])
+FROM unnest(%(names)b::text[], %(next_run_at)b::timestamptz[], %(due_at)b::timestamptz[],
+            %(last_run_at)b::timestamptz[], %(last_job_id)b::bigint[])
      AS a(name, next_run_at, due_at, last_run_at, last_job_id)
 WHERE s.name = a.name;
 
 -- name: next_fire_at
 SELECT min(due_at) FROM rota_schedules
-WHERE NOT paused AND (NOT workflow OR name = ANY(%(workflows)s::text[]));
+WHERE NOT paused AND (NOT workflow OR name = ANY(%(workflows)b::text[]));
 
 -- name: slot_job
 SELECT {job_columns} FROM rota_jobs WHERE schedule = %(schedule)s AND slot_at = %(slot_at)s;
@@ -788,14 +790,14 @@ SELECT {job_columns} FROM rota_jobs WHERE schedule = %(schedule)s AND slot_at = 
 -- The existing parents of a graph being written, locked (in id order, so two writers cannot
 -- deadlock): a parent that finishes meanwhile waits for this transaction, and its trigger
 -- then sees the new edges.
-SELECT id, state, workflow FROM rota_jobs WHERE id = ANY(%(ids)s::bigint[]) ORDER BY id FOR UPDATE;
+SELECT id, state, workflow FROM rota_jobs WHERE id = ANY(%(ids)b::bigint[]) ORDER BY id FOR UPDATE;
 
 -- name: workflow_reserve_ids
 SELECT array(SELECT nextval(pg_get_serial_sequence('rota_jobs', 'id'))
              FROM generate_series(1, %(count)s));
 
 -- name: workflow_adopt
-UPDATE rota_jobs SET workflow = %(workflow)s WHERE id = ANY(%(ids)s::bigint[]) AND workflow IS NULL;
+UPDATE rota_jobs SET workflow = %(workflow)s WHERE id = ANY(%(ids)b::bigint[]) AND workflow IS NULL;
 
 -- name: workflow_insert
 -- A graph's jobs in their planned states (rota.domain.workflow.plan), with ids reserved first.
@@ -809,12 +811,12 @@ SELECT i.id, i.kind, i.queue, i.payload::json, i.state, i.priority,
        i.trace_context::json, %(workflow)s, i.waiting_on, i.blocked_by, i.last_error,
        CASE WHEN i.state = 'cancelled' THEN coalesce(%(now)s::timestamptz, now()) END,
        i.schedule, i.slot_at
-FROM unnest(%(id)s::bigint[], %(kind)s::text[], %(queue)s::text[], %(payload)s::text[],
-            %(state)s::text[], %(priority)s::smallint[], %(run_at)s::timestamptz[],
-            %(delay_us)s::bigint[], %(max_attempts)s::int[], %(tenant)s::text[],
-            %(timeout_us)s::bigint[], %(trace_context)s::text[], %(waiting_on)s::int[],
-            %(blocked_by)s::bigint[], %(last_error)s::text[], %(schedule)s::text[],
-            %(slot_at)s::timestamptz[])
+FROM unnest(%(id)b::bigint[], %(kind)b::text[], %(queue)b::text[], %(payload)b::text[],
+            %(state)b::text[], %(priority)b::smallint[], %(run_at)b::timestamptz[],
+            %(delay_us)b::bigint[], %(max_attempts)b::int[], %(tenant)b::text[],
+            %(timeout_us)b::bigint[], %(trace_context)b::text[], %(waiting_on)b::int[],
+            %(blocked_by)b::bigint[], %(last_error)b::text[], %(schedule)b::text[],
+            %(slot_at)b::timestamptz[])
      AS i(id, kind, queue, payload, state, priority, run_at, delay_us, max_attempts, tenant,
           timeout_us, trace_context, waiting_on, blocked_by, last_error, schedule, slot_at)
 ORDER BY i.id
@@ -822,8 +824,8 @@ RETURNING {job_columns};
 
 -- name: workflow_edges_insert
 INSERT INTO rota_job_deps (parent_id, child_id, on_parent_failure, satisfied)
-SELECT * FROM unnest(%(parent)s::bigint[], %(child)s::bigint[], %(policy)s::text[],
-                     %(satisfied)s::boolean[]);
+SELECT * FROM unnest(%(parent)b::bigint[], %(child)b::bigint[], %(policy)b::text[],
+                     %(satisfied)b::boolean[]);
 
 -- name: parent_results
 SELECT p.id, p.result FROM rota_job_deps d JOIN rota_jobs p ON p.id = d.parent_id

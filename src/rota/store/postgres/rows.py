@@ -79,5 +79,11 @@ def micros(value: int | None) -> datetime | None:
     return datetime.fromtimestamp(0, UTC) + timedelta(microseconds=value)
 
 
+def array_or_null(values: list[Any]) -> list[Any] | None:
+    """``values`` as an array parameter, or NULL when every one is None: a multi-array
+    unnest pads a NULL array with NULLs, and nothing is sent for it."""
+    return None if all(value is None for value in values) else values
+
+
 def us(delta: timedelta) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds

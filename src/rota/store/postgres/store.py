@@ -88,7 +88,7 @@ from rota.store.postgres.filters import guarded, where
 from rota.store.postgres.limits import claim_limited, limits_in_use
 from rota.store.postgres.listen import SCHEDULES_CHANNEL, listen
 from rota.store.postgres.queries import JOB_COLUMNS, migrations, query
-from rota.store.postgres.rows import Row, micros, row_to_job, us
+from rota.store.postgres.rows import Row, array_or_null, micros, row_to_job, us
 from rota.store.postgres.workflows import enqueue_workflow_flow
 
 log = logging.getLogger("rota.store.postgres")
@@ -450,7 +450,7 @@ class PostgresStore:
                 "now": self._now(now),
                 "ids": [held.job_id for held in leases],
                 "tokens": [held.token for held in leases],
-                "results": list(results) if results is not None else [None] * len(leases),
+                "results": array_or_null(list(results)) if results is not None else None,
             },
         )
         done = {row[0] for row in rows}
