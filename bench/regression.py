@@ -13,7 +13,8 @@ in the machine hits all of them alike. Per run and ref:
 - **enqueue, single**: ``App.enqueue`` one job per call, one after another (median per call);
 - **enqueue, batched**: ``App.enqueue_many`` of 500 jobs per call (per job);
 - **claim** and **complete**: ``Store.claim`` of 100 from a backlog of ``--jobs`` due jobs and
-  ``Store.complete_many`` of those 100 (median per statement);
+  ``Store.complete_many`` of those 100 (median per statement); then, for 20 more claims, the
+  completion's execution inside the server and its triggers' part (EXPLAIN ANALYZE);
 - **drain**: a worker process (``App.run_worker``, concurrency 500, claim batch 250, no-op
   handler) warm and held (SIGSTOP) while ``--jobs`` jobs are enqueued and analysed, then let go;
   jobs/s from go until none is due or running, with the worker's and PostgreSQL's CPU per job.
@@ -23,7 +24,7 @@ writes it there. Nothing else is written.
 
 ``--ablate`` measures the current tree alone: the claim and completion statements with, in
 turn, nothing turned off, the workflows' state trigger disabled, their two partial indexes
-dropped, and the exact counts' triggers disabled (``ABLATIONS``), each on a freshly loaded
+dropped, and the exact counts' triggers dropped (``ABLATIONS``), each on a freshly loaded
 backlog in one database, rotated run by run: what each of them costs those statements.
 """
 
@@ -58,6 +59,8 @@ METRICS = (
     ("enqueue_batched_us", "enqueue, 500 per call, per job", "µs", False),
     ("claim_ms", "claim 100 (median statement)", "ms", False),
     ("complete_ms", "complete 100 (median statement)", "ms", False),
+    ("complete_exec_ms", "complete 100, server execution (EXPLAIN ANALYZE)", "ms", False),
+    ("complete_triggers_ms", "complete 100, of which triggers", "ms", False),
     ("drain_jobs_s", "drain", "jobs/s", True),
     ("worker_cpu_us", "drain, worker CPU per job", "µs", False),
     ("pg_cpu_us", "drain, PostgreSQL CPU per job", "µs", False),
@@ -128,6 +131,42 @@ async def _claims(store: Any, jobs: int) -> tuple[float, float]:
     return statistics.median(claims) * 1e3, statistics.median(completes) * 1e3
 
 
+async def _completion_plan(dsn: str, store: Any, rounds: int) -> tuple[float, float]:
+    """Median execution time inside the server of a completion of 100 and of its triggers'
+    part: the statement the store would send, run by EXPLAIN ANALYZE (for real, committed)
+    after each of ``rounds`` claims. Planning is left out: the store's statements are
+    prepared, and the completion runs under its generic plan."""
+    import psycopg
+
+    from rota.store.postgres.queries import query
+
+    fetch = store._fetch
+    sent: dict[str, Any] = {}
+
+    async def capture(name: str, params: dict[str, Any]) -> list[Any]:
+        if name != "complete":
+            return list(await fetch(name, params))
+        sent.update(params)
+        return []
+
+    executions, triggers = [], []
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        for _ in range(rounds):
+            claimed = await store.claim(
+                "bench", queues=["default"], limit=100, lease=timedelta(minutes=5)
+            )
+            store._fetch = capture
+            try:
+                await store.complete_many([job.lease for job in claimed])
+            finally:
+                store._fetch = fetch
+            cursor = await conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + query("complete"), sent)
+            [(plan,)] = await cursor.fetchall()
+            executions.append(plan[0]["Execution Time"])
+            triggers.append(sum(trigger["Time"] for trigger in plan[0].get("Triggers", [])))
+    return statistics.median(executions), statistics.median(triggers)
+
+
 async def _batches(dsn: str, jobs: int) -> tuple[float, float]:
     """Jobs per claim and per completion statement over the drain just measured.
 
@@ -177,6 +216,8 @@ async def _measure(dsn: str, jobs: int, singles: int, postmaster: int) -> dict[s
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
             await conn.execute("VACUUM ANALYZE rota_jobs")
         figures["claim_ms"], figures["complete_ms"] = await _claims(app.store, jobs)
+        plan = await _completion_plan(dsn, app.store, rounds=20)
+        figures["complete_exec_ms"], figures["complete_triggers_ms"] = plan
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
             await conn.execute("DELETE FROM rota_jobs WHERE state = 'pending'")
             await conn.execute("VACUUM ANALYZE rota_jobs")
@@ -223,6 +264,8 @@ async def _measure(dsn: str, jobs: int, singles: int, postmaster: int) -> dict[s
 
 #: What ``--ablate`` turns off, one at a time, in one database of the current tree: the
 #: statements run against a freshly loaded backlog each time, and are undone after.
+_COUNT_TRIGGERS = (("inserted", "INSERT"), ("updated", "UPDATE"), ("deleted", "DELETE"))
+
 ABLATIONS: dict[str, tuple[list[str], list[str]]] = {
     "as shipped": ([], []),
     "workflow state trigger disabled": (
@@ -236,14 +279,22 @@ ABLATIONS: dict[str, tuple[list[str], list[str]]] = {
             "CREATE INDEX rota_jobs_blocked_by ON rota_jobs (blocked_by) WHERE blocked_by IS NOT NULL",
         ],
     ),
-    "count triggers disabled": (
+    # Dropped, not disabled: a disabled trigger still has PostgreSQL capture its transition
+    # tables (every updated row's old and new version), which is most of what it costs.
+    "count triggers dropped": (
+        [f"DROP TRIGGER rota_jobs_count_{what} ON rota_jobs" for what, _ in _COUNT_TRIGGERS],
         [
-            f"ALTER TABLE rota_jobs DISABLE TRIGGER rota_jobs_count_{what}"
-            for what in ("inserted", "updated", "deleted")
-        ],
-        [
-            f"ALTER TABLE rota_jobs ENABLE TRIGGER rota_jobs_count_{what}"
-            for what in ("inserted", "updated", "deleted")
+            f"CREATE TRIGGER rota_jobs_count_{what} AFTER {event} ON rota_jobs "
+            f"REFERENCING {tables} FOR EACH STATEMENT EXECUTE FUNCTION rota_count_{what}()"
+            for (what, event), tables in zip(
+                _COUNT_TRIGGERS,
+                (
+                    "NEW TABLE AS rota_inserted",
+                    "OLD TABLE AS rota_updated_old NEW TABLE AS rota_updated_new",
+                    "OLD TABLE AS rota_deleted",
+                ),
+                strict=True,
+            )
         ],
     ),
 }
@@ -357,7 +408,7 @@ def _run_one(
         cwd=ROOT,
         env=env,
         check=True,
-        capture_output=True,
+        stdout=subprocess.PIPE,  # the figures; what goes wrong reaches stderr, and the log
         text=True,
     )
     figures: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -382,7 +433,7 @@ def _table(labels: dict[str, str], results: dict[str, list[dict[str, Any]]]) -> 
                 else (f"{min(values):.2f}-{max(values):.2f}")
             )
             shown = f"{median:,.0f}" if median >= 100 else f"{median:.2f}"
-            ratio = "" if ref == refs[0] else f", {median / first:.2f}x"
+            ratio = "" if ref == refs[0] or not first else f", {median / first:.2f}x"
             cells.append(f"{shown} ({spread}{ratio})")
         lines.append(f"| {label}, {unit} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

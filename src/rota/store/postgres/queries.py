@@ -90,9 +90,12 @@ _WAKE = """
 #: constant notification is sent on commit, inside the statement that finishes the jobs (no
 #: round trip); a statement finishing only jobs nobody waits for sends none, so it never takes
 #: the commit lock NOTIFY needs. "told" must be referenced for the notification to be sent.
+#: The EXISTS is tested once per statement: while nobody waits for any job (the usual case)
+#: the wait table is not probed for each finished job (about a tenth of a completion's time).
 _FINISHED = """
     waited AS (
-        DELETE FROM rota_result_waits WHERE job_id IN (
+        DELETE FROM rota_result_waits
+        WHERE EXISTS (SELECT FROM rota_result_waits) AND job_id IN (
             SELECT id FROM done WHERE state IN ('succeeded', 'dead', 'cancelled'))
         RETURNING 1
     ), finished AS (
