@@ -67,7 +67,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "database there (the suite creates and drops rota_bench_* databases on it)",
     )
     parser.add_argument(
-        "--no-write", action="store_true", help="print only; leave docs/benchmarks.* alone"
+        "--no-write",
+        action="store_true",
+        help="print only; leave docs/benchmarks.* and bench/results/latest.json alone "
+        "(the raw values go to bench/results/unpublished.json)",
     )
     args = parser.parse_args(argv)
     chosen = [s.strip() for s in (args.only or ",".join(SCENARIOS)).split(",") if s.strip()]
@@ -139,8 +142,10 @@ async def main(args: argparse.Namespace, argv: list[str], cluster: Cluster | Non
     for m in bench.measurements:
         print(f"  {m.scenario:10} {m.system:13} {m.metric:44} {summary_line(m)} {m.unit}")
     command = ("python -m bench.run " + " ".join(shlex.quote(a) for a in _public(argv))).strip()
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(
+    # A run that publishes nothing leaves the published run's raw values where they are.
+    results = RESULTS if not args.no_write else RESULTS.with_name("unpublished.json")
+    results.parent.mkdir(parents=True, exist_ok=True)
+    results.write_text(
         json.dumps(
             {
                 "command": command,
