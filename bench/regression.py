@@ -262,10 +262,11 @@ async def _measure(dsn: str, jobs: int, singles: int, postmaster: int) -> dict[s
     return figures
 
 
-#: What ``--ablate`` turns off, one at a time, in one database of the current tree: the
-#: statements run against a freshly loaded backlog each time, and are undone after.
+#: The exact counts' statement triggers (migration 017), by name suffix and event.
 _COUNT_TRIGGERS = (("inserted", "INSERT"), ("updated", "UPDATE"), ("deleted", "DELETE"))
 
+#: What ``--ablate`` turns off, one at a time, in one database of the current tree: the
+#: statements run against a freshly loaded backlog each time, and are undone after.
 ABLATIONS: dict[str, tuple[list[str], list[str]]] = {
     "as shipped": ([], []),
     "workflow state trigger disabled": (

@@ -2,8 +2,8 @@
 -- Conventions: %(now)s is NULL in production, so coalesce(%(now)s, now()) is the database's
 -- clock (workers' clocks never decide anything); tests pass a fake instant instead.
 -- Every write after a claim is fenced: WHERE state = 'running' AND lease_token = <token>.
--- Arrays are sent in binary (%(name)b): psycopg spells a text array by escaping every element,
--- and PostgreSQL parses it back, which cost more than the rest of a batched enqueue.
+-- Arrays are sent in binary (%(name)b): as text, psycopg spells an array by escaping every
+-- element and PostgreSQL parses it back, several µs a job for the payloads of a batch.
 -- {tally} adds the terminal transitions of the CTE "done" to rota_finished_per_minute;
 -- {wake} notifies workers of the jobs "done" made pending (due now or later), on commit;
 -- {finished} notifies result waiters when "done" made jobs they wait for terminal (one NOTIFY,
@@ -357,7 +357,7 @@ WITH renewed AS (
         progress = CASE WHEN l.reported THEN l.fraction ELSE j.progress END,
         progress_message = CASE WHEN l.reported THEN l.message ELSE j.progress_message END
     FROM unnest(%(ids)b::bigint[], %(tokens)b::bigint[], %(reported)b::boolean[],
-                %(fractions)s::double precision[], %(messages)b::text[])
+                %(fractions)b::double precision[], %(messages)b::text[])
          AS l(id, token, reported, fraction, message)
     WHERE j.id = l.id AND j.state = 'running' AND j.lease_token = l.token
     RETURNING j.id
