@@ -26,6 +26,8 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+import msgspec
+
 from rota.domain.errors import InvalidInput, InvalidJob
 from rota.domain.lease import Lease
 
@@ -313,6 +315,20 @@ class Progress:
 
 
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+_decode = msgspec.json.Decoder().decode
+
+
+def decode_json(text: bytes | memoryview | str) -> Any:
+    """The value of stored JSON text (a payload, a result, a trace context), as ``json.loads``
+    reads it: dicts, lists, exact integers of any size, floats, strings, booleans, None.
+
+    The fast decoder refuses a few texts ``json.loads`` accepts (a number beyond a float's
+    range, an escaped lone surrogate); those, never written by rota, are read as before.
+    """
+    try:
+        return _decode(text)
+    except msgspec.DecodeError:
+        return json.loads(bytes(text) if isinstance(text, memoryview) else text)
 
 
 def _plain(value: str | int | float) -> str | int | float:
@@ -677,13 +693,8 @@ class Job:
         """The lease this job is held under; only meaningful for a job returned by claim."""
         if self.lease_token is None or self.worker is None:
             raise ValueError(f"job {self.id} is not leased")
-        return Lease(
-            job_id=self.id,
-            token=self.lease_token,
-            attempt=self.attempt,
-            worker=self.worker,
-            lease_until=self.lease_until,
-        )
+        # Positional: every claimed job builds its lease (job_id, token, attempt, worker, until).
+        return Lease(self.id, self.lease_token, self.attempt, self.worker, self.lease_until)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,10 +13,13 @@ from typing import Any, Self, TypeVar
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 import psycopg
+from psycopg.adapt import AdaptersMap
 from psycopg.conninfo import conninfo_to_dict
+from psycopg.types.json import set_json_loads
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from rota.domain.errors import ConnectionFailed, InvalidInput, StoreUnavailable
+from rota.domain.job import decode_json
 from rota.domain.retry import RECONNECT_BACKOFF
 from rota.store.postgres.failures import address_of, again, connection_failed
 
@@ -27,6 +30,12 @@ C = TypeVar("C", bound=psycopg.AsyncConnection[Any])
 #: How long opening a store keeps trying a refused (or otherwise transient) connection before
 #: saying why it failed; also how long a caller waits for a pooled connection in an outage.
 CONNECT_WAIT_S = 10.0
+
+#: psycopg's adapters with JSON read by ``decode_json`` (a claim decodes a payload per job:
+#: json.loads of the bytes took ~2.6 µs of a no-op job's worker CPU, this ~0.2 µs). Every
+#: connection of a store copies them; the process's other psycopg connections keep theirs.
+ADAPTERS = AdaptersMap(psycopg.adapters)
+set_json_loads(decode_json, ADAPTERS)
 
 
 def connection_defaults(conninfo: str) -> dict[str, Any]:
@@ -133,9 +142,29 @@ def pool_connection_class(dialer: Dialer) -> type[psycopg.AsyncConnection[Any]]:
         @classmethod
         async def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
             parent = super().connect
-            return await dialer.connect(lambda: parent(conninfo, **kwargs))
+
+            async def attempt() -> Self:
+                conn = await parent(conninfo, **kwargs)
+                try:
+                    await in_utc(conn)
+                except BaseException:
+                    await conn.close()
+                    raise
+                return conn
+
+            return await dialer.connect(attempt)
 
     return DialedConnection
+
+
+async def in_utc(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Put the session in the time zone ``UTC`` unless it is already: psycopg reads a
+    timestamptz in the session's zone, and for any other name than ``UTC`` (Debian's servers
+    say ``Etc/UTC``) converts each value through a ZoneInfo, about 0.4 µs a value where
+    ``UTC`` is datetime's own (a claimed job has four). Nothing rota stores or compares depends
+    on the zone; PgBouncer keeps a client's TimeZone across transaction pooling."""
+    if conn.info.parameter_status("TimeZone") != "UTC":
+        await conn.execute("SET TIME ZONE 'UTC'", prepare=False)
 
 
 def open_pool(
@@ -309,6 +338,7 @@ class Connections:
             # Prepared at first use: rota runs a small fixed set of statements. None keeps
             # every statement unnamed, which any pooler passes through.
             "prepare_threshold": 0 if prepare else None,
+            "context": ADAPTERS,
             **connection_defaults(self.conninfo),
         }
 

@@ -11,7 +11,8 @@ from importlib import resources
 from rota.domain import blame
 from rota.domain.job import ALONE_AFTER_CRASHES, STATE_BIT_SQL
 
-#: The columns every statement returning a job selects, in the order ``row_to_job`` reads.
+#: The columns every statement returning a job selects: Job's fields, in their order
+#: (``row_to_job`` builds a Job positionally from them; timeout travels as microseconds).
 _JOB_COLUMN_TYPES = (
     ("id", "bigint"),
     ("kind", "text"),

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from rota.domain.clock import utc
-from rota.domain.job import Attempt, Job, JobState, Outcome
+from rota.domain.job import Attempt, Job, JobState, Outcome, decode_json
 from rota.store.base import WorkerInfo
 
 T = TypeVar("T")
@@ -63,7 +63,7 @@ def job_from_row(row: Sequence[Any]) -> Job:
         id=job_id,
         kind=kind,
         queue=queue,
-        payload=json.loads(payload),
+        payload=decode_json(payload),
         state=JobState(state),
         priority=priority,
         run_at=from_us(run_at),
@@ -82,8 +82,8 @@ def job_from_row(row: Sequence[Any]) -> Job:
         schedule=schedule,
         slot_at=_maybe_instant(slot_at),
         crashes=crashes,
-        trace_context=None if trace_context is None else json.loads(trace_context),
-        result=None if result is None else json.loads(result),
+        trace_context=None if trace_context is None else decode_json(trace_context),
+        result=None if result is None else decode_json(result),
         progress=progress,
         progress_message=progress_message,
         expires_at=_maybe_instant(expires_at),
