@@ -34,7 +34,8 @@ def exported() -> dict[str, tuple[set[str], bool]]:
     for collector in (*metrics.process_metrics, *metrics.store_gauges):
         collector_any: Any = collector
         [family] = collector.describe()
-        labels = set(collector_any._labelnames)
+        # rota's per-job families say their labels; prometheus-client's keep them private.
+        labels = set(getattr(collector_any, "labelnames", None) or collector_any._labelnames)
         for suffix in SUFFIXES[family.type]:
             extra = {"le"} if suffix == "_bucket" else set()
             samples[family.name + suffix] = (labels | extra, id(collector) in store)

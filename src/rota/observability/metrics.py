@@ -19,10 +19,11 @@ import logging
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 from prometheus_client.registry import Collector
 
 from rota.domain.errors import InvalidInput
+from rota.observability.hotpath import Counters, Gauges, Histograms
 
 log = logging.getLogger("rota.metrics")
 
@@ -36,23 +37,28 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.job_duration = Histogram(
+        # Updated per job by the worker: plain numbers, not prometheus-client's locked values
+        # (rota.observability.hotpath says why).
+        self.job_duration = Histograms(
             "rota_job_duration_seconds",
             "Time a handler ran, by kind and outcome.",
             ["kind", "outcome"],
             buckets=DURATION_BUCKETS,
-            registry=r,
         )
-        self.schedule_lag = Histogram(
+        self.schedule_lag = Histograms(
             "rota_job_start_lag_seconds",
             "Delay from a job's run_at to its handler starting (schedule lag).",
             ["kind"],
             buckets=LAG_BUCKETS,
-            registry=r,
         )
-        self.running = Gauge(
-            "rota_jobs_running", "Jobs this process is executing now.", ["kind"], registry=r
+        self.running = Gauges("rota_jobs_running", "Jobs this process is executing now.", ["kind"])
+        self.jobs_finished = Counters(
+            "rota_jobs_finished",
+            "Attempts finished by this process, by kind and outcome.",
+            ["kind", "outcome"],
         )
+        for family in (self.job_duration, self.schedule_lag, self.running, self.jobs_finished):
+            r.register(family)
         self.claims = Counter(
             "rota_claims_total",
             "Claim attempts by result: claimed (jobs taken), empty, error.",
@@ -66,12 +72,6 @@ class Metrics:
             "rota_leases_lost_total",
             "Leases this process lost (heartbeat or completion fenced out).",
             ["kind"],
-            registry=r,
-        )
-        self.jobs_finished = Counter(
-            "rota_jobs_finished_total",
-            "Attempts finished by this process, by kind and outcome.",
-            ["kind", "outcome"],
             registry=r,
         )
         self.queue_depth = Gauge(
@@ -104,7 +104,7 @@ class Metrics:
         )
 
     @property
-    def process_metrics(self) -> tuple[Counter | Gauge | Histogram, ...]:
+    def process_metrics(self) -> tuple[Collector, ...]:
         """What this process did or measured: every worker process exports its own; sum the
         counters across them (the clock rate is each process's own reading: never summed)."""
         return (

@@ -1,0 +1,151 @@
+"""The metrics a worker updates once or more per job, kept as plain numbers.
+
+prometheus-client guards every value with a lock, so a histogram observation costs about
+1.2 µs and a gauge step 0.5 µs: four of them per no-op job were a tenth of the worker's CPU
+for it. These families are updated only by the event loop that runs the jobs and exported
+through the registry like any other collector (``collect`` runs on the metrics server's
+thread and reads a snapshot: a scrape may see an observation's count before its sum, never a
+value that goes back). Names, labels, buckets and the exposition are those of
+prometheus-client's Histogram, Gauge and Counter (without their ``_created`` samples).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Iterator, Sequence
+
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+
+_Labels = tuple[str, ...]
+
+
+class _Family:
+    def __init__(self, name: str, documentation: str, labelnames: Sequence[str]) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labelnames = tuple(labelnames)
+
+    def _check(self, values: _Labels) -> _Labels:
+        if len(values) != len(self.labelnames):
+            raise ValueError(f"{self.name} takes labels {self.labelnames}, got {values}")
+        return tuple(str(value) for value in values)
+
+    def describe(self) -> list[Metric]:
+        return list(self.collect())
+
+    def collect(self) -> Iterator[Metric]:  # pragma: no cover - every family defines it
+        raise NotImplementedError
+
+
+class HistogramChild:
+    __slots__ = ("_bounds", "counts", "total")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self._bounds = bounds
+        self.counts = [0] * len(bounds)
+        self.total = 0.0
+
+    def observe(self, amount: float) -> None:
+        self.counts[bisect_left(self._bounds, amount)] += 1
+        self.total += amount
+
+
+class Histograms(_Family):
+    """A histogram family: ``labels(...).observe(seconds)``."""
+
+    def __init__(
+        self, name: str, documentation: str, labelnames: Sequence[str], buckets: Sequence[float]
+    ) -> None:
+        super().__init__(name, documentation, labelnames)
+        self._bounds = (*sorted(float(bound) for bound in buckets), float("inf"))
+        self._children: dict[_Labels, HistogramChild] = {}
+
+    def labels(self, *values: str) -> HistogramChild:
+        key = self._check(values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = HistogramChild(self._bounds)
+        return child
+
+    def collect(self) -> Iterator[Metric]:
+        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        for key, child in list(self._children.items()):
+            counts, total = list(child.counts), child.total
+            cumulative, buckets = 0, []
+            for bound, count in zip(self._bounds, counts, strict=True):
+                cumulative += count
+                buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
+            family.add_metric(list(key), buckets, total)
+        yield family
+
+
+class GaugeChild:
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0.0
+
+    def inc(self, amount: float = 1) -> None:
+        self.value += amount
+
+    def dec(self, amount: float = 1) -> None:
+        self.value -= amount
+
+
+class Gauges(_Family):
+    """A gauge family: ``labels(...).inc()`` and ``.dec()``."""
+
+    def __init__(self, name: str, documentation: str, labelnames: Sequence[str]) -> None:
+        super().__init__(name, documentation, labelnames)
+        self._children: dict[_Labels, GaugeChild] = {}
+
+    def labels(self, *values: str) -> GaugeChild:
+        key = self._check(values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = GaugeChild()
+        return child
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        for key, child in list(self._children.items()):
+            family.add_metric(list(key), child.value)
+        yield family
+
+
+class CounterChild:
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0.0
+
+    def inc(self, amount: float = 1) -> None:
+        if amount < 0:
+            raise ValueError("counters only go up")
+        self.value += amount
+
+
+class Counters(_Family):
+    """A counter family (``name`` without ``_total``): ``labels(...).inc()``."""
+
+    def __init__(self, name: str, documentation: str, labelnames: Sequence[str]) -> None:
+        super().__init__(name, documentation, labelnames)
+        self._children: dict[_Labels, CounterChild] = {}
+
+    def labels(self, *values: str) -> CounterChild:
+        key = self._check(values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = CounterChild()
+        return child
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        for key, child in list(self._children.items()):
+            family.add_metric(list(key), child.value)
+        yield family
