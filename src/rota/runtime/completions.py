@@ -34,11 +34,16 @@ class Completer:
     async def complete(self, lease: Lease, result: str | None = None) -> bool:
         """True if the job is now succeeded (with ``result``, its JSON text, stored in the
         same fenced statement), False if the lease was lost (fenced out)."""
+        return await self.submit(lease, result)
+
+    def submit(self, lease: Lease, result: str | None = None) -> asyncio.Future[bool]:
+        """``complete`` as the future it awaits: a job's task awaits it directly, with no
+        coroutine of its own in between (one per job on the hot path)."""
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._waiting.append((lease, result, future))
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.create_task(self._flush(), name="rota-completer")
-        return await future
+        return future
 
     async def _flush(self) -> None:
         # Let every job finishing in this turn of the loop join the first batch.

@@ -82,6 +82,11 @@ class Execution:
     reporting: bool = False
     #: The deadline its lease alarm is set for (the worker keeps one alarm per deadline).
     alarm_at: float | None = None
+    #: Called once the job's task is over (the worker lets go of the job): by ``Executor.run``
+    #: as it returns, or, for a task cancelled before it ever ran, by ``interrupt``.
+    finished: Callable[[Execution], None] | None = None
+    #: Whether ``Executor.run`` began (from then on it calls ``finished`` itself).
+    entered: bool = False
 
     @property
     def thread_running(self) -> bool:
@@ -92,8 +97,14 @@ class Execution:
         if self.stop is None:
             self.stop = why
         self.ctx.cancel()
-        if self.task is not None and not self.task.done():
-            self.task.cancel()
+        task = self.task
+        if task is not None and not task.done():
+            task.cancel()
+            finished = self.finished
+            if not self.entered and finished is not None:
+                # Cancelled before its first step (in the turn of the loop that claimed it,
+                # after a stall past the lease): its coroutine will never run to say so.
+                task.add_done_callback(lambda _: finished(self))
 
 
 class Executor:
@@ -142,17 +153,23 @@ class Executor:
         return found
 
     async def run(self, execution: Execution) -> None:
-        """Execute and report; never raises (except cancellation of the worker itself)."""
+        """Execute and report; never raises (except cancellation of the worker itself).
+        Calls ``execution.finished`` as it returns, however it ends."""
+        execution.entered = True
         job = execution.job
-        with job_context(job.id, job.kind, job.attempt, self._worker):
-            try:
-                if job.runs_alone and self._until_alone is not None:
-                    await self._until_alone(execution)
-                await self._run(execution)
-            except asyncio.CancelledError:
-                await self._on_interrupted(execution)
-            except Exception:  # a bug of ours must not kill the worker: log it loudly
-                log.exception("internal error while running job %s", job.id)
+        try:
+            with job_context(job.id, job.kind, job.attempt, self._worker):
+                try:
+                    if job.runs_alone and self._until_alone is not None:
+                        await self._until_alone(execution)
+                    await self._run(execution)
+                except asyncio.CancelledError:
+                    await self._on_interrupted(execution)
+                except Exception:  # a bug of ours must not kill the worker: log it loudly
+                    log.exception("internal error while running job %s", job.id)
+        finally:
+            if execution.finished is not None:
+                execution.finished(execution)
 
     async def _run(self, execution: Execution) -> None:
         job = execution.job
@@ -185,8 +202,11 @@ class Executor:
             if job.workflow is not None:
                 # Inside the try: a store that cannot answer fails the attempt (and retries).
                 execution.ctx.parent_results = await self._store.parent_results(job.id)
+            work: Awaitable[Any]
             if self._hooks.middleware:
                 work = self._through_middleware(execution, config, timeout)
+            elif timeout is None:
+                work = self._call(config, execution)
             else:
                 work = _with_timeout(self._call(config, execution), timeout)
             value = await tracing.execution(work, job, self._worker)
@@ -361,12 +381,20 @@ class Executor:
     async def _complete(self, execution: Execution, result: str | None) -> None:
         job = execution.job
         execution.reporting = True
+        completer = self._completer
         try:
             # The completer bounds each batch it sends (and fails the completions queued behind
-            # one that got no answer): no per-job bound, task and timer on the hot path.
-            accepted = await self._retrying(
-                execution, lambda: self._completer.complete(execution.lease, result), bound=False
-            )
+            # one that got no answer): no per-job bound, task and timer on the hot path, and
+            # the retry loop only once a batch failed.
+            try:
+                accepted = await completer.submit(execution.lease, result)
+            except StoreUnavailable as error:
+                accepted = await self._retrying(
+                    execution,
+                    lambda: completer.submit(execution.lease, result),
+                    bound=False,
+                    failed=error,
+                )
         except LeaseLost:
             accepted = False
         if accepted:
@@ -416,13 +444,25 @@ class Executor:
             return None
 
     async def _retrying(
-        self, execution: Execution, write: Callable[[], Awaitable[Any]], *, bound: bool = True
+        self,
+        execution: Execution,
+        write: Callable[[], Awaitable[Any]],
+        *,
+        bound: bool = True,
+        failed: StoreUnavailable | None = None,
     ) -> Any:
         """Run a fenced write, retrying while the store is unreachable and the lease may still
         be ours; past the local lease deadline the job will be re-run elsewhere anyway.
-        ``bound=False`` is for a write that bounds its own wait (the completer's)."""
+        ``bound=False`` is for a write that bounds its own wait (the completer's); ``failed``,
+        the error of a first try the caller made itself."""
         delay = 0.05
         while True:
+            if failed is not None:
+                if self._clock.monotonic() + delay >= execution.deadline:
+                    self._unreported(failed)
+                    return None
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
             try:
                 # Bounded: a write stuck on a dead connection must not hold the job forever
                 # (heartbeats on other connections would keep renewing its lease).
@@ -430,11 +470,7 @@ class Executor:
                     return await write()
                 return await bounded(write(), self._lease_s, "reporting the outcome")
             except StoreUnavailable as error:
-                if self._clock.monotonic() + delay >= execution.deadline:
-                    self._unreported(error)
-                    return None
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+                failed = error
 
     def _unreported(self, error: Exception) -> None:
         """Log an outcome that could not be written: one warning per lease's time, since an

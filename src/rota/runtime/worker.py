@@ -385,18 +385,17 @@ class Worker:
 
     def _start(self, job: Job, deadline: float) -> None:
         execution = Execution(
-            job=job, ctx=JobContext(job=job, worker=self.name), deadline=deadline, lease=job.lease
+            job, JobContext(job, self.name), deadline, job.lease, finished=self._finished
         )
         self._held[job.id] = execution
         if job.runs_alone:
             self._alone = execution
         self._arm(execution)
-        task = asyncio.create_task(self._executor.run(execution), name=f"rota-job-{job.id}")
-        # A done callback, not a finally in the task: a task cancelled before it first ran
-        # (stopped in the same turn of the loop as its claim, after a stall past the lease)
-        # never enters its coroutine, and would stay held for good, its slot with it.
-        task.add_done_callback(lambda _: self._finished(execution))
-        execution.task = task
+        # Unnamed (Task-N): a name per job costs more than the rest of the task's creation.
+        # The task lets go of the job itself as it ends (Executor.run calls _finished), where
+        # a done callback would cost a scheduled callback per job; one cancelled before it
+        # first ran is let go by Execution.interrupt.
+        execution.task = asyncio.create_task(self._executor.run(execution))
 
     def _arm(self, execution: Execution) -> None:
         """Stop the handler when its local lease deadline passes, even while a heartbeat is
@@ -453,7 +452,8 @@ class Worker:
 
     def _finished(self, execution: Execution) -> None:
         self._disarm(execution)
-        self._held.pop(execution.job.id, None)
+        if self._held.get(execution.job.id) is execution:
+            del self._held[execution.job.id]
         if self._alone is execution:
             self._alone = None
         self._slot_freed.set()
