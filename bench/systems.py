@@ -8,6 +8,7 @@ peer's own enqueue would write.
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 import psycopg
@@ -168,8 +169,15 @@ class Rota(System):
         return (
             f"`App.run_worker`, concurrency {env['BENCH_CONCURRENCY']}, "
             f"claim_batch {env['BENCH_CLAIM_BATCH']}, fair claims on (the default), "
-            "stock asyncio loop, psycopg 3 with its pool"
+            f"{_rota_loop()}, psycopg 3 with its pool"
         )
+
+
+def _rota_loop() -> str:
+    """The loop bench/worker.py runs rota on: the one `rota worker` picks."""
+    if importlib.util.find_spec("uvloop") is None:
+        return "asyncio's loop (uvloop is not installed)"
+    return "on uvloop, as `rota worker` runs with `rota[speed]` installed"
 
 
 class PgQueuer(System):

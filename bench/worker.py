@@ -3,8 +3,9 @@
 Started and stopped (SIGTERM) by the harness. Settings come from the environment:
 ``BENCH_DSN``, ``BENCH_CONCURRENCY``, ``BENCH_CLAIM_BATCH`` (rota), ``BENCH_BATCH_SIZE``
 (PgQueuer), ``BENCH_POOL_SIZE`` (Procrastinate). Each system runs its own worker the way its
-documentation says to run it in production: rota's ``App.run_worker``, PgQueuer's supervisor
-on uvloop as ``pgq run`` does, Procrastinate's ``App.run_worker_async``.
+documentation says to run it in production: rota's ``App.run_worker`` on the loop ``rota worker``
+picks (uvloop with ``rota[speed]``), PgQueuer's supervisor on uvloop as ``pgq run`` does,
+Procrastinate's ``App.run_worker_async``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import sys
 from pathlib import Path
 
 from bench import apps
+from rota.runtime import loops
 
 
 def _env_int(name: str, default: int) -> int:
@@ -76,7 +78,9 @@ def main() -> None:
     system = sys.argv[1]
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     if system == "rota":
-        asyncio.run(run_rota())
+        # The loop `rota worker` runs on: uvloop when installed (`rota[speed]`; the bench's
+        # extras install it, as PgQueuer's `pgq run` picks it too), asyncio's otherwise.
+        loops.run(run_rota())
     elif system == "pgqueuer":
         run_pgqueuer()
     elif system == "procrastinate":
