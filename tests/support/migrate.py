@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+from pathlib import Path
 
 from rota.store import open_store
+from rota.store.sqlite.migrations import known
 
 
 def migrate_url(url: str) -> list[str]:
@@ -16,3 +19,23 @@ def migrate_url(url: str) -> list[str]:
             await store.close()
 
     return asyncio.run(run())
+
+
+def sqlite_schema_before(path: Path, version: int) -> sqlite3.Connection:
+    """A SQLite file at ``path`` migrated by hand up to, not including, ``version``, as an
+    earlier release left it; an autocommit connection to it."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("BEGIN IMMEDIATE")
+    conn.execute(
+        "CREATE TABLE rota_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, "
+        "applied_at INTEGER NOT NULL)"
+    )
+    for migration in known():
+        if migration.version < version:
+            for statement in migration.statements():
+                conn.execute(statement)
+            conn.execute(
+                "INSERT INTO rota_migrations VALUES (?, ?, 0)", (migration.version, migration.name)
+            )
+    conn.execute("COMMIT")
+    return conn

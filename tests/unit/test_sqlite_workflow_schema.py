@@ -12,6 +12,7 @@ import pytest
 from rota.domain.job import JobSpec
 from rota.store.sqlite import SqliteStore
 from rota.store.sqlite.migrations import apply_pending, known
+from tests.support.migrate import sqlite_schema_before
 
 _INSERT = (
     "INSERT INTO rota_jobs (kind, queue, payload, state, priority, run_at, max_attempts, "
@@ -21,20 +22,7 @@ _INSERT = (
 
 def test_the_state_check_gains_waiting_and_still_refuses_the_rest(tmp_path: Path) -> None:
     path = tmp_path / "schema.db"
-    before = sqlite3.connect(path, isolation_level=None)
-    before.execute("BEGIN IMMEDIATE")
-    before.execute(
-        "CREATE TABLE rota_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, "
-        "applied_at INTEGER NOT NULL)"
-    )
-    for migration in known():
-        if migration.version < 12:
-            for statement in migration.statements():
-                before.execute(statement)
-            before.execute(
-                "INSERT INTO rota_migrations VALUES (?, ?, 0)", (migration.version, migration.name)
-            )
-    before.execute("COMMIT")
+    before = sqlite_schema_before(path, 12)
     before.execute(_INSERT, ("pending",))  # a job from before the upgrade
     with pytest.raises(sqlite3.IntegrityError):
         before.execute(_INSERT, ("waiting",))

@@ -510,6 +510,31 @@ class JobSpec:
             return now + self.delay
         return now
 
+    def inserted(
+        self, job_id: int, run_at: datetime, created_at: datetime, expires_at: datetime | None
+    ) -> Job:
+        """The job a store just inserted for this spec: everything but its id and instants is
+        what the spec says."""
+        return Job(
+            id=job_id,
+            kind=self.kind,
+            queue=self.queue,
+            payload=self.payload,
+            state=JobState.PENDING,
+            priority=self.priority,
+            run_at=run_at,
+            attempt=0,
+            max_attempts=self.max_attempts,
+            created_at=created_at,
+            tenant=self.tenant,
+            unique_key=self.unique_key,
+            timeout=self.timeout,
+            schedule=self.schedule,
+            slot_at=self.slot_at,
+            trace_context=None if self.trace_context is None else dict(self.trace_context),
+            expires_at=expires_at,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class JobEdit:

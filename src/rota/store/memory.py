@@ -272,25 +272,7 @@ class MemoryStore:
                 else:
                     results.append(EnqueueResult(holder, duplicate=True))
                 continue
-            job = Job(
-                id=self._next_id,
-                kind=spec.kind,
-                queue=spec.queue,
-                payload=spec.payload,
-                state=JobState.PENDING,
-                priority=spec.priority,
-                run_at=spec.due_at(at),
-                attempt=0,
-                max_attempts=spec.max_attempts,
-                created_at=at,
-                tenant=spec.tenant,
-                unique_key=spec.unique_key,
-                timeout=spec.timeout,
-                schedule=spec.schedule,
-                slot_at=spec.slot_at,
-                trace_context=None if spec.trace_context is None else dict(spec.trace_context),
-                expires_at=spec.expiry_at(at),
-            )
+            job = spec.inserted(self._next_id, spec.due_at(at), at, spec.expiry_at(at))
             self._next_id += 1
             self._jobs[job.id] = job
             self._history[job.id] = []

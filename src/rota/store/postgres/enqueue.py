@@ -52,7 +52,7 @@ def enqueue_flow(specs: Sequence[JobSpec], now: datetime | None) -> Flow:
             spec = specs[index]
             if row is not None and (not is_keyed(spec) or row_matches_key(row, spec)):
                 job_id, run_at, created_at = row[0], row[1], row[2]
-                job = new_job(spec, job_id, run_at, created_at, row[6])
+                job = spec.inserted(job_id, run_at, created_at, row[6])
                 results[index] = EnqueueResult(job)
                 row = next(inserted, None)
             else:
@@ -191,35 +191,6 @@ def row_matches_key(row: Row, spec: JobSpec) -> bool:
     return bool(row[3] == spec.unique_key)
 
 
-def new_job(
-    spec: JobSpec,
-    job_id: int,
-    run_at: datetime,
-    created_at: datetime,
-    expires_at: datetime | None,
-) -> Job:
-    """The job just inserted for ``spec``: everything else is what the spec said."""
-    return Job(
-        id=job_id,
-        kind=spec.kind,
-        queue=spec.queue,
-        payload=spec.payload,
-        state=JobState.PENDING,
-        priority=spec.priority,
-        run_at=run_at,
-        attempt=0,
-        max_attempts=spec.max_attempts,
-        created_at=created_at,
-        tenant=spec.tenant,
-        unique_key=spec.unique_key,
-        timeout=spec.timeout,
-        schedule=spec.schedule,
-        slot_at=spec.slot_at,
-        trace_context=None if spec.trace_context is None else dict(spec.trace_context),
-        expires_at=expires_at,
-    )
-
-
 def copy_line(job_id: int, spec: JobSpec, now: datetime, now_text: str) -> str:
     """One row of COPY text for a keyless spec. Names are [A-Za-z0-9_.:-] by validation and
     compact JSON never holds a raw tab or newline, so only the JSON's backslashes need escaping
@@ -262,7 +233,7 @@ async def copy_jobs(
             chunk = zip(ids[start : start + 5_000], specs[start : start + 5_000], strict=True)
             await copy.write("".join(copy_line(i, spec, at, at_text) for i, spec in chunk))
     return [
-        EnqueueResult(new_job(spec, job_id, spec.due_at(at), at, spec.expiry_at(at)))
+        EnqueueResult(spec.inserted(job_id, spec.due_at(at), at, spec.expiry_at(at)))
         for job_id, spec in zip(ids, specs, strict=True)
     ]
 

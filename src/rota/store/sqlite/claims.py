@@ -31,6 +31,7 @@ from rota.domain.job import (
 from rota.domain.lease import Lease
 from rota.store.base import Beat, RescueResult
 from rota.store.sqlite import candidates, flow
+from rota.store.sqlite.counts import count_moved, tally_finished
 from rota.store.sqlite.rows import (
     JOB_COLUMNS,
     chunks,
@@ -146,8 +147,11 @@ def _take(
     first = last - len(choice.ids) + 1
     at_us = to_us(at)
     # Taking over an expired lease first settles it as the rescuer would (minus the state).
+    expired: set[int] = set()
     if choice.expired_tokens:
-        _expire(conn, _expired_rows(conn, choice.ids), at_us, settle=False)
+        rows = _expired_rows(conn, choice.ids)
+        expired = {row[0] for row in rows}
+        _expire(conn, rows, at_us, settle=False)
     taken = [(job_id, first + index) for index, job_id in enumerate(choice.ids)]
     lease_until_us = to_us(at + lease)
     jobs: list[Job] = []
@@ -157,6 +161,9 @@ def _take(
         jobs += [job_from_row(row) for row in rows]
     # RETURNING yields rows in no promised order; the tokens were handed out in chosen order.
     jobs.sort(key=lambda job: job.lease_token or 0)
+    # Pending to running is counted here, not by the triggers (019); an expired lease taken
+    # over stays running.
+    count_moved(conn, [job.queue for job in jobs if job.id not in expired], "pending", "running")
     conn.executemany(
         _BEGIN_ATTEMPT, [(job.lease_token, job.id, job.attempt, worker, at_us) for job in jobs]
     )
@@ -211,15 +218,21 @@ def complete(
         for pair, text in zip(_pairs(leases), _fitting(leases, texts), strict=True)
         if text is not None
     }
-    held: set[tuple[int, int]] = set()
+    held: dict[tuple[int, int], str] = {}
     # A job with a result gets a fenced statement of its own; the others share one.
     for (job_id, token), text in with_result.items():
-        held.update(conn.execute(_COMPLETE_WITH_RESULT, (text, at_us, job_id, token)))
+        for found_id, found_token, queue in conn.execute(
+            _COMPLETE_WITH_RESULT, (text, at_us, job_id, token)
+        ):
+            held[found_id, found_token] = queue
     plain = [pair for pair in _pairs(leases) if pair not in with_result]
     held |= _fenced(
         conn, "state = 'succeeded', lease_until = NULL, finished_at = ?", [at_us], plain
     )
     end_attempts(conn, [token for _, token in held], at_us, Outcome.SUCCEEDED)
+    # Running to succeeded is counted here, not by the triggers (019).
+    count_moved(conn, held.values(), "running", "succeeded")
+    tally_finished(conn, at_us, "succeeded", len(held))
     return [item for item in leases if (item.job_id, item.token) not in held]
 
 
@@ -235,7 +248,7 @@ def _fitting(leases: Sequence[Lease], texts: Sequence[str | None]) -> list[str |
 _COMPLETE_WITH_RESULT = """
 UPDATE rota_jobs SET state = 'succeeded', result = ?, lease_until = NULL, finished_at = ?
 WHERE id = ? AND state = 'running' AND lease_token = ?
-RETURNING id, lease_token
+RETURNING id, lease_token, queue
 """
 
 
@@ -383,19 +396,21 @@ def _fenced(
     assignments: str,
     params: Sequence[object],
     pairs: Sequence[tuple[int, int]],
-) -> set[tuple[int, int]]:
+) -> dict[tuple[int, int], str]:
     """Apply ``assignments`` (a constant SQL fragment) to each job still running under the
-    token paired with its id, one statement per chunk; return the (id, token) pairs that held.
+    token paired with its id, one statement per chunk; return the (id, token) pairs that held,
+    each with its job's queue.
     """
-    held: set[tuple[int, int]] = set()
+    held: dict[tuple[int, int], str] = {}
     for part in chunks(pairs):
         sql = (
             f"WITH held (held_id, held_token) AS (VALUES {pair_values(len(part))}) "
             f"UPDATE rota_jobs SET {assignments} FROM held "
             "WHERE id = held_id AND state = 'running' AND lease_token = held_token "
-            "RETURNING id, lease_token"
+            "RETURNING id, lease_token, queue"
         )
-        held.update(conn.execute(sql, [*_flat(part), *params]))
+        for job_id, token, queue in conn.execute(sql, [*_flat(part), *params]):
+            held[job_id, token] = queue
     return held
 
 

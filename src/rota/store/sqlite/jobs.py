@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from rota.domain.clock import utc
 from rota.domain.errors import JobNotFound, JobRunning, StateConflict
 from rota.domain.job import (
     EXPIRED,
@@ -41,6 +42,7 @@ from rota.store.base import (
     kinds_by_queue,
 )
 from rota.store.sqlite.claims import end_attempts
+from rota.store.sqlite.counts import count_inserted
 from rota.store.sqlite.rows import (
     ATTEMPT_COLUMNS,
     JOB_COLUMNS,
@@ -89,6 +91,8 @@ def enqueue(
     conn: sqlite3.Connection, specs: Sequence[JobSpec], at: datetime
 ) -> tuple[list[EnqueueResult], datetime | None]:
     """Insert ``specs`` in order; the results, and the earliest run_at of the jobs inserted."""
+    if not any(_keyed(spec) for spec in specs):
+        return _insert_unkeyed(conn, specs, at)
     at_us = to_us(at)
     results: list[EnqueueResult] = []
     earliest: datetime | None = None
@@ -141,7 +145,64 @@ def enqueue(
             results.append(EnqueueResult(job_from_row(replaced), duplicate=True, replaced=True))
             continue
         results.append(EnqueueResult(holder, duplicate=True))
+    count_inserted(conn, [result.job for result in results if not result.duplicate])
     return results, earliest
+
+
+def _keyed(spec: JobSpec) -> bool:
+    return spec.unique_key is not None or (spec.schedule is not None and spec.slot_at is not None)
+
+
+def _insert_unkeyed(
+    conn: sqlite3.Connection, specs: Sequence[JobSpec], at: datetime
+) -> tuple[list[EnqueueResult], datetime | None]:
+    """``enqueue`` of specs none of which can be a duplicate: one prepared INSERT run for
+    every spec, and each job built from its spec and the id it was given."""
+    at_us = to_us(at)
+    due = [utc(spec.due_at(at)) for spec in specs]
+    expiries = [spec.expiry_at(at) for spec in specs]
+    cursor = conn.executemany(
+        _INSERT_UNKEYED,
+        [
+            (
+                spec.kind,
+                spec.queue,
+                spec.payload_json,
+                spec.priority,
+                to_us(run_at),
+                spec.max_attempts,
+                spec.tenant,
+                None if spec.timeout is None else duration_us(spec.timeout),
+                at_us,
+                spec.schedule,
+                None if spec.trace_context is None else json.dumps(spec.trace_context),
+                None if expires_at is None else to_us(expires_at),
+            )
+            for spec, run_at, expires_at in zip(specs, due, expiries, strict=True)
+        ],
+    )
+    if cursor.rowcount != len(specs):
+        raise RuntimeError(f"inserted {cursor.rowcount} of {len(specs)} jobs that cannot conflict")
+    # Inside BEGIN IMMEDIATE nobody else inserts, and AUTOINCREMENT gives each row the next
+    # id: the batch holds the ids up to the last one, in order.
+    (last,) = conn.execute("SELECT last_insert_rowid()").fetchone()
+    created_at = from_us(at_us)
+    jobs = [
+        spec.inserted(job_id, run_at, created_at, None if expires is None else utc(expires))
+        for job_id, spec, run_at, expires in zip(
+            range(last - len(specs) + 1, last + 1), specs, due, expiries, strict=True
+        )
+    ]
+    count_inserted(conn, jobs)
+    return [EnqueueResult(job) for job in jobs], min(due, default=None)
+
+
+# No unique key and no slot: nothing to conflict with, nothing to return.
+_INSERT_UNKEYED = """
+INSERT INTO rota_jobs (kind, queue, payload, state, priority, run_at, attempt, max_attempts,
+                       tenant, timeout_us, created_at, schedule, trace_context, expires_at)
+VALUES (?, ?, ?, 'pending', ?, ?, 0, ?, ?, ?, ?, ?, ?, ?)
+"""
 
 
 def _holder(conn: sqlite3.Connection, spec: JobSpec, slot_us: int | None, at_us: int) -> Any:

@@ -12,6 +12,7 @@ from typing import Any
 from rota.domain.job import Job, JobState, Outcome
 from rota.domain.workflow import Workflow, plan, resolve
 from rota.store.sqlite.claims import end_attempts
+from rota.store.sqlite.counts import count_inserted
 from rota.store.sqlite.rows import JOB_COLUMNS, chunks, duration_us, job_from_row, marks, to_us
 
 _INSERT = f"""
@@ -95,6 +96,7 @@ def enqueue_workflow(
             for edge, done in zip(graph.edges, satisfied, strict=True)
         ],
     )
+    count_inserted(conn, jobs)
     return jobs, earliest
 
 
