@@ -20,9 +20,9 @@ steady jobs and fire and run the schedules. The bench process enqueues the stead
 batches every 100 ms, paced by the clock, and reads the counts each simulated minute.
 
 Printed per simulated hour and for the whole day: schedule lag (a schedule's job claimed, by
-the store's clock, after its run_at, which the firing sets to the moment it enqueues the
-slot's job: the wait in the queue, not the firer's own delay past the slot and its offset,
-which this bench does not measure), p50, p99 and max; the backlog (pending jobs, from the
+the store's clock, after the run was due: its slot plus the schedule's fixed jitter offset),
+p50, p99 and max, and the part of it that is the firer's (the job enqueued after the run was
+due; the rest is the wait in the queue); the backlog (pending jobs, from the
 counts the writes keep) at its largest and at the hour's end; the steady jobs enqueued and
 all jobs succeeded so far; the schedules' jobs enqueued before the end and never claimed. The
 schedules' first runs, at their creation before the first hour, are left out. Load average at
@@ -34,10 +34,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import sys
 import time
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -47,17 +49,20 @@ from bench.cluster import Cluster
 from bench.harness import Settings, percentile, progress, start_workers
 from bench.systems import Rota
 from rota.domain.job import JobState
+from rota.domain.schedule_plan import jitter_offset
 
 #: A batch of steady jobs goes out this often (real seconds).
 ENQUEUE_EVERY_S = 0.1
 #: The most jobs one enqueue call carries.
 MAX_BATCH = 5_000
 
-_LAGS = """
-SELECT floor(extract(epoch FROM run_at - %(start)s::timestamptz) / %(hour_s)s)::int AS hour,
-       extract(epoch FROM started_at - run_at) * 1000 AS lag_ms
-FROM rota_jobs WHERE schedule IS NOT NULL AND started_at IS NOT NULL
-  AND run_at < %(end)s::timestamptz
+# Each schedule run's slot, the schedule's jitter, and when its job was enqueued and claimed:
+# the run is due at its slot plus the schedule's fixed offset (rota.domain.schedule_plan).
+_RUNS = """
+SELECT j.schedule, j.slot_at, s.jitter_us, j.created_at, j.started_at
+FROM rota_jobs j JOIN rota_schedules s ON s.name = j.schedule
+WHERE j.schedule IS NOT NULL AND j.started_at IS NOT NULL AND j.slot_at IS NOT NULL
+  AND j.run_at < %(end)s::timestamptz
 """
 _UNCLAIMED = """
 SELECT count(*) FROM rota_jobs WHERE schedule IS NOT NULL AND started_at IS NULL
@@ -84,7 +89,10 @@ class Day:
     hours: int
     rate: float
     samples: list[Sample] = field(default_factory=list)
+    #: Per simulated hour, ms from each schedule run's due instant (its slot plus the
+    #: schedule's jitter offset) to its job's claim, and to its job's enqueue by the firer.
     lags: dict[int, list[float]] = field(default_factory=dict)
+    firing: dict[int, list[float]] = field(default_factory=dict)
     unclaimed: int = 0
     load: float = 0.0
 
@@ -173,8 +181,13 @@ async def measure(args: argparse.Namespace, cluster: Cluster) -> Day:
             end = await (await conn.execute("SELECT now()")).fetchone()
             assert end is not None
             params = {"start": start_at, "hour_s": hour_s, "end": end[0]}
-            for hour, lag_ms in await (await conn.execute(_LAGS, params)).fetchall():
-                day.lags.setdefault(int(hour), []).append(float(lag_ms))
+            for name, slot_at, jitter_us, created_at, started_at in await (
+                await conn.execute(_RUNS, params)
+            ).fetchall():
+                due = slot_at + jitter_offset(name, timedelta(microseconds=jitter_us))
+                hour = math.floor((due - start_at).total_seconds() / hour_s)
+                day.lags.setdefault(hour, []).append((started_at - due).total_seconds() * 1000)
+                day.firing.setdefault(hour, []).append((created_at - due).total_seconds() * 1000)
             [unclaimed] = await (await conn.execute(_UNCLAIMED, params)).fetchone() or (0,)
             day.unclaimed = int(unclaimed)
     finally:
@@ -184,36 +197,38 @@ async def measure(args: argparse.Namespace, cluster: Cluster) -> Day:
     return day
 
 
+def _spread(values: list[float]) -> str:
+    if not values:
+        return "-"
+    return f"{percentile(values, 0.5):,.0f} / {percentile(values, 0.99):,.0f} / {max(values):,.0f}"
+
+
 def report(day: Day) -> str:
     lines = [
         f"load average at start {day.load:.2f} on {os.cpu_count()} CPUs;"
         f" {day.speed:g}x, {day.rate:,.0f} steady jobs/s",
-        "| simulated hour | schedule lag p50 / p99 / max, ms | schedule runs | pending max / at"
-        " end | steady jobs enqueued | jobs succeeded |",
-        "|---|---|---|---|---|---|",
+        "| simulated hour | schedule lag p50 / p99 / max, ms | of which firing p50 / p99 / max,"
+        " ms | schedule runs | pending max / at end | steady jobs enqueued | jobs succeeded |",
+        "|---|---|---|---|---|---|---|",
     ]
     for hour in range(day.hours):
         lags = day.lags.get(hour, [])
         samples = [s for s in day.samples if s.hour == hour]
         if not samples:
             continue
-        lag = (
-            f"{percentile(lags, 0.5):,.0f} / {percentile(lags, 0.99):,.0f} / {max(lags):,.0f}"
-            if lags
-            else "-"
-        )
         lines.append(
-            f"| {hour} | {lag} | {len(lags):,} | {max(s.pending for s in samples):,} /"
-            f" {samples[-1].pending:,} | {samples[-1].enqueued:,} | {samples[-1].succeeded:,} |"
+            f"| {hour} | {_spread(lags)} | {_spread(day.firing.get(hour, []))} | {len(lags):,} |"
+            f" {max(s.pending for s in samples):,} / {samples[-1].pending:,} |"
+            f" {samples[-1].enqueued:,} | {samples[-1].succeeded:,} |"
         )
     # Slots before the first hour (the schedules' first, at their creation) are left out.
     every = [lag for hour, lags in day.lags.items() if 0 <= hour < day.hours for lag in lags]
+    fired = [ms for hour, values in day.firing.items() if 0 <= hour < day.hours for ms in values]
     if every:
         lines.append(
-            f"| day | {percentile(every, 0.5):,.0f} / {percentile(every, 0.99):,.0f} /"
-            f" {max(every):,.0f} | {len(every):,} | {max(s.pending for s in day.samples):,} /"
-            f" {day.samples[-1].pending:,} | {day.samples[-1].enqueued:,} |"
-            f" {day.samples[-1].succeeded:,} |"
+            f"| day | {_spread(every)} | {_spread(fired)} | {len(every):,} |"
+            f" {max(s.pending for s in day.samples):,} / {day.samples[-1].pending:,} |"
+            f" {day.samples[-1].enqueued:,} | {day.samples[-1].succeeded:,} |"
         )
     lines.append(f"schedule runs enqueued before the end and never claimed: {day.unclaimed:,}")
     return "\n".join(lines)
@@ -257,6 +272,7 @@ def main(argv: list[str]) -> int:
                     "load": day.load,
                     "samples": [vars(s) for s in day.samples],
                     "lags_ms": {str(h): v for h, v in day.lags.items()},
+                    "firing_ms": {str(h): v for h, v in day.firing.items()},
                     "unclaimed": day.unclaimed,
                 }
             )

@@ -34,6 +34,8 @@ SERVE_LOAD = ROOT / "bench" / "serve_load.md"
 #: Results' and workflows' cost before and after (``bench.regression``), fan-in and chains
 #: (``bench.workflows``), spliced in the same way.
 WORKFLOWS = ROOT / "bench" / "workflows.md"
+#: A day of the seeds' estimate, compressed (``bench.day``), spliced in the same way.
+DAY = ROOT / "bench" / "day.md"
 NAMES = {"rota": "rota", "pgqueuer": "PgQueuer", "procrastinate": "Procrastinate"}
 #: Settings that only say where this run's cluster happened to live.
 _PER_RUN = {"port", "unix_socket_directories", "data_directory", "config_file", "hba_file"}
@@ -362,7 +364,7 @@ def write(bench: Bench, *, command: str, started: float, seconds: float | None =
     if bench.skipped:
         lines += ["", "## Skipped", ""]
         lines += [f"- **{scenario}**: {why}" for scenario, why in bench.skipped]
-    for write_up in (READING, PROFILE, DASHBOARD_SCALE, SCALE, SERVE_LOAD, WORKFLOWS):
+    for write_up in (READING, PROFILE, DASHBOARD_SCALE, SCALE, DAY, SERVE_LOAD, WORKFLOWS):
         if write_up.exists():
             lines += ["", write_up.read_text().strip()]
     lines += ["", "![Throughput and latency per system](benchmarks.png)", ""]
