@@ -179,3 +179,25 @@ async def test_a_large_batch_keeps_each_jobs_trace_context(store: Store) -> None
         stored = await store.get(results[index].job.id)
         assert stored.trace_context == specs[index].trace_context
         assert results[index].job == stored
+
+
+async def test_a_large_keyless_batch_stores_every_field(store: Store, clock: FakeClock) -> None:
+    """Batches past PostgreSQL's COPY threshold and SQLite's keyless insert take their own
+    path: each job returned is the job stored, a schedule without a slot and a slot without
+    a schedule included."""
+    slot = clock.now() - timedelta(minutes=5)
+    shapes = [
+        JobSpec("plain"),
+        JobSpec("full", payload={"n": [1, 2.5]}, queue="mail", priority=3, tenant="acme",
+                timeout=timedelta(seconds=9), run_at=clock.now() + timedelta(hours=1),
+                expire_after=timedelta(days=1), max_attempts=4),
+        JobSpec("fired", schedule="nightly"),
+        JobSpec("slotted", slot_at=slot),
+        JobSpec("traced", trace_context={"traceparent": "00-" + "a" * 32 + "-" + "b" * 16 + "-01"}),
+    ]  # fmt: skip
+    specs = [shapes[i % len(shapes)] for i in range(2_000)]
+    results = await store.enqueue(specs)
+    assert not any(result.duplicate for result in results)
+    stored = {job.id: job for job in await store.get_many([r.job.id for r in results])}
+    assert [stored[result.job.id] for result in results] == [result.job for result in results]
+    assert results[2].job.schedule == "nightly" and results[3].job.slot_at == slot

@@ -61,6 +61,7 @@ async def test_jobs_built_from_their_specs_are_the_jobs_stored(
         ),
         JobSpec(kind="later", delay=timedelta(minutes=5), expire_after=timedelta(hours=1)),
         JobSpec(kind="fired", schedule="nightly"),  # a schedule's job without a slot
+        JobSpec(kind="slotted", slot_at=datetime(2030, 1, 1, 12, tzinfo=paris)),  # no schedule
     ]
     results = await store.enqueue(specs)
     for result in results:
@@ -68,6 +69,7 @@ async def test_jobs_built_from_their_specs_are_the_jobs_stored(
         assert result.job == stored
         assert result.job.run_at.tzinfo is UTC and result.job.created_at.tzinfo is UTC
         assert (result.job.expires_at is None) or result.job.expires_at.tzinfo is UTC
+        assert (result.job.slot_at is None) or result.job.slot_at.tzinfo is UTC
     assert [r.job.id for r in results] == sorted(r.job.id for r in results)
     assert results[2].job.run_at == clock.now() + timedelta(minutes=5)
 

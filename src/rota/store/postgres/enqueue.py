@@ -192,7 +192,8 @@ def row_matches_key(row: Row, spec: JobSpec) -> bool:
 
 
 def copy_line(job_id: int, spec: JobSpec, now: datetime, now_text: str) -> str:
-    """One row of COPY text for a keyless spec. Names are [A-Za-z0-9_.:-] by validation and
+    """One row of COPY text for a keyless spec (no unique key, and no schedule and slot
+    together; either alone is kept). Names are [A-Za-z0-9_.:-] by validation and
     compact JSON never holds a raw tab or newline, so only the JSON's backslashes need escaping
     (a trace context is printable ASCII, so its JSON holds neither either)."""
     payload = spec.payload_json.replace("\\", "\\\\")
@@ -214,6 +215,8 @@ def copy_line(job_id: int, spec: JobSpec, now: datetime, now_text: str) -> str:
         now_text,
         traced.replace("\\", "\\\\") if traced is not None else COPY_NULL,
         expires.isoformat() if expires is not None else COPY_NULL,
+        spec.schedule if spec.schedule is not None else COPY_NULL,
+        spec.slot_at.isoformat() if spec.slot_at is not None else COPY_NULL,
     )
     return "\t".join(fields) + "\n"
 

@@ -104,7 +104,7 @@ SELECT coalesce(%(now)s::timestamptz, now()),
 
 -- name: copy_jobs
 COPY rota_jobs (id, kind, queue, payload, priority, run_at, max_attempts, tenant, timeout_us,
-                created_at, trace_context, expires_at) FROM STDIN;
+                created_at, trace_context, expires_at, schedule, slot_at) FROM STDIN;
 
 -- name: _candidates
 -- The jobs a claim may take, locked, as the CTE "chosen" (ids, in claim order) over

@@ -175,6 +175,7 @@ def _insert_unkeyed(
                 None if spec.timeout is None else duration_us(spec.timeout),
                 at_us,
                 spec.schedule,
+                None if spec.slot_at is None else to_us(spec.slot_at),
                 None if spec.trace_context is None else json.dumps(spec.trace_context),
                 None if expires_at is None else to_us(expires_at),
             )
@@ -197,11 +198,13 @@ def _insert_unkeyed(
     return [EnqueueResult(job) for job in jobs], min(due, default=None)
 
 
-# No unique key and no slot: nothing to conflict with, nothing to return.
+# No unique key, and no schedule and slot together: nothing to conflict with, nothing to
+# return.
 _INSERT_UNKEYED = """
 INSERT INTO rota_jobs (kind, queue, payload, state, priority, run_at, attempt, max_attempts,
-                       tenant, timeout_us, created_at, schedule, trace_context, expires_at)
-VALUES (?, ?, ?, 'pending', ?, ?, 0, ?, ?, ?, ?, ?, ?, ?)
+                       tenant, timeout_us, created_at, schedule, slot_at, trace_context,
+                       expires_at)
+VALUES (?, ?, ?, 'pending', ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?)
 """
 
 
