@@ -490,6 +490,14 @@ class JobSpec:
         the serialised enqueue path)."""
         return self.unique_states is not None or self.on_conflict == "replace"
 
+    @property
+    def keyed(self) -> bool:
+        """Whether an enqueue of this spec can find it taken: it has a unique key, or a
+        schedule's slot (a schedule or a slot alone cannot conflict)."""
+        return self.unique_key is not None or (
+            self.schedule is not None and self.slot_at is not None
+        )
+
     def hold_until(self, now: datetime) -> datetime | None:
         """Until when, by the store's ``now``, the key is held in ``unique_states``."""
         if self.unique_states is None:

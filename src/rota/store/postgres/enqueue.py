@@ -50,7 +50,7 @@ def enqueue_flow(specs: Sequence[JobSpec], now: datetime | None) -> Flow:
         duplicates: list[int] = []
         for index in todo:
             spec = specs[index]
-            if row is not None and (not is_keyed(spec) or row_matches_key(row, spec)):
+            if row is not None and (not spec.keyed or row_matches_key(row, spec)):
                 job_id, run_at, created_at = row[0], row[1], row[2]
                 job = spec.inserted(job_id, run_at, created_at, row[6])
                 results[index] = EnqueueResult(job)
@@ -171,10 +171,6 @@ def trace_context_json(spec: JobSpec) -> str | None:
         if spec.trace_context is None
         else json.dumps(spec.trace_context, separators=(",", ":"))
     )
-
-
-def is_keyed(spec: JobSpec) -> bool:
-    return spec.unique_key is not None or (spec.schedule is not None and spec.slot_at is not None)
 
 
 def job_matches_key(job: Job, spec: JobSpec) -> bool:

@@ -81,7 +81,6 @@ from rota.store.postgres.enqueue import (
     drive_sync,
     enqueue_any_flow,
     enqueue_flow,
-    is_keyed,
 )
 from rota.store.postgres.failures import SCHEMA_ERRORS, migrations_pending
 from rota.store.postgres.filters import guarded, where
@@ -264,7 +263,7 @@ class PostgresStore:
         if not specs:
             return []
         at = self._now(now)
-        if any(is_keyed(spec) for spec in specs):
+        if any(spec.keyed for spec in specs):
             # Duplicates are looked up and raced inserts retried: one transaction for all.
             results: list[EnqueueResult] = await self._run_flow(enqueue_any_flow(specs, at))
             return results

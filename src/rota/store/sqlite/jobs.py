@@ -91,17 +91,16 @@ def enqueue(
     conn: sqlite3.Connection, specs: Sequence[JobSpec], at: datetime
 ) -> tuple[list[EnqueueResult], datetime | None]:
     """Insert ``specs`` in order; the results, and the earliest run_at of the jobs inserted."""
-    if not any(_keyed(spec) for spec in specs):
+    if not any(spec.keyed for spec in specs):
         return _insert_unkeyed(conn, specs, at)
     at_us = to_us(at)
     results: list[EnqueueResult] = []
     earliest: datetime | None = None
     for spec in specs:
         slot_us = None if spec.slot_at is None else to_us(spec.slot_at)
-        keyed = spec.unique_key is not None or (spec.schedule is not None and slot_us is not None)
         # Looking first (we are the only writer inside BEGIN IMMEDIATE) answers a duplicate
         # without burning an AUTOINCREMENT id on a conflicting insert.
-        existing = _holder(conn, spec, slot_us, at_us) if keyed else None
+        existing = _holder(conn, spec, slot_us, at_us) if spec.keyed else None
         row = None
         if existing is None:
             expires_at = spec.expiry_at(at)
@@ -147,10 +146,6 @@ def enqueue(
         results.append(EnqueueResult(holder, duplicate=True))
     count_inserted(conn, [result.job for result in results if not result.duplicate])
     return results, earliest
-
-
-def _keyed(spec: JobSpec) -> bool:
-    return spec.unique_key is not None or (spec.schedule is not None and spec.slot_at is not None)
 
 
 def _insert_unkeyed(
