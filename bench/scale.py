@@ -21,12 +21,18 @@ runs alternate scenario by scenario (empty, finished, not yet due, tenants, empt
 after each drain or enqueue its rows are deleted and the table vacuumed, so runs do not pile
 on each other. Ratios: each run against the median of the empty table's runs.
 
-Then the prune: the finished database's day is deleted the way the worker's pruner does it
-(``store.prune(older_than=now - 1 day, limit=5000)`` until a short batch), timing every batch
-(each is one autocommit statement: its row locks last as long as it does), while a sampler
-reads ``pg_stat_user_tables`` every second; afterwards it waits for autovacuum to settle (at
-most ``--settle`` seconds) and reports the dead tuples at their peak, the vacuums and
-autovacuums run, the WAL written, and each autovacuum of rota_jobs the server logged.
+Then the prune: the finished database's day (the whole UTC day before yesterday, one day
+table of rota_jobs, 019_finished_by_day) is deleted the way the worker's pruner does it
+(``store.prune(older_than=now - 1 day, limit=5000)`` until a short pass), timing every pass,
+while a sampler reads ``pg_stat_user_tables`` every second and a probe takes a completion's
+lock on the finished jobs' tables every 10 ms (how long the prune makes completions wait);
+afterwards it waits for autovacuum to settle (at most ``--settle`` seconds) and reports the
+dead tuples at their peak, the vacuums and autovacuums run, the WAL written, and each
+autovacuum of a jobs table the server logged.
+
+``--upgrade``: a database at migration 018 holding ``--scale`` finished jobs and a hundredth
+as many pending ones, migrated to the current schema (019 moves the pending jobs and checks the
+finished ones in one pass); the time it takes, which is how long job writes wait for it.
 
 A throwaway production-configured cluster (``bench.cluster``) with ``pg_stat_statements``,
 or ``--database-url`` (databases ``rota_bench_scale_*`` there are created and dropped).
@@ -54,7 +60,16 @@ import psycopg
 
 from bench.cluster import Cluster
 from bench.drains import drain
-from bench.harness import ROOT, Bench, Settings, drop_database, execute, progress, scalar
+from bench.harness import (
+    ROOT,
+    Bench,
+    Settings,
+    drop_database,
+    execute,
+    progress,
+    recreate_database,
+    scalar,
+)
 from bench.report import machine
 from bench.systems import Rota
 
@@ -74,7 +89,7 @@ SELECT s.state, 'default', 'kind' || (n %% 20), 0, t.at - interval '2 seconds',
        CASE WHEN s.state = 'succeeded' THEN json_build_object('sent', true) END,
        CASE WHEN s.state = 'dead' THEN '[{"attempt": 1, "outcome": "error"}]'::jsonb END
 FROM generate_series(1, %(count)s) AS n
-CROSS JOIN LATERAL (SELECT now() - interval '2 days'
+CROSS JOIN LATERAL (SELECT %(day)s::timestamptz
                            + (n - 1) * (interval '1 day' / %(count)s) AS at) AS t
 CROSS JOIN LATERAL (SELECT CASE WHEN n %% 200 = 0 THEN 'dead'
                                 WHEN n %% 200 = 1 THEN 'cancelled'
@@ -91,10 +106,25 @@ SELECT 'noop', 'default', json_build_object('user', n),
        now() + interval '1 hour' + (n - 1) * (interval '1 day' / %(count)s), 3, now()
 FROM generate_series(1, %(count)s) AS n
 """
-TABLE_STATS = """
-SELECT n_live_tup, n_dead_tup, vacuum_count, autovacuum_count, analyze_count,
-       autoanalyze_count, pg_current_wal_lsn()
-FROM pg_stat_user_tables WHERE relname = 'rota_jobs'
+#: The tables that hold jobs: rota_jobs is partitioned (019_finished_by_day), and the
+#: statistics and sizes are its partitions'.
+JOB_TABLES = "(SELECT relid FROM pg_partition_tree('rota_jobs') WHERE isleaf)"
+TABLE_STATS = f"""
+SELECT coalesce(sum(n_live_tup), 0), coalesce(sum(n_dead_tup), 0),
+       coalesce(sum(vacuum_count), 0), coalesce(sum(autovacuum_count), 0),
+       coalesce(sum(analyze_count), 0), coalesce(sum(autoanalyze_count), 0),
+       pg_current_wal_lsn()
+FROM pg_stat_user_tables WHERE relid IN {JOB_TABLES}
+"""
+#: The day the finished jobs finished in: the whole UTC day before yesterday, so that it is
+#: one day table, wholly older than a cutoff of a day ago.
+FINISHED_DAY = "(now() AT TIME ZONE 'UTC')::date - 2"
+#: A statement that takes the lock a completion takes on the finished jobs' tables (it
+#: inserts a finished job, rolled back): how long the prune makes completions wait.
+PROBE = """
+INSERT INTO rota_jobs (state, queue, kind, run_at, max_attempts, created_at, finished_at,
+                       payload)
+VALUES ('succeeded', 'probe', 'probe', now(), 1, now(), now(), '{}')
 """
 
 
@@ -128,6 +158,7 @@ class Figures:
     per_claim: dict[str, list[float]] = field(default_factory=dict)
     claim_pages: dict[str, list[float]] = field(default_factory=dict)
     prune: dict[str, Any] = field(default_factory=dict)
+    upgrade: dict[str, float] = field(default_factory=dict)
     load_s: dict[str, float] = field(default_factory=dict)
     sizes: dict[str, str] = field(default_factory=dict)
 
@@ -146,6 +177,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "--only", default="", help="comma-separated scenarios (empty is always run)"
     )
     parser.add_argument("--no-prune", action="store_true")
+    parser.add_argument(
+        "--upgrade", action="store_true", help="also time the migration of a table at 018"
+    )
     parser.add_argument("--database-url")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args(argv)
@@ -158,7 +192,10 @@ async def load(system: ScaleRota, scale: int, figures: Figures) -> None:
     began = time.monotonic()
     async with await psycopg.AsyncConnection.connect(system.dsn, autocommit=True) as conn:
         if system.variant == "finished":
-            await conn.execute(FINISHED, {"count": scale})
+            [(day, _)] = await (
+                await conn.execute(f"SELECT {FINISHED_DAY}, rota_jobs_add_day({FINISHED_DAY})")
+            ).fetchall()
+            await conn.execute(FINISHED, {"count": scale, "day": day})
             await conn.execute("SELECT setval('rota_lease_token_seq', %(count)s)", {"count": scale})
             await conn.execute(TALLY)
         elif system.variant == "not yet due":
@@ -167,8 +204,8 @@ async def load(system: ScaleRota, scale: int, figures: Figures) -> None:
         await conn.execute("CHECKPOINT")
         row = await (
             await conn.execute(
-                "SELECT pg_size_pretty(pg_table_size('rota_jobs')), "
-                "pg_size_pretty(pg_indexes_size('rota_jobs'))"
+                "SELECT pg_size_pretty(sum(pg_table_size(relid))), "
+                f"pg_size_pretty(sum(pg_indexes_size(relid))) FROM {JOB_TABLES} AS leaves"
             )
         ).fetchone()
     assert row is not None
@@ -264,6 +301,18 @@ async def prune(
                 samples.append((time.monotonic(), int(row[1])))
                 await asyncio.sleep(1.0)
 
+    waits: list[float] = []
+
+    async def probe() -> None:
+        """A completion's stand-in, every 10 ms: how long the prune makes one wait."""
+        async with await psycopg.AsyncConnection.connect(system.dsn) as conn:
+            while not stop.is_set():
+                started = time.perf_counter()
+                await conn.execute(PROBE)
+                waits.append(time.perf_counter() - started)
+                await conn.rollback()
+                await asyncio.sleep(0.01)
+
     log_offset = (await asyncio.to_thread(os.path.getsize, log)) if log is not None else 0
     async with await psycopg.AsyncConnection.connect(system.dsn, autocommit=True) as conn:
         before = await (await conn.execute(TABLE_STATS)).fetchone()
@@ -276,6 +325,7 @@ async def prune(
     assert before is not None
     assert count is not None
     sampler = asyncio.create_task(sample())
+    prober = asyncio.create_task(probe())
     batches: list[float] = []
     deleted = 0
     began = time.monotonic()
@@ -296,7 +346,9 @@ async def prune(
         while time.monotonic() - settle_began < args.settle:
             await asyncio.sleep(2.0)
             row = await scalar(
-                system.dsn, "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'rota_jobs'"
+                system.dsn,
+                f"SELECT coalesce(sum(n_dead_tup), 0) FROM pg_stat_user_tables "
+                f"WHERE relid IN {JOB_TABLES}",
             )
             running = await scalar(system.dsn, "SELECT count(*) FROM pg_stat_progress_vacuum")
             if int(row) < 0.02 * max(1, deleted) and not int(running):
@@ -305,6 +357,7 @@ async def prune(
     finally:
         stop.set()
         await sampler
+        await prober
         await store.close()
     async with await psycopg.AsyncConnection.connect(system.dsn, autocommit=True) as conn:
         after = await (await conn.execute(TABLE_STATS)).fetchone()
@@ -317,7 +370,7 @@ async def prune(
     if log is not None:
         text = (await asyncio.to_thread(log.read_bytes))[log_offset:].decode(errors="replace")
         for entry in re.split(r"\n(?=\d{4}-\d\d-\d\d )", text):
-            if "automatic vacuum of table" in entry and 'rota_jobs"' in entry:
+            if "automatic vacuum of table" in entry and re.search(r'rota_jobs\w*"', entry):
                 elapsed = re.search(r"elapsed: ([\d.]+) s", entry)
                 if elapsed:
                     vacuums.append(float(elapsed.group(1)))
@@ -330,8 +383,6 @@ async def prune(
         "batch_median_ms": 1000 * statistics.median(batches),
         "batch_p99_ms": 1000 * ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))],
         "batch_max_ms": 1000 * ordered[-1],
-        "first_ms": 1000 * statistics.median(batches[: max(1, len(batches) // 10)]),
-        "last_ms": 1000 * statistics.median(batches[-max(1, len(batches) // 10) :]),
         "dead_peak": max((n for _, n in samples), default=0),
         "dead_after": int(after[1]),
         "autovacuums": int(after[3]) - int(before[3]),
@@ -339,8 +390,51 @@ async def prune(
         "wal_bytes": int(wal[0]),
         "settled_s": settled_s,
         "logged_vacuums": vacuums,
+        "probe_max_ms": 1000 * max(waits, default=0.0),
+        "probe_p99_ms": 1000 * sorted(waits)[min(len(waits) - 1, int(0.99 * len(waits)))]
+        if waits
+        else 0.0,
+        "probes": len(waits),
     }
     progress(f"  prune: {figures.prune}")
+
+
+async def upgrade(settings: Settings, scale: int, figures: Figures) -> None:
+    """Migrate a table at 018 with ``scale`` finished and ``scale / 100`` pending jobs."""
+    from rota.store.postgres.queries import migrations
+    from rota.store.postgres.store import PostgresStore
+
+    name = "rota_bench_scale_upgrade"
+    dsn = await recreate_database(settings, name)
+    store = PostgresStore.from_url(dsn)
+    try:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            await conn.execute(
+                "CREATE TABLE rota_migrations ("
+                "version text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+            for version, text in migrations():
+                if version < "019":
+                    async with conn.transaction():
+                        await conn.execute(text.encode(), prepare=False)
+                        await conn.execute(
+                            "INSERT INTO rota_migrations (version) VALUES (%s)", [version]
+                        )
+            [(day,)] = await (await conn.execute(f"SELECT {FINISHED_DAY}")).fetchall()
+            await conn.execute(FINISHED, {"count": scale, "day": day})
+            await conn.execute(FUTURE, {"count": max(1, scale // 100)})
+            await conn.execute("VACUUM ANALYZE rota_jobs")
+            await conn.execute("CHECKPOINT")
+        began = time.monotonic()
+        applied = await store.migrate()
+        figures.upgrade = {
+            "jobs": scale + max(1, scale // 100),
+            "seconds": time.monotonic() - began,
+        }
+        progress(f"  upgrade {applied}: {figures.upgrade}")
+    finally:
+        await store.close()
+        await drop_database(settings, name)
 
 
 async def main(args: argparse.Namespace, settings: Settings, log: Path | None) -> Figures:
@@ -365,6 +459,8 @@ async def main(args: argparse.Namespace, settings: Settings, log: Path | None) -
         finished = next((s for s in systems if s.variant == "finished"), None)
         if finished is not None and not args.no_prune:
             await prune(finished, args, log, figures)
+        if args.upgrade:
+            await upgrade(settings, args.scale, figures)
     finally:
         for system in systems:
             await system.close()
@@ -427,20 +523,28 @@ def markdown(args: argparse.Namespace, figures: Figures, command: str, seconds: 
         vac = ", ".join(f"{elapsed:.1f} s" for elapsed in logged) or "none over 1 s"
         lines += [
             "",
-            f"Prune of the day's {p['jobs']:,} finished jobs (`store.prune`, batches of {PRUNE_BATCH:,}, "
-            "back to back, as the pruner runs them):",
+            f"Prune of the day's {p['jobs']:,} finished jobs (`store.prune(limit={PRUNE_BATCH:,})`, "
+            "passes back to back until a short one, as the pruner runs them; a day's table goes "
+            "whole in one pass):",
             "",
             "| measure | value |",
             "|---|---|",
-            f"| jobs deleted | {p['deleted']:,} in {p['batches']:,} batches |",
+            f"| jobs deleted | {p['deleted']:,} in {p['batches']:,} passes |",
             f"| time | {p['seconds']:.1f} s ({p['deleted'] / max(p['seconds'], 1e-9):,.0f} jobs/s) |",
-            f"| batch (one statement, its row locks) median / p99 / max | {p['batch_median_ms']:.0f} / {p['batch_p99_ms']:.0f} / {p['batch_max_ms']:.0f} ms |",
-            f"| batch median, first tenth / last tenth of the prune | {p['first_ms']:.0f} / {p['last_ms']:.0f} ms |",
+            f"| pass median / p99 / max | {p['batch_median_ms']:.0f} / {p['batch_p99_ms']:.0f} / {p['batch_max_ms']:.0f} ms |",
+            f"| longest wait of a completion's lock on finished jobs (a probe every 10 ms, {p['probes']:,} probes) max / p99 | {p['probe_max_ms']:.1f} / {p['probe_p99_ms']:.1f} ms |",
             f"| dead tuples at their peak (sampled each second) | {p['dead_peak']:,} |",
             f"| autovacuums / autoanalyzes of rota_jobs during and after | {p['autovacuums']} / {p['autoanalyzes']} |",
             f"| autovacuums of rota_jobs the server logged (over 1 s), each | {vac} |",
             f"| dead tuples left {p['settled_s']:.0f} s after the prune | {p['dead_after']:,} |",
             f"| WAL written by the prune and its vacuums | {p['wal_bytes'] / 2**20:,.0f} MiB |",
+        ]
+    if figures.upgrade:
+        u = figures.upgrade
+        lines += [
+            "",
+            f"Upgrade of a table at 018 holding {u['jobs']:,} jobs to 019 (`store.migrate()`; "
+            f"job writes wait for it throughout): {u['seconds']:.1f} s.",
         ]
     return "\n".join(lines) + "\n"
 

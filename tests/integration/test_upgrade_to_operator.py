@@ -10,6 +10,8 @@ import pytest
 
 from rota.store import JobFilter, open_store
 from rota.store.sqlite import migrations as sqlite_migrations
+from tests.support.migrate import postgres_schema_before
+from tests.support.postgres import Server
 
 
 async def test_sqlite_at_009_migrates_to_011_and_keeps_its_jobs(tmp_path: Path) -> None:
@@ -47,25 +49,22 @@ async def test_sqlite_at_009_migrates_to_011_and_keeps_its_jobs(tmp_path: Path) 
 
 
 @pytest.mark.postgres
-async def test_postgres_at_009_migrates_to_011_and_keeps_its_jobs(pg_url: str) -> None:
-    # The test database comes migrated: take it back to 009 (undo 011), with a job in it.
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute("DROP INDEX rota_jobs_expiring, rota_jobs_unique_held")
-        conn.execute(
-            "ALTER TABLE rota_jobs DROP COLUMN expires_at, DROP COLUMN unique_until, "
-            "DROP COLUMN unique_states"
-        )
-        conn.execute("DELETE FROM rota_migrations WHERE version = '011_operator'")
-        conn.execute(
-            "INSERT INTO rota_jobs (kind, queue, payload, run_at, max_attempts, created_at) "
-            "VALUES ('old', 'default', '{}', now(), 3, now())"
-        )
-    store = open_store(pg_url)
-    try:
-        assert await store.pending_migrations() == ["011_operator"]
-        assert await store.migrate() == ["011_operator"]
-        [job] = (await store.list_jobs(JobFilter())).jobs
-        assert (job.kind, job.expires_at) == ("old", None)
-        assert await store.expire() == []
-    finally:
-        await store.close()
+async def test_postgres_at_009_migrates_to_011_and_keeps_its_jobs(pg_server: Server) -> None:
+    # A database as a release at 009 left it, with a job in it: every migration since applies.
+    with pg_server.database(migrated=False) as url:
+        postgres_schema_before(url, "011")
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO rota_jobs (kind, queue, payload, run_at, max_attempts, created_at) "
+                "VALUES ('old', 'default', '{}', now(), 3, now())"
+            )
+        store = open_store(url)
+        try:
+            pending = await store.pending_migrations()
+            assert pending[0] == "011_operator"
+            assert await store.migrate() == pending
+            [job] = (await store.list_jobs(JobFilter())).jobs
+            assert (job.kind, job.expires_at) == ("old", None)
+            assert await store.expire() == []
+        finally:
+            await store.close()

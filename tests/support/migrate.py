@@ -6,7 +6,10 @@ import asyncio
 import sqlite3
 from pathlib import Path
 
+import psycopg
+
 from rota.store import open_store
+from rota.store.postgres.queries import migrations
 from rota.store.sqlite.migrations import known
 
 
@@ -39,3 +42,20 @@ def sqlite_schema_before(path: Path, version: int) -> sqlite3.Connection:
             )
     conn.execute("COMMIT")
     return conn
+
+
+def postgres_schema_before(url: str, version: str) -> None:
+    """The empty database at ``url`` migrated up to, not including, the migration named
+    ``version`` (e.g. "019"), as an earlier release left it: its migrations applied and
+    recorded, with this version's functions (the routines, which every release remakes)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE rota_migrations ("
+            "version text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        for name, text in migrations():
+            if name >= version and not name.startswith("routines_"):
+                continue
+            with conn.transaction():
+                conn.execute(text.encode(), prepare=False)
+                conn.execute("INSERT INTO rota_migrations (version) VALUES (%s)", [name])

@@ -554,7 +554,10 @@ class Store(Protocol):
     async def prune(self, *, older_than: datetime, limit: int = 10_000) -> int:
         """Delete up to ``limit`` terminal jobs finished before ``older_than``, oldest first
         (by finish time, or by id where an index on finish times would cost every completion);
-        return how many."""
+        return how many. A store that keeps finished jobs by day (PostgreSQL) deletes a day
+        only once all of it finished before ``older_than``, and then all of it in one pass,
+        whatever ``limit`` says: a job is kept at least as long as asked, and at most a day
+        longer."""
         ...
 
     async def bulk_retry(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:

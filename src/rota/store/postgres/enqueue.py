@@ -36,8 +36,15 @@ def enqueue_flow(specs: Sequence[JobSpec], now: datetime | None) -> Flow:
     job finished between our insert and our lookup, the spec is inserted again (bounded).
     """
     results: list[EnqueueResult | None] = [None] * len(specs)
-    todo = list(range(len(specs)))
-    for _ in range(5):
+    slotted = [spec for spec in specs if spec.schedule is not None and spec.slot_at is not None]
+    if slotted:
+        holders = yield from slot_holders(slotted)
+        for index, spec in enumerate(specs):
+            holder = holders.get((spec.schedule, spec.slot_at))
+            if holder is not None:
+                results[index] = EnqueueResult(holder, duplicate=True)
+    todo = [index for index, result in enumerate(results) if result is None]
+    for _ in range(5 if todo else 0):
         batch = [specs[i] for i in todo]
         if len(batch) == 1:
             rows = yield query("enqueue_one"), enqueue_one_params(batch[0], now)
@@ -82,6 +89,21 @@ def enqueue_flow(specs: Sequence[JobSpec], now: datetime | None) -> Flow:
     if any(result is None for result in results):
         raise StoreUnavailable("enqueue kept racing with jobs holding the same unique keys")
     return results
+
+
+def slot_holders(specs: Sequence[JobSpec]) -> Flow:
+    """Lock the schedule slots of ``specs`` until the transaction ends (every enqueue of a slot
+    takes its lock first) and return the jobs that hold them already, by (schedule, slot_at):
+    a slot is unique across every state, which no index can say across the partitions of
+    finished jobs (019_finished_by_day). Run inside a transaction."""
+    params = {
+        "schedules": [spec.schedule for spec in specs],
+        "slots": [spec.slot_at for spec in specs],
+    }
+    yield query("lock_slots"), params
+    rows = yield query("slot_jobs"), params
+    holders = (row_to_job(row) for row in rows)
+    return {(job.schedule, job.slot_at): job for job in holders}
 
 
 def enqueue_any_flow(specs: Sequence[JobSpec], now: datetime | None) -> Flow:
@@ -237,11 +259,55 @@ async def copy_jobs(
     ]
 
 
+#: Steps that lock or update jobs that already exist, which a concurrent transaction may
+#: have moved to another partition (019_finished_by_day): such a step runs in a savepoint and
+#: again when it meets a moved row (40001), on a snapshot that shows where the row is now.
+#: Every other step of a flow only inserts, or reads.
+RELOCKING = ("replace_held", "workflow_parents", "workflow_adopt")
+#: How many times a step that met a moved row runs again.
+MOVED_RETRIES = 5
+
+
+def _relocks(statement: str) -> bool:
+    return any(statement == query(name) for name in RELOCKING)
+
+
+async def _step(
+    conn: psycopg.AsyncConnection[TupleRow], statement: str, params: dict[str, Any]
+) -> psycopg.AsyncCursor[TupleRow]:
+    if not _relocks(statement):
+        return await conn.execute(statement, params)
+    for attempt in range(1, MOVED_RETRIES + 1):
+        try:
+            async with conn.transaction():  # a savepoint: the rest of the flow goes on
+                return await conn.execute(statement, params)
+        except psycopg.errors.SerializationFailure:
+            if attempt == MOVED_RETRIES:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _step_sync(
+    conn: psycopg.Connection[Any], statement: str, params: dict[str, Any]
+) -> psycopg.Cursor[Any]:
+    if not _relocks(statement):
+        return conn.execute(statement, params)
+    for attempt in range(1, MOVED_RETRIES + 1):
+        try:
+            with conn.transaction():
+                return conn.execute(statement, params)
+        except psycopg.errors.SerializationFailure:
+            if attempt == MOVED_RETRIES:
+                raise
+    raise AssertionError("unreachable")
+
+
 async def drive_async(conn: psycopg.AsyncConnection[TupleRow], flow: Flow) -> Any:
+    """Run ``flow``'s steps on ``conn`` (inside whatever transaction it has open)."""
     try:
         statement, params = next(flow)
         while True:
-            cursor = await conn.execute(statement, params)
+            cursor = await _step(conn, statement, params)
             rows = await cursor.fetchall() if cursor.description else []
             statement, params = flow.send(rows)
     except StopIteration as done:
@@ -249,10 +315,11 @@ async def drive_async(conn: psycopg.AsyncConnection[TupleRow], flow: Flow) -> An
 
 
 def drive_sync(conn: psycopg.Connection[Any], flow: Flow) -> Any:
+    """``drive_async`` on a synchronous connection."""
     try:
         statement, params = next(flow)
         while True:
-            cursor = conn.execute(statement, params)
+            cursor = _step_sync(conn, statement, params)
             rows = cursor.fetchall() if cursor.description else []
             statement, params = flow.send(rows)
     except StopIteration as done:

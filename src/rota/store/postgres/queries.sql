@@ -63,6 +63,24 @@ VALUES (%(kind)s::text, %(queue)s::text, %(payload)s::text::json, %(priority)s::
 ON CONFLICT DO NOTHING
 RETURNING id, run_at, created_at, unique_key, schedule, slot_at, expires_at;
 
+-- name: lock_slots
+-- Enqueues of schedule slots take turns on each slot until they commit: a slot is unique
+-- across every state, and no index spans the partitions of finished jobs (019), so the
+-- lookup that follows and the insert are one step. In a key's order: no two enqueues of
+-- the same slots can deadlock. The key does not depend on the session's time zone.
+SELECT count(pg_advisory_xact_lock(k)) FROM (
+    SELECT DISTINCT hashtextextended(
+        s.schedule || ' ' || (extract(epoch FROM s.slot_at) * 1000000)::bigint, 7262) AS k
+    FROM unnest(%(schedules)b::text[], %(slots)b::timestamptz[]) AS s(schedule, slot_at)
+    ORDER BY 1
+) AS keys;
+
+-- name: slot_jobs
+-- The job of each slot, whatever its state.
+SELECT {job_columns} FROM rota_jobs
+WHERE schedule IS NOT NULL
+  AND (schedule, slot_at) IN (SELECT * FROM unnest(%(schedules)b::text[], %(slots)b::timestamptz[]));
+
 -- name: existing_for_keys
 -- The active job holding each unique key, and the job of each schedule slot.
 SELECT {job_columns} FROM rota_jobs
@@ -240,7 +258,8 @@ UPDATE rota_jobs j SET
         ELSE j.history END,
     last_error = CASE WHEN j.state = 'running' THEN {expiry_error} ELSE j.last_error END
 FROM batch
-WHERE j.id = batch.id
+-- The state names the partition (019): the update reads rota_jobs_active alone.
+WHERE j.id = batch.id AND j.state IN ('pending', 'running')
 
 -- name: claim
 -- One statement for a claim when no limit exists. If one does, it claims nothing and returns
@@ -509,7 +528,7 @@ WHERE id = ANY(%(ids)b::bigint[]) AND state IN ('waiting', 'pending', 'running')
 ON CONFLICT DO NOTHING;
 
 -- name: get_many
-SELECT {job_columns} FROM rota_jobs WHERE id = ANY(%(ids)b::bigint[]);
+SELECT {job_columns} FROM rota_jobs WHERE id = ANY(%(ids)b::bigint[]) ORDER BY id;
 
 -- name: state_of
 SELECT state FROM rota_jobs WHERE id = %(id)s;
@@ -595,31 +614,85 @@ RETURNING j.id, j.state
 ), tally AS ({tally}), {finished}
 SELECT id FROM done, told;
 
--- name: prune
--- Oldest ids first, at most %(limit)s. The per-minute tally says whether any job finished
--- before the cutoff at all: while none did, the scan does not run (a table of a million
--- recently finished jobs costs nothing each pass). Tally minutes older than the cutoff are
--- dropped once a pass comes up short, that is once their jobs are gone. The ids go in as an
--- array, so the rows are deleted by primary key: "id IN (subquery)" let the planner hash the
--- batch and read the whole table for it, every pass.
+-- name: finished_leaves
+-- The tables of finished jobs (019_finished_by_day): days, an upgraded table, the default.
+SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+WHERE i.inhparent = 'rota_jobs_finished'::regclass;
+
+-- name: add_days
+-- The days ahead of today, made by one caller at a time (others skip: the next call makes
+-- what they would have). A lock that waits long for readers of the default partition gives
+-- up and the next call tries again.
+SELECT CASE WHEN pg_try_advisory_xact_lock(hashtextextended('rota_jobs_add_days', 0))
+            THEN rota_jobs_add_days(%(ahead)s) END
+FROM (SELECT set_config('lock_timeout', '1s', true)) AS limited;
+
+-- name: prune_rows
+-- Finished jobs kept outside the day tables ({leaf}: the default partition, an upgraded
+-- table), oldest ids first, at most %(limit)s. The per-minute tally says whether any job
+-- finished before the cutoff at all: while none did, the scan does not run. The ids go in as an array,
+-- so the rows are deleted by id: "id IN (subquery)" let the planner hash the batch and read
+-- the whole table for it, every pass. Through rota_jobs, whose triggers count the rows out
+-- and settle the workflows they belonged to.
 WITH gone AS (
     DELETE FROM rota_jobs WHERE id = ANY(ARRAY(
-        SELECT id FROM rota_jobs
+        SELECT id FROM {leaf}
         WHERE EXISTS (SELECT 1 FROM rota_finished_per_minute WHERE minute < %(older_than)s)
-          AND state IN ('succeeded', 'dead', 'cancelled') AND finished_at < %(older_than)s
+          AND finished_at < %(older_than)s
         ORDER BY state, id
         LIMIT %(limit)s
-    ))
+    )) AND state IN ('succeeded', 'dead', 'cancelled') AND finished_at < %(older_than)s
     RETURNING id
 ), gone_waits AS (
     -- A wait recorded as its job finished (so never consumed) goes with the job.
     DELETE FROM rota_result_waits WHERE job_id IN (SELECT id FROM gone)
-), gone_stats AS (
-    DELETE FROM rota_finished_per_minute
-    WHERE minute < %(older_than)s - interval '1 minute'
-      AND (SELECT count(*) FROM gone) < %(limit)s
 )
 SELECT count(*) FROM gone;
+
+-- name: prune_tally
+-- Tally minutes older than the cutoff, once a pass came up short (their jobs are gone).
+DELETE FROM rota_finished_per_minute WHERE minute < %(older_than)s - interval '1 minute';
+
+-- name: day_lock
+-- Writers of the day's jobs (a retry, a delete) wait until it is gone; readers go on.
+LOCK TABLE {leaf} IN SHARE MODE;
+
+-- name: day_workflows
+-- A day's workflow jobs go one by one, through the delete trigger: edges to their children
+-- and what a child still waiting on them becomes (014_workflow_lifecycle).
+WITH gone AS (
+    DELETE FROM rota_jobs
+    WHERE state IN ('succeeded', 'dead', 'cancelled') AND workflow IS NOT NULL
+      AND finished_at >= %(lower)s AND finished_at < %(upper)s
+    RETURNING 1
+)
+SELECT count(*) FROM gone;
+
+-- name: day_uncount
+-- The rest leaves the counts (017_counts) with the table, in the same transaction.
+WITH out AS (
+    INSERT INTO rota_count_deltas (queue, kind, state, n)
+    SELECT queue, kind, state, -count(*) FROM {leaf} GROUP BY queue, kind, state
+    RETURNING n
+)
+SELECT coalesce(-sum(n), 0)::bigint FROM out;
+
+-- name: day_waits
+DELETE FROM rota_result_waits w WHERE EXISTS (SELECT 1 FROM {leaf} j WHERE j.id = w.job_id);
+
+-- name: day_tally
+-- The per-minute tally of the day's finished jobs goes with them (the dashboard's chart
+-- reads a few hours).
+DELETE FROM rota_finished_per_minute WHERE minute < %(upper)s AND minute < %(older_than)s;
+
+-- name: day_detach
+-- A brief exclusive lock on rota_jobs_finished (and its default partition): completions and
+-- reads of finished jobs wait for it, so it waits for them only a moment before giving up
+-- until the next pass (and always before deadlock detection could pick another victim).
+ALTER TABLE rota_jobs_finished DETACH PARTITION {leaf};
+
+-- name: day_drop
+DROP TABLE {leaf};
 
 -- name: count_jobs
 SELECT count(*) FROM (SELECT 1 FROM rota_jobs WHERE {where} LIMIT %(limit)s) AS capped;
@@ -783,9 +856,6 @@ WHERE s.name = a.name;
 SELECT min(due_at) FROM rota_schedules
 WHERE NOT paused AND (NOT workflow OR name = ANY(%(workflows)b::text[]));
 
--- name: slot_job
-SELECT {job_columns} FROM rota_jobs WHERE schedule = %(schedule)s AND slot_at = %(slot_at)s;
-
 -- name: workflow_parents
 -- The existing parents of a graph being written, locked (in id order, so two writers cannot
 -- deadlock): a parent that finishes meanwhile waits for this transaction, and its trigger
@@ -847,6 +917,7 @@ WITH done AS (
 {_cancelling}
 WHERE id IN (SELECT id FROM rota_jobs WHERE workflow = %(workflow)s
                AND state IN ('waiting', 'pending', 'running') ORDER BY id FOR UPDATE)
+  AND state IN ('waiting', 'pending', 'running')
 RETURNING id, state
 ), tally AS ({tally}), {finished}
 SELECT count(*) FROM done, told;

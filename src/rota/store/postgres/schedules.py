@@ -27,8 +27,8 @@ from rota.domain.schedule_state import (
     upserted,
 )
 from rota.domain.workflow import WorkflowBuilder, slot_graph, unknown_workflow
+from rota.store.postgres.enqueue import slot_holders
 from rota.store.postgres.queries import query
-from rota.store.postgres.rows import row_to_job
 from rota.store.postgres.workflows import enqueue_workflow_flow
 
 Row: TypeAlias = tuple[Any, ...]
@@ -147,9 +147,9 @@ def _fire_workflow(
     results: list[EnqueueResult] = []
     failed: list[tuple[datetime, str]] = []
     for slot in slots:
-        taken = yield query("slot_job"), {"schedule": schedule.name, "slot_at": slot}
+        taken = yield from slot_holders([schedule.spec.job_spec(slot)])
         if taken:
-            results.append(EnqueueResult(row_to_job(taken[0]), duplicate=True))
+            results.append(EnqueueResult(next(iter(taken.values())), duplicate=True))
             continue
         try:
             graph = slot_graph(builder, schedule.name, schedule.spec.payload, slot)

@@ -71,7 +71,7 @@ from rota.store.base import (
     decode_cursor,
     encode_cursor,
 )
-from rota.store.postgres import audit, schedules
+from rota.store.postgres import audit, retention, schedules
 from rota.store.postgres.connect import Connections, url_settings
 from rota.store.postgres.enqueue import (
     COPY_THRESHOLD,
@@ -104,6 +104,8 @@ FOLD_ON_READ = 10_000
 #: The most groups one claim walks per queue, however many jobs it asks for.
 MAX_WALK_GROUPS = 1000
 _MIGRATION_LOCK = 0x726F7461  # "rota": the advisory lock that serialises migrators
+#: How many times a statement that met a row moved to another partition runs again.
+MOVED_RETRIES = 5
 
 
 _COPY_NULL = "\\N"
@@ -201,8 +203,18 @@ class PostgresStore:
 
     async def _fetch(self, name: str, params: dict[str, Any]) -> list[Row]:
         async with self._connection() as conn:
-            cursor = await conn.execute(query(name), params)
-            return await cursor.fetchall() if cursor.description else []
+            for attempt in range(1, MOVED_RETRIES + 1):
+                try:
+                    cursor = await conn.execute(query(name), params)
+                    return await cursor.fetchall() if cursor.description else []
+                except psycopg.errors.SerializationFailure:
+                    # A row this statement waited for was moved to another partition by the
+                    # transaction it waited on (a job finished, was retried, or cancelled:
+                    # 019_finished_by_day). The statement committed nothing: run it again,
+                    # on a snapshot that shows the row where it is now.
+                    if attempt == MOVED_RETRIES:
+                        raise
+        raise AssertionError("unreachable")
 
     async def _run_flow(self, flow: Flow, *, announce_schedules: bool = False) -> Any:
         async with self._connection() as conn, conn.transaction():
@@ -394,8 +406,16 @@ class PostgresStore:
         return jobs
 
     async def _claim_limited(self, params: dict[str, Any], limit: int) -> list[Job]:
-        async with self._connection() as conn, conn.transaction():
-            return await claim_limited(conn, params, limit)
+        async with self._connection() as conn:
+            for attempt in range(1, MOVED_RETRIES + 1):
+                try:
+                    async with conn.transaction():
+                        return await claim_limited(conn, params, limit)
+                except psycopg.errors.SerializationFailure:
+                    # A candidate moved partitions under the lock (see _fetch): again.
+                    if attempt == MOVED_RETRIES:
+                        raise
+        raise AssertionError("unreachable")
 
     async def heartbeat(
         self,
@@ -699,6 +719,15 @@ class PostgresStore:
             oldest_due_at=oldest_row[0] if oldest_row else None,
         )
 
+    async def _add_days(self) -> None:
+        try:
+            async with self._connection() as conn:
+                await retention.add_days(conn)
+        except (psycopg.errors.ReadOnlySqlTransaction, psycopg.errors.LockNotAvailable):
+            # A replica makes none; a day whose lock was busy is made on a later pass (a day
+            # not made in time only sends its jobs to the default partition).
+            return
+
     async def fold_counts(self) -> None:
         """Folds the committed count deltas into the totals (017_counts); a no-op on a read
         replica, whose primary's rescuers fold them."""
@@ -763,8 +792,10 @@ class PostgresStore:
     async def rescue(self, *, now: datetime | None = None, limit: int = 1000) -> RescueResult:
         rows = await self._fetch("rescue", {"now": self._now(now), "limit": limit})
         # Every worker's rescuer passes here every few seconds: the count deltas written
-        # since stay a few thousand rows at most (017_counts).
+        # since stay a few thousand rows at most (017_counts), and the days that finished
+        # jobs go into are made ahead (019_finished_by_day).
         await self.fold_counts()
+        await self._add_days()
         dead = sorted(job_id for job_id, state in rows if state == "dead")
         requeued = sorted(job_id for job_id, state in rows if state == "pending")
         return RescueResult(dead=dead, requeued=requeued)
@@ -799,12 +830,11 @@ class PostgresStore:
         return sorted(row[0] for row in rows)
 
     async def prune(self, *, older_than: datetime, limit: int = 10_000) -> int:
+        """See Store.prune. Finished jobs are kept by day here (retention.py): a day whose
+        jobs all finished before ``older_than`` goes whole, whatever ``limit`` says, and
+        a day the cutoff falls in stays until all of it is older."""
         async with self._connection() as conn:
-            cursor = await conn.execute(
-                query("prune"), {"older_than": utc(older_than), "limit": limit}
-            )
-            row = await cursor.fetchone()
-            return int(row[0]) if row else 0
+            return await retention.prune(conn, utc(older_than), limit)
 
     # ------------------------------------------------------------------ workers registry
 
