@@ -130,6 +130,46 @@ async def test_a_day_in_use_is_left_for_the_next_pass(pg_url: str) -> None:
         await store.close()
 
 
+async def test_two_pruners_drop_a_day_once(pg_url: str) -> None:
+    """Every worker runs a pruner: two passes at once drop the day once between them, and
+    its jobs leave the counts once."""
+    a, b = PostgresStore.from_url(pg_url), PostgresStore.from_url(pg_url)
+    try:
+        now = await a.now()
+        await finish(a, [JobSpec("k") for _ in range(7)])
+        cutoff = now + timedelta(days=1, hours=1)
+        assert (
+            sum(await asyncio.gather(a.prune(older_than=cutoff), b.prune(older_than=cutoff))) == 7
+        )
+        await a.fold_counts()
+        assert (await a.counts()).by_state[JobState.SUCCEEDED] == 0
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_a_finished_parent_moved_to_another_day_keeps_its_edges(pg_url: str) -> None:
+    """A finished workflow job whose finish time is rewritten (by hand) moves to another
+    day's table: a move, not a delete, so its children keep their edges to it."""
+    store = PostgresStore.from_url(pg_url)
+    admin = await psycopg.AsyncConnection.connect(pg_url, autocommit=True)
+    try:
+        now = await store.now()
+        parent, child = await store.enqueue_workflow(chain(JobSpec("p"), JobSpec("c")))
+        [held] = await store.claim("w", queues=["default"], limit=1, lease=LEASE)
+        await store.complete(held.lease)
+        await admin.execute(
+            "UPDATE rota_jobs SET finished_at = finished_at + interval '1 day' WHERE id = %s",
+            [parent.id],
+        )
+        assert await table_of(admin, parent.id) == day_table(now + timedelta(days=1))
+        assert await store.parent_results(child.id) == {parent.id: None}
+        assert (await store.get(child.id)).state is JobState.PENDING
+    finally:
+        await admin.close()
+        await store.close()
+
+
 async def test_days_are_made_ahead_by_the_rescuer(pg_url: str) -> None:
     store = PostgresStore.from_url(pg_url)
     admin = await psycopg.AsyncConnection.connect(pg_url, autocommit=True)

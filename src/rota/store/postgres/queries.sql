@@ -653,6 +653,11 @@ SELECT count(*) FROM gone;
 -- Tally minutes older than the cutoff, once a pass came up short (their jobs are gone).
 DELETE FROM rota_finished_per_minute WHERE minute < %(older_than)s - interval '1 minute';
 
+-- name: day_turn
+-- One pruner drops days at a time (others skip the pass), and only a day still there.
+SELECT pg_try_advisory_xact_lock(hashtextextended('rota_jobs_drop_day', 0))
+       AND to_regclass(%(leaf)s) IS NOT NULL;
+
 -- name: day_lock
 -- Writers of the day's jobs (a retry, a delete) wait until it is gone; readers go on.
 LOCK TABLE {leaf} IN SHARE MODE;

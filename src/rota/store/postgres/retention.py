@@ -103,6 +103,11 @@ async def drop(conn: psycopg.AsyncConnection[Any], leaf: Leaf, older_than: datet
     bounds = {"lower": leaf.lower or _EARLIEST, "upper": leaf.upper, "older_than": older_than}
     try:
         async with conn.transaction():
+            [(mine,)] = await (
+                await conn.execute(query("day_turn"), {"leaf": leaf.name})
+            ).fetchall()
+            if not mine:  # another pruner is dropping a day, or dropped this one
+                return 0
             await conn.execute(f"SET LOCAL lock_timeout = '{DAY_LOCK_WAIT}'")
             await conn.execute(_with_leaf("day_lock", leaf))
             [(workflows,)] = await (await conn.execute(query("day_workflows"), bounds)).fetchall()
@@ -112,7 +117,7 @@ async def drop(conn: psycopg.AsyncConnection[Any], leaf: Leaf, older_than: datet
             await conn.execute(f"SET LOCAL lock_timeout = '{DETACH_WAIT}'")
             await conn.execute(_with_leaf("day_detach", leaf))
             await conn.execute(_with_leaf("day_drop", leaf))
-    except psycopg.errors.LockNotAvailable:
+    except (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected):
         log.info("finished jobs of %s not dropped yet: their table is in use", leaf.name)
         return 0
     log.info("dropped %s: %d finished job(s)", leaf.name, workflows + rest)

@@ -335,7 +335,19 @@ DECLARE
     prior rota_jobs := OLD;  -- the row type of the partitioned table, by position
     moved rota_jobs;
 BEGIN
-    SELECT * INTO moved FROM rota_jobs WHERE id = prior.id;
+    -- A row leaves the active table only for a finished one, and a finished one for the
+    -- active table (or, should its finished_at change, for another day): look there first.
+    IF prior.state IN ('waiting', 'pending', 'running') THEN
+        SELECT * INTO moved FROM rota_jobs
+        WHERE id = prior.id AND state IN ('succeeded', 'dead', 'cancelled');
+    ELSE
+        SELECT * INTO moved FROM rota_jobs
+        WHERE id = prior.id AND state IN ('waiting', 'pending', 'running');
+        IF NOT FOUND THEN
+            SELECT * INTO moved FROM rota_jobs
+            WHERE id = prior.id AND state IN ('succeeded', 'dead', 'cancelled');
+        END IF;
+    END IF;
     IF NOT FOUND THEN
         PERFORM rota_orphan_dependents(prior);
     ELSIF moved.state IS DISTINCT FROM prior.state THEN
