@@ -18,7 +18,7 @@ from psycopg.rows import TupleRow
 from rota.domain.errors import StoreUnavailable
 from rota.domain.job import EnqueueResult, Job, JobSpec, JobState, state_mask
 from rota.store.postgres.queries import query
-from rota.store.postgres.rows import Row, array_or_null, row_to_job, us
+from rota.store.postgres.rows import Row, array_or_null, returns_rows, row_to_job, us
 
 #: A statement to run and the rows it returned: the steps of a sans-I/O flow.
 Step: TypeAlias = tuple[str, dict[str, Any]]
@@ -147,44 +147,67 @@ def enqueue_any_flow(specs: Sequence[JobSpec], now: datetime | None) -> Flow:
     return results
 
 
+#: The parameters of "enqueue" (arrays) and "enqueue_one" (values), in ``_values``' order.
+_COLUMNS = (
+    "kind",
+    "queue",
+    "payload",
+    "priority",
+    "run_at",
+    "delay_us",
+    "max_attempts",
+    "tenant",
+    "unique_key",
+    "timeout_us",
+    "schedule",
+    "slot_at",
+    "trace_context",
+    "expires_at",
+    "expire_after_us",
+    "unique_for_us",
+    "unique_states",
+)
+#: The columns every spec sets; the others, left unset by most jobs, go as one NULL array.
+_ALWAYS_SET = frozenset(("kind", "queue", "payload", "priority", "delay_us", "max_attempts"))
+
+
+def _values(s: JobSpec) -> tuple[Any, ...]:
+    """What ``s`` sends for each of ``_COLUMNS``."""
+    return (
+        s.kind,
+        s.queue,
+        s.payload_json,
+        s.priority,
+        s.run_at,
+        us(s.delay) if s.delay is not None else 0,
+        s.max_attempts,
+        s.tenant,
+        s.unique_key,
+        us(s.timeout) if s.timeout is not None else None,
+        s.schedule,
+        s.slot_at,
+        trace_context_json(s),
+        s.expires_at,
+        us(s.expire_after) if s.expire_after else None,
+        us(s.unique_for) if s.unique_for else None,
+        state_mask(s.unique_states) if s.unique_states is not None else None,
+    )
+
+
 def enqueue_params(specs: Sequence[JobSpec], now: datetime | None) -> dict[str, Any]:
     """The arrays of the "enqueue" statement; a column no spec sets is sent as NULL (unnest
     pads it with NULLs), so the options most jobs leave unset cost nothing to send."""
-    return {
-        "now": now,
-        "kind": [s.kind for s in specs],
-        "queue": [s.queue for s in specs],
-        "payload": [s.payload_json for s in specs],
-        "priority": [s.priority for s in specs],
-        "run_at": array_or_null([s.run_at for s in specs]),
-        "delay_us": [us(s.delay) if s.delay is not None else 0 for s in specs],
-        "max_attempts": [s.max_attempts for s in specs],
-        "tenant": array_or_null([s.tenant for s in specs]),
-        "unique_key": array_or_null([s.unique_key for s in specs]),
-        "timeout_us": array_or_null(
-            [us(s.timeout) if s.timeout is not None else None for s in specs]
-        ),
-        "schedule": array_or_null([s.schedule for s in specs]),
-        "slot_at": array_or_null([s.slot_at for s in specs]),
-        "trace_context": array_or_null([trace_context_json(s) for s in specs]),
-        "expires_at": array_or_null([s.expires_at for s in specs]),
-        "expire_after_us": array_or_null(
-            [us(s.expire_after) if s.expire_after else None for s in specs]
-        ),
-        "unique_for_us": array_or_null([us(s.unique_for) if s.unique_for else None for s in specs]),
-        "unique_states": array_or_null(
-            [state_mask(s.unique_states) if s.unique_states is not None else None for s in specs]
-        ),
-    }
+    params: dict[str, Any] = {"now": now}
+    columns = list(zip(*map(_values, specs), strict=True)) or [()] * len(_COLUMNS)
+    for name, column in zip(_COLUMNS, columns, strict=True):
+        values = list(column)
+        params[name] = values if name in _ALWAYS_SET else array_or_null(values)
+    return params
 
 
 def enqueue_one_params(spec: JobSpec, now: datetime | None) -> dict[str, Any]:
-    """``enqueue_params`` of one spec, each value on its own (query "enqueue_one")."""
-    params = enqueue_params([spec], now)
-    return {
-        name: value if name == "now" or value is None else value[0]
-        for name, value in params.items()
-    }
+    """The values of the "enqueue_one" statement: one spec's, each on its own."""
+    return {"now": now, **dict(zip(_COLUMNS, _values(spec), strict=True))}
 
 
 def trace_context_json(spec: JobSpec) -> str | None:
@@ -308,7 +331,7 @@ async def drive_async(conn: psycopg.AsyncConnection[TupleRow], flow: Flow) -> An
         statement, params = next(flow)
         while True:
             cursor = await _step(conn, statement, params)
-            rows = await cursor.fetchall() if cursor.description else []
+            rows = await cursor.fetchall() if returns_rows(cursor) else []
             statement, params = flow.send(rows)
     except StopIteration as done:
         return done.value
@@ -320,7 +343,7 @@ def drive_sync(conn: psycopg.Connection[Any], flow: Flow) -> Any:
         statement, params = next(flow)
         while True:
             cursor = _step_sync(conn, statement, params)
-            rows = cursor.fetchall() if cursor.description else []
+            rows = cursor.fetchall() if returns_rows(cursor) else []
             statement, params = flow.send(rows)
     except StopIteration as done:
         return done.value

@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeAlias
 
+import psycopg
+
 from rota.domain.flow import Key, LimitScope
 from rota.domain.job import Job, JobState
 
@@ -54,6 +56,13 @@ def counted_keys_of(queue: str, kind: str, tenant: str | None) -> list[Key]:
     if tenant is not None:
         keys.append((LimitScope.TENANT, tenant))
     return keys
+
+
+def returns_rows(cursor: psycopg.AsyncCursor[Any] | psycopg.Cursor[Any]) -> bool:
+    """Whether the statement just run returned rows to fetch. ``cursor.description`` says the
+    same by building a Column object per column (about 1.5 µs each), on every statement."""
+    result = cursor.pgresult
+    return result is not None and result.nfields > 0
 
 
 def micros(value: int | None) -> datetime | None:

@@ -87,7 +87,7 @@ from rota.store.postgres.filters import guarded, where
 from rota.store.postgres.limits import claim_limited, limits_in_use
 from rota.store.postgres.listen import SCHEDULES_CHANNEL, listen
 from rota.store.postgres.queries import JOB_COLUMNS, migrations, query
-from rota.store.postgres.rows import Row, array_or_null, micros, row_to_job, us
+from rota.store.postgres.rows import Row, array_or_null, micros, returns_rows, row_to_job, us
 from rota.store.postgres.workflows import enqueue_workflow_flow
 
 log = logging.getLogger("rota.store.postgres")
@@ -206,7 +206,7 @@ class PostgresStore:
             for attempt in range(1, MOVED_RETRIES + 1):
                 try:
                     cursor = await conn.execute(query(name), params)
-                    return await cursor.fetchall() if cursor.description else []
+                    return await cursor.fetchall() if returns_rows(cursor) else []
                 except psycopg.errors.SerializationFailure:
                     # A row this statement waited for was moved to another partition by the
                     # transaction it waited on (a job finished, was retried, or cancelled:
