@@ -296,3 +296,43 @@ async def test_prune_finds_old_finished_jobs_by_index(pg_url: str) -> None:
         assert await store.prune(older_than=now - timedelta(days=1), limit=5_000) == 5_000
     finally:
         await store.close()
+
+
+async def test_a_burst_into_an_idle_table_has_its_statistics_by_the_next_rescue(
+    pg_url: str,
+) -> None:
+    """Drained and vacuumed, the active jobs' table keeps its pages (a plan made while it is
+    empty still prices a sequential scan as the table it was) and its statistics say no row;
+    after a burst, the next rescue analyses it, and the rescue after that leaves it be."""
+    from rota.store.postgres.store import PostgresStore
+    from rota.store.postgres.upkeep import refresh_statistics
+
+    store = PostgresStore.from_url(pg_url)
+
+    def statistics() -> tuple[int, int]:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            [(pages, tuples)] = conn.execute(
+                "SELECT relpages, reltuples::bigint FROM pg_class"
+                " WHERE oid = 'rota_jobs_active'::regclass"
+            ).fetchall()
+        return int(pages), int(tuples)
+
+    try:
+        await store.enqueue([JobSpec("k") for _ in range(5_000)])
+        while claimed := await store.claim(
+            "w", queues=["default"], limit=1_000, lease=timedelta(seconds=30)
+        ):
+            assert await store.complete_many([job.lease for job in claimed]) == []
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute("VACUUM ANALYZE rota_jobs_active")
+        pages, tuples = statistics()
+        assert pages > 0 and tuples == 0, (pages, tuples)
+
+        await store.enqueue([JobSpec("k") for _ in range(20_000)])
+        assert statistics()[1] == 0
+        await store.rescue()
+        assert statistics()[1] >= 10_000, statistics()
+        async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+            assert not await refresh_statistics(conn)
+    finally:
+        await store.close()

@@ -14,8 +14,8 @@ import pytest
 from rota.domain.errors import JobNotFound, LeaseLost
 from rota.domain.job import JobSpec, JobState
 from rota.domain.workflow import chain, chord
-from rota.store.postgres.retention import DAYS_AHEAD
 from rota.store.postgres.store import PostgresStore
+from rota.store.postgres.upkeep import DAYS_AHEAD
 from tests.support.migrate import postgres_schema_before
 from tests.support.postgres import Server
 from tests.support.processes import eventually

@@ -627,6 +627,21 @@ SELECT CASE WHEN pg_try_advisory_xact_lock(hashtextextended('rota_jobs_add_days'
             THEN rota_jobs_add_days(%(ahead)s) END
 FROM (SELECT set_config('lock_timeout', '1s', true)) AS limited;
 
+-- name: active_statistics
+-- What the planner believes rota_jobs_active holds (-1 before any analyze), beside the
+-- active jobs the counts hold (017_counts: folded totals and deltas, in one snapshot).
+SELECT c.reltuples::bigint, (
+    SELECT coalesce(sum(n), 0)::bigint FROM (
+        SELECT n FROM rota_counts WHERE state IN ('waiting', 'pending', 'running')
+        UNION ALL
+        SELECT n FROM rota_count_deltas WHERE state IN ('waiting', 'pending', 'running')
+    ) AS active)
+FROM pg_class c WHERE c.oid = 'rota_jobs_active'::regclass;
+
+-- name: analyze_turn
+-- One rescuer analyses at a time; the others skip (the statistics will be fresh).
+SELECT pg_try_advisory_xact_lock(hashtextextended('rota_jobs_analyze', 0));
+
 -- name: prune_rows
 -- Finished jobs kept outside the day tables ({leaf}: the default partition, an upgraded
 -- table), oldest ids first, at most %(limit)s. The per-minute tally says whether any job

@@ -5,7 +5,7 @@ rescuer (``add_days``). A day goes as a table once all of it is older than the c
 dead rows, no vacuum, almost no WAL, and the only exclusive lock is a brief one, given up
 rather than waited for. Jobs kept outside the day tables (the default partition, where a day
 made late left them, and a table upgraded from before 019) are deleted row by row, in
-batches, as before.
+batches, as before. The days themselves are made ahead by the rescuers (upkeep.py).
 """
 
 from __future__ import annotations
@@ -23,9 +23,6 @@ from rota.store.postgres.queries import query
 
 log = logging.getLogger("rota.store.postgres")
 
-#: Days made ahead of today: a worker fleet that stops rescuing for this long (all workers
-#: down) still finishes into day tables when it comes back.
-DAYS_AHEAD = 3
 #: How long the detach of a day waits for the exclusive lock it needs before giving up until
 #: the next pass; below PostgreSQL's default deadlock_timeout (1 s), so that a writer of the
 #: day's jobs waiting on the day's lock is never the one chosen to fail.
@@ -64,11 +61,6 @@ class Leaf:
 async def leaves(conn: psycopg.AsyncConnection[Any]) -> list[Leaf]:
     rows = await (await conn.execute(query("finished_leaves"))).fetchall()
     return sorted((Leaf.named(name) for (name,) in rows), key=lambda leaf: leaf.name)
-
-
-async def add_days(conn: psycopg.AsyncConnection[Any]) -> None:
-    """Make today's table and the next ``DAYS_AHEAD`` days' where missing."""
-    await conn.execute(query("add_days"), {"ahead": DAYS_AHEAD})
 
 
 def _with_leaf(name: str, leaf: Leaf) -> sql.Composed:

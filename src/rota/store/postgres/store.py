@@ -71,7 +71,7 @@ from rota.store.base import (
     decode_cursor,
     encode_cursor,
 )
-from rota.store.postgres import audit, retention, schedules
+from rota.store.postgres import audit, retention, schedules, upkeep
 from rota.store.postgres.connect import Connections, url_settings
 from rota.store.postgres.enqueue import (
     COPY_THRESHOLD,
@@ -719,12 +719,14 @@ class PostgresStore:
             oldest_due_at=oldest_row[0] if oldest_row else None,
         )
 
-    async def _add_days(self) -> None:
+    async def _upkeep(self) -> None:
+        """The days ahead and the active table's statistics (upkeep.py)."""
         try:
             async with self._connection() as conn:
-                await retention.add_days(conn)
+                await upkeep.add_days(conn)
+                await upkeep.refresh_statistics(conn)
         except (psycopg.errors.ReadOnlySqlTransaction, psycopg.errors.LockNotAvailable):
-            # A replica makes none; a day whose lock was busy is made on a later pass (a day
+            # A replica keeps none; a day whose lock was busy is made on a later pass (a day
             # not made in time only sends its jobs to the default partition).
             return
 
@@ -792,10 +794,10 @@ class PostgresStore:
     async def rescue(self, *, now: datetime | None = None, limit: int = 1000) -> RescueResult:
         rows = await self._fetch("rescue", {"now": self._now(now), "limit": limit})
         # Every worker's rescuer passes here every few seconds: the count deltas written
-        # since stay a few thousand rows at most (017_counts), and the days that finished
-        # jobs go into are made ahead (019_finished_by_day).
+        # since stay a few thousand rows at most (017_counts), the days that finished jobs go
+        # into are made ahead (019_finished_by_day), and the active jobs' statistics kept up.
         await self.fold_counts()
-        await self._add_days()
+        await self._upkeep()
         dead = sorted(job_id for job_id, state in rows if state == "dead")
         requeued = sorted(job_id for job_id, state in rows if state == "pending")
         return RescueResult(dead=dead, requeued=requeued)

@@ -137,8 +137,15 @@ CREATE TABLE rota_jobs_active PARTITION OF rota_jobs
     FOR VALUES IN ('waiting', 'pending', 'running')
     -- Every active job is rewritten at its claim and leaves at its end: vacuum early. The
     -- table holds only active jobs, so a vacuum reads small indexes whatever is kept.
+    -- A vacuum of the table while no job is active (an idle hour) would give its pages back,
+    -- and a plan made then (a claim's, kept for the connection's life) costs a sequential
+    -- scan of no pages at nothing: once a burst arrives it reads the whole table at every
+    -- step. Kept, the pages keep such a scan as dear as the table once was; and the rescuer
+    -- analyses the table when its statistics fall far behind the active jobs it counts
+    -- (retention.refresh_statistics), so estimates catch up within seconds of a burst.
     WITH (autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_insert_scale_factor = 0.05,
-          autovacuum_analyze_scale_factor = 0.05, autovacuum_vacuum_cost_delay = 1);
+          autovacuum_analyze_scale_factor = 0.05, autovacuum_vacuum_cost_delay = 1,
+          vacuum_truncate = false);
 SELECT rota_jobs_index_leaf('rota_jobs_active');
 -- The claim's walk over (queue, tenant, priority) groups in claim order (003_flow_control).
 CREATE INDEX rota_jobs_due ON rota_jobs_active
