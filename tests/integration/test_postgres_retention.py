@@ -13,7 +13,7 @@ import pytest
 
 from rota.domain.errors import JobNotFound, LeaseLost
 from rota.domain.job import JobSpec, JobState
-from rota.domain.workflow import chain, chord
+from rota.domain.workflow import Workflow, chain, chord
 from rota.store.postgres.store import PostgresStore
 from rota.store.postgres.upkeep import DAYS_AHEAD
 from tests.support.migrate import postgres_schema_before
@@ -273,6 +273,41 @@ async def test_a_heartbeat_that_meets_a_moved_row_reports_it_lost(pg_url: str) -
     finally:
         await finisher.close()
         await watcher.close()
+        await store.close()
+
+
+async def test_a_workflow_written_on_a_parent_that_moves_under_it_goes_on(pg_url: str) -> None:
+    """A workflow enqueued on the caller's own transaction waits on its running parent's lock
+    while the parent succeeds (its row moves to a finished table): the enqueue runs that step
+    again in a savepoint, the caller's transaction is not aborted (its earlier write commits
+    with the graph), and the child, whose parent has succeeded, is pending at once."""
+    store = PostgresStore.from_url(pg_url)
+    finisher = await psycopg.AsyncConnection.connect(pg_url)
+    caller = await psycopg.AsyncConnection.connect(pg_url)
+    watcher = await psycopg.AsyncConnection.connect(pg_url, autocommit=True)
+    try:
+        [parent] = await store.enqueue([JobSpec("parent")])
+        [held] = await store.claim("w", queues=["default"], limit=1, lease=LEASE)
+        assert held.id == parent.job.id
+        await finisher.execute(
+            "UPDATE rota_jobs SET state = 'succeeded', finished_at = now() WHERE id = %s",
+            [held.id],
+        )
+        await caller.execute("CREATE TABLE orders (id int)")
+        await caller.execute("INSERT INTO orders VALUES (7)")
+        graph = Workflow()
+        graph.add(JobSpec("child"), after=[held.id])
+        writing = asyncio.create_task(store.enqueue_workflow_on(caller, graph))
+        await eventually(lambda: _waiting_for_lock(watcher), what="the enqueue waiting")
+        await finisher.commit()
+        [child] = await writing
+        await caller.commit()
+        assert (await store.get(child.id)).state is JobState.PENDING
+        cursor = await watcher.execute("SELECT id FROM orders")
+        assert await cursor.fetchall() == [(7,)]
+    finally:
+        for conn in (finisher, caller, watcher):
+            await conn.close()
         await store.close()
 
 

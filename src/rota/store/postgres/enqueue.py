@@ -17,6 +17,7 @@ from psycopg.rows import TupleRow
 
 from rota.domain.errors import StoreUnavailable
 from rota.domain.job import EnqueueResult, Job, JobSpec, JobState, state_mask
+from rota.store.postgres.moved import again_if_moved, again_if_moved_sync
 from rota.store.postgres.queries import query
 from rota.store.postgres.rows import Row, array_or_null, returns_rows, row_to_job, us
 
@@ -283,12 +284,10 @@ async def copy_jobs(
 
 
 #: Steps that lock or update jobs that already exist, which a concurrent transaction may
-#: have moved to another partition (019_finished_by_day): such a step runs in a savepoint and
-#: again when it meets a moved row (40001), on a snapshot that shows where the row is now.
-#: Every other step of a flow only inserts, or reads.
+#: have moved to another partition (moved.py): such a step runs in a savepoint, again if it
+#: met a moved job, so the rest of the flow (and a caller's own transaction) goes on. Every
+#: other step of a flow only inserts, or reads.
 RELOCKING = ("replace_held", "workflow_parents", "workflow_adopt")
-#: How many times a step that met a moved row runs again.
-MOVED_RETRIES = 5
 
 
 def _relocks(statement: str) -> bool:
@@ -300,14 +299,12 @@ async def _step(
 ) -> psycopg.AsyncCursor[TupleRow]:
     if not _relocks(statement):
         return await conn.execute(statement, params)
-    for attempt in range(1, MOVED_RETRIES + 1):
-        try:
-            async with conn.transaction():  # a savepoint: the rest of the flow goes on
-                return await conn.execute(statement, params)
-        except psycopg.errors.SerializationFailure:
-            if attempt == MOVED_RETRIES:
-                raise
-    raise AssertionError("unreachable")
+
+    async def in_savepoint() -> psycopg.AsyncCursor[TupleRow]:
+        async with conn.transaction():
+            return await conn.execute(statement, params)
+
+    return await again_if_moved(in_savepoint)
 
 
 def _step_sync(
@@ -315,14 +312,12 @@ def _step_sync(
 ) -> psycopg.Cursor[Any]:
     if not _relocks(statement):
         return conn.execute(statement, params)
-    for attempt in range(1, MOVED_RETRIES + 1):
-        try:
-            with conn.transaction():
-                return conn.execute(statement, params)
-        except psycopg.errors.SerializationFailure:
-            if attempt == MOVED_RETRIES:
-                raise
-    raise AssertionError("unreachable")
+
+    def in_savepoint() -> psycopg.Cursor[Any]:
+        with conn.transaction():
+            return conn.execute(statement, params)
+
+    return again_if_moved_sync(in_savepoint)
 
 
 async def drive_async(conn: psycopg.AsyncConnection[TupleRow], flow: Flow) -> Any:

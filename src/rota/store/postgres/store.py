@@ -86,6 +86,7 @@ from rota.store.postgres.failures import SCHEMA_ERRORS, migrations_pending
 from rota.store.postgres.filters import guarded, where
 from rota.store.postgres.limits import claim_limited, limits_in_use
 from rota.store.postgres.listen import SCHEDULES_CHANNEL, listen
+from rota.store.postgres.moved import again_if_moved
 from rota.store.postgres.queries import JOB_COLUMNS, migrations, query
 from rota.store.postgres.rows import Row, array_or_null, micros, returns_rows, row_to_job, us
 from rota.store.postgres.workflows import enqueue_workflow_flow
@@ -104,8 +105,6 @@ FOLD_ON_READ = 10_000
 #: The most groups one claim walks per queue, however many jobs it asks for.
 MAX_WALK_GROUPS = 1000
 _MIGRATION_LOCK = 0x726F7461  # "rota": the advisory lock that serialises migrators
-#: How many times a statement that met a row moved to another partition runs again.
-MOVED_RETRIES = 5
 
 
 _COPY_NULL = "\\N"
@@ -203,18 +202,13 @@ class PostgresStore:
 
     async def _fetch(self, name: str, params: dict[str, Any]) -> list[Row]:
         async with self._connection() as conn:
-            for attempt in range(1, MOVED_RETRIES + 1):
-                try:
-                    cursor = await conn.execute(query(name), params)
-                    return await cursor.fetchall() if returns_rows(cursor) else []
-                except psycopg.errors.SerializationFailure:
-                    # A row this statement waited for was moved to another partition by the
-                    # transaction it waited on (a job finished, was retried, or cancelled:
-                    # 019_finished_by_day). The statement committed nothing: run it again,
-                    # on a snapshot that shows the row where it is now.
-                    if attempt == MOVED_RETRIES:
-                        raise
-        raise AssertionError("unreachable")
+
+            async def run() -> list[Row]:
+                cursor = await conn.execute(query(name), params)
+                return await cursor.fetchall() if returns_rows(cursor) else []
+
+            # One statement that commits by itself: run again if it met a moved job.
+            return await again_if_moved(run)
 
     async def _run_flow(self, flow: Flow, *, announce_schedules: bool = False) -> Any:
         async with self._connection() as conn, conn.transaction():
@@ -407,15 +401,12 @@ class PostgresStore:
 
     async def _claim_limited(self, params: dict[str, Any], limit: int) -> list[Job]:
         async with self._connection() as conn:
-            for attempt in range(1, MOVED_RETRIES + 1):
-                try:
-                    async with conn.transaction():
-                        return await claim_limited(conn, params, limit)
-                except psycopg.errors.SerializationFailure:
-                    # A candidate moved partitions under the lock (see _fetch): again.
-                    if attempt == MOVED_RETRIES:
-                        raise
-        raise AssertionError("unreachable")
+
+            async def run() -> list[Job]:
+                async with conn.transaction():
+                    return await claim_limited(conn, params, limit)
+
+            return await again_if_moved(run)
 
     async def heartbeat(
         self,
