@@ -627,20 +627,9 @@ SELECT CASE WHEN pg_try_advisory_xact_lock(hashtextextended('rota_jobs_add_days'
             THEN rota_jobs_add_days(%(ahead)s) END
 FROM (SELECT set_config('lock_timeout', '1s', true)) AS limited;
 
--- name: active_statistics
--- What the planner believes rota_jobs_active holds (-1 before any analyze), beside the
--- active jobs the counts hold (017_counts: folded totals and deltas, in one snapshot).
-SELECT c.reltuples::bigint, (
-    SELECT coalesce(sum(n), 0)::bigint FROM (
-        SELECT n FROM rota_counts WHERE state IN ('waiting', 'pending', 'running')
-        UNION ALL
-        SELECT n FROM rota_count_deltas WHERE state IN ('waiting', 'pending', 'running')
-    ) AS active)
-FROM pg_class c WHERE c.oid = 'rota_jobs_active'::regclass;
-
--- name: analyze_turn
--- One rescuer analyses at a time; the others skip (the statistics will be fresh).
-SELECT pg_try_advisory_xact_lock(hashtextextended('rota_jobs_analyze', 0));
+-- name: analyze_active
+-- The active jobs' statistics, analysed if stale (019's rota_jobs_analyze_active).
+SELECT rota_jobs_analyze_active(%(floor)s, %(factor)s);
 
 -- name: prune_rows
 -- Finished jobs kept outside the day tables ({leaf}: the default partition, an upgraded
@@ -668,51 +657,10 @@ SELECT count(*) FROM gone;
 -- Tally minutes older than the cutoff, once a pass came up short (their jobs are gone).
 DELETE FROM rota_finished_per_minute WHERE minute < %(older_than)s - interval '1 minute';
 
--- name: day_turn
--- One pruner drops days at a time (others skip the pass), and only a day still there.
-SELECT pg_try_advisory_xact_lock(hashtextextended('rota_jobs_drop_day', 0))
-       AND to_regclass(%(leaf)s) IS NOT NULL;
-
--- name: day_lock
--- Writers of the day's jobs (a retry, a delete) wait until it is gone; readers go on.
-LOCK TABLE {leaf} IN SHARE MODE;
-
--- name: day_workflows
--- A day's workflow jobs go one by one, through the delete trigger: edges to their children
--- and what a child still waiting on them becomes (014_workflow_lifecycle).
-WITH gone AS (
-    DELETE FROM rota_jobs
-    WHERE state IN ('succeeded', 'dead', 'cancelled') AND workflow IS NOT NULL
-      AND finished_at >= %(lower)s AND finished_at < %(upper)s
-    RETURNING 1
-)
-SELECT count(*) FROM gone;
-
--- name: day_uncount
--- The rest leaves the counts (017_counts) with the table, in the same transaction.
-WITH out AS (
-    INSERT INTO rota_count_deltas (queue, kind, state, n)
-    SELECT queue, kind, state, -count(*) FROM {leaf} GROUP BY queue, kind, state
-    RETURNING n
-)
-SELECT coalesce(-sum(n), 0)::bigint FROM out;
-
--- name: day_waits
-DELETE FROM rota_result_waits w WHERE EXISTS (SELECT 1 FROM {leaf} j WHERE j.id = w.job_id);
-
--- name: day_tally
--- The per-minute tally of the day's finished jobs goes with them (the dashboard's chart
--- reads a few hours).
-DELETE FROM rota_finished_per_minute WHERE minute < %(upper)s AND minute < %(older_than)s;
-
--- name: day_detach
--- A brief exclusive lock on rota_jobs_finished (and its default partition): completions and
--- reads of finished jobs wait for it, so it waits for them only a moment before giving up
--- until the next pass (and always before deadlock detection could pick another victim).
-ALTER TABLE rota_jobs_finished DETACH PARTITION {leaf};
-
--- name: day_drop
-DROP TABLE {leaf};
+-- name: drop_day
+-- A day's table of finished jobs, dropped whole (019's rota_jobs_drop_day): how many jobs
+-- went, or NULL when it skipped or gave up, having changed nothing.
+SELECT rota_jobs_drop_day(%(leaf)s, %(day_start)s, %(day_end)s, %(older_than)s);
 
 -- name: count_jobs
 SELECT count(*) FROM (SELECT 1 FROM rota_jobs WHERE {where} LIMIT %(limit)s) AS capped;

@@ -23,13 +23,6 @@ from rota.store.postgres.queries import query
 
 log = logging.getLogger("rota.store.postgres")
 
-#: How long the detach of a day waits for the exclusive lock it needs before giving up until
-#: the next pass; below PostgreSQL's default deadlock_timeout (1 s), so that a writer of the
-#: day's jobs waiting on the day's lock is never the one chosen to fail.
-DETACH_WAIT = "200ms"
-#: How long taking the day's share lock waits for its writers (a retry, a delete).
-DAY_LOCK_WAIT = "5s"
-
 _DAY = re.compile(r"^rota_jobs_(until_)?(\d{4})(\d{2})(\d{2})$")
 _EARLIEST = datetime(1, 1, 1, tzinfo=UTC)
 
@@ -90,27 +83,18 @@ async def prune(conn: psycopg.AsyncConnection[Any], older_than: datetime, limit:
 
 
 async def drop(conn: psycopg.AsyncConnection[Any], leaf: Leaf, older_than: datetime) -> int:
-    """Drop ``leaf`` in one transaction; how many jobs it held (0 when a lock was not had in
-    time: nothing changed, and the next pass tries again)."""
-    bounds = {"lower": leaf.lower or _EARLIEST, "upper": leaf.upper, "older_than": older_than}
-    try:
-        async with conn.transaction():
-            [(mine,)] = await (
-                await conn.execute(query("day_turn"), {"leaf": leaf.name})
-            ).fetchall()
-            if not mine:  # another pruner is dropping a day, or dropped this one
-                return 0
-            await conn.execute(f"SET LOCAL lock_timeout = '{DAY_LOCK_WAIT}'")
-            await conn.execute(_with_leaf("day_lock", leaf))
-            [(workflows,)] = await (await conn.execute(query("day_workflows"), bounds)).fetchall()
-            [(rest,)] = await (await conn.execute(_with_leaf("day_uncount", leaf))).fetchall()
-            await conn.execute(_with_leaf("day_waits", leaf))
-            await conn.execute(query("day_tally"), bounds)
-            await conn.execute(f"SET LOCAL lock_timeout = '{DETACH_WAIT}'")
-            await conn.execute(_with_leaf("day_detach", leaf))
-            await conn.execute(_with_leaf("day_drop", leaf))
-    except (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected):
+    """Drop ``leaf`` in one statement (019's rota_jobs_drop_day); how many jobs it held (0
+    when another pruner was at it or a lock was not had in time: nothing changed, and the
+    next pass tries again)."""
+    params = {
+        "leaf": leaf.name,
+        "day_start": leaf.lower or _EARLIEST,
+        "day_end": leaf.upper,
+        "older_than": older_than,
+    }
+    [(gone,)] = await (await conn.execute(query("drop_day"), params)).fetchall()
+    if gone is None:
         log.info("finished jobs of %s not dropped yet: their table is in use", leaf.name)
         return 0
-    log.info("dropped %s: %d finished job(s)", leaf.name, workflows + rest)
-    return int(workflows + rest)
+    log.info("dropped %s: %d finished job(s)", leaf.name, gone)
+    return int(gone)

@@ -36,26 +36,12 @@ async def add_days(conn: psycopg.AsyncConnection[Any]) -> None:
     await conn.execute(query("add_days"), {"ahead": DAYS_AHEAD})
 
 
-def stale(estimated: int, counted: int) -> bool:
-    """Whether statistics that estimate ``estimated`` rows (negative: never analysed) are
-    too far below the ``counted`` active jobs."""
-    return counted >= STALE_FLOOR and counted > STALE_FACTOR * max(estimated, 0)
-
-
 async def refresh_statistics(conn: psycopg.AsyncConnection[Any]) -> bool:
-    """Analyse rota_jobs_active if its statistics are stale (see ``stale``) and no other
-    rescuer is doing it; whether it did."""
-    [(estimated, counted)] = await (await conn.execute(query("active_statistics"))).fetchall()
-    if not stale(int(estimated), int(counted)):
-        return False
-    async with conn.transaction():
-        [(mine,)] = await (await conn.execute(query("analyze_turn"))).fetchall()
-        if not mine:
-            return False
-        await conn.execute("ANALYZE rota_jobs_active")
-    log.info(
-        "analysed the active jobs' table: its statistics said %d row(s), the counts %d",
-        estimated,
-        counted,
-    )
-    return True
+    """Analyse rota_jobs_active if its statistics fall far behind the active jobs the counts
+    hold (at least ``STALE_FLOOR`` of them, and ``STALE_FACTOR`` times the estimate) and no
+    other rescuer is at it: one statement (019's rota_jobs_analyze_active). Whether it did."""
+    params = {"floor": STALE_FLOOR, "factor": STALE_FACTOR}
+    [(analysed,)] = await (await conn.execute(query("analyze_active"), params)).fetchall()
+    if analysed:
+        log.info("analysed the active jobs' table: its statistics were far behind its jobs")
+    return bool(analysed)

@@ -408,6 +408,77 @@ BEGIN
 END
 $$;
 -- The triggers of 001 and 017 come after the move: the moved rows were counted already.
+-- Drop a day's table of finished jobs (retention.py decides which), all in one statement, so
+-- that a pruner stopped at any moment holds no lock: one pruner at a time (others skip), the
+-- day's workflow jobs deleted one by one first (their children see a deleted parent), the
+-- rest counted out of the counts (017), their result waits and the day's tally gone, then the
+-- table detached and dropped. Writers of the day's jobs (a retry, a delete) wait for it while
+-- its jobs are counted; the detach needs an exclusive lock on rota_jobs_finished, which
+-- completions and reads of finished jobs wait for, so it waits for them 200 ms at most (and
+-- always before deadlock detection could pick another victim). NULL when it skipped or gave
+-- up, having changed nothing; otherwise how many jobs went.
+CREATE FUNCTION rota_jobs_drop_day(leaf text, day_start timestamptz, day_end timestamptz,
+                                   older_than timestamptz)
+RETURNS bigint LANGUAGE plpgsql SET lock_timeout = '5s' AS $$
+DECLARE
+    workflows bigint;
+    rest bigint;
+BEGIN
+    IF NOT pg_try_advisory_xact_lock(hashtextextended('rota_jobs_drop_day', 0))
+       OR to_regclass(leaf) IS NULL THEN
+        RETURN NULL;
+    END IF;
+    EXECUTE format('LOCK TABLE %I IN SHARE MODE', leaf);
+    WITH gone AS (
+        DELETE FROM rota_jobs
+        WHERE state IN ('succeeded', 'dead', 'cancelled') AND workflow IS NOT NULL
+          AND finished_at >= day_start AND finished_at < day_end
+        RETURNING 1
+    )
+    SELECT count(*) INTO workflows FROM gone;
+    EXECUTE format('WITH out AS (INSERT INTO rota_count_deltas (queue, kind, state, n)'
+                   ' SELECT queue, kind, state, -count(*) FROM %I GROUP BY queue, kind, state'
+                   ' RETURNING n) SELECT coalesce(-sum(n), 0)::bigint FROM out', leaf)
+        INTO rest;
+    EXECUTE format('DELETE FROM rota_result_waits w'
+                   ' WHERE EXISTS (SELECT 1 FROM %I j WHERE j.id = w.job_id)', leaf);
+    DELETE FROM rota_finished_per_minute WHERE minute < day_end AND minute < older_than;
+    PERFORM set_config('lock_timeout', '200ms', true);
+    EXECUTE format('ALTER TABLE rota_jobs_finished DETACH PARTITION %I', leaf);
+    EXECUTE format('DROP TABLE %I', leaf);
+    RETURN workflows + rest;
+EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
+    RETURN NULL;
+END
+$$;
+
+-- rota_jobs_active is empty whenever nothing is queued, and a vacuum or analyze of it then
+-- records no rows: until autovacuum analyses it again (up to a minute after a burst) every
+-- plan made meanwhile takes it for one row. Every rescuer calls this: when the active jobs
+-- the counts hold (017) are at least "floor" and more than "factor" times what the
+-- statistics say, one caller (the others skip) analyses the table. One statement, so that a
+-- worker stopped in it holds nothing. Whether it analysed.
+CREATE FUNCTION rota_jobs_analyze_active(floor bigint, factor integer) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    estimated double precision;
+    counted bigint;
+BEGIN
+    SELECT reltuples INTO estimated FROM pg_class WHERE oid = 'rota_jobs_active'::regclass;
+    SELECT coalesce(sum(n), 0) INTO counted FROM (
+        SELECT n FROM rota_counts WHERE state IN ('waiting', 'pending', 'running')
+        UNION ALL
+        SELECT n FROM rota_count_deltas WHERE state IN ('waiting', 'pending', 'running')
+    ) AS active;
+    IF counted < floor OR counted <= factor * greatest(estimated, 0)
+       OR NOT pg_try_advisory_xact_lock(hashtextextended('rota_jobs_analyze', 0)) THEN
+        RETURN false;
+    END IF;
+    ANALYZE rota_jobs_active;
+    RETURN true;
+END
+$$;
+
 -- Wake sleeping workers when jobs are inserted (001): one notification per queue per statement.
 CREATE TRIGGER rota_jobs_notify_due AFTER INSERT ON rota_jobs
     REFERENCING NEW TABLE AS rota_new_jobs
