@@ -45,6 +45,7 @@ from rota.store.sqlite.claims import end_attempts
 from rota.store.sqlite.counts import count_inserted
 from rota.store.sqlite.rows import (
     ATTEMPT_COLUMNS,
+    FINISHED,
     JOB_COLUMNS,
     attempt_from_row,
     chunks,
@@ -570,14 +571,12 @@ SELECT (second - :since) / :bucket AS slot, state, sum(n) FROM rota_finished_per
 WHERE second >= :start AND second < :until AND n > 0
 GROUP BY slot, state
 """
-# The state list is spelled as in the partial index on finished_at, so SQLite can use it
-# (INDEXED BY: without statistics it would pick the (state, id) index and read every
-# finished job).
-_FINISHED_PER_BUCKET = """
+# FINISHED is the partial index's own WHERE, so SQLite can use it (INDEXED BY: without
+# statistics it would pick the (state, id) index and read every finished job).
+_FINISHED_PER_BUCKET = f"""
 SELECT (finished_at - :since) / :bucket AS slot, state, count(*)
 FROM rota_jobs INDEXED BY rota_jobs_finished
-WHERE state IN ('succeeded', 'dead', 'cancelled') AND finished_at >= :start
-  AND finished_at < :until
+WHERE {FINISHED} AND finished_at >= :start AND finished_at < :until
 GROUP BY slot, state
 """
 
@@ -675,8 +674,7 @@ def prune(conn: sqlite3.Connection, older_than: datetime, limit: int, at: dateti
             # Oldest finished first, in the order of the partial index on finished_at, so the
             # statement stops after ``limit`` rows however many jobs are due for pruning.
             "SELECT id FROM rota_jobs INDEXED BY rota_jobs_finished "
-            "WHERE state IN ('succeeded', 'dead', 'cancelled') AND finished_at < ? "
-            "ORDER BY finished_at, id LIMIT ?",
+            f"WHERE {FINISHED} AND finished_at < ? ORDER BY finished_at, id LIMIT ?",
             (to_us(older_than), clamp(limit)),
         )
     ]

@@ -27,6 +27,10 @@ JOB_COLUMNS = (
     "last_error, schedule, slot_at, crashes, trace_context, result, progress, progress_message, "
     "expires_at, workflow, waiting_on"
 )
+#: A job in a finished state, spelled as the partial index rota_jobs_finished spells its WHERE
+#: (a query must repeat it for SQLite to use the index); comparisons rather than IN, which
+#: builds a temporary table where SQLite checks it per row (020_no_lists_per_row).
+FINISHED = "(state = 'succeeded' OR state = 'dead' OR state = 'cancelled')"
 ATTEMPT_COLUMNS = "attempt, token, worker, started_at, finished_at, outcome, error, traceback"
 WORKER_COLUMNS = "name, host, pid, queues, concurrency, started_at, beat_at, kinds"
 
