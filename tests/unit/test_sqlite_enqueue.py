@@ -1,5 +1,5 @@
 """Enqueue, claim and success on SQLite after migration 019: jobs that cannot conflict are
-inserted by one prepared statement and built from their specs, and those three writes count
+inserted many rows per statement and built from their specs, and those three writes count
 their own jobs (no trigger does), on a new file and on one upgraded with jobs in it."""
 
 from __future__ import annotations
@@ -14,12 +14,13 @@ import pytest
 
 from rota.domain.job import JobSpec, JobState
 from rota.domain.workflow import chain
-from rota.store.sqlite import SqliteStore
+from rota.store.sqlite import SqliteStore, jobs
 from rota.store.sqlite.migrations import known
 from rota.testing import FakeClock
 from tests.support.migrate import sqlite_schema_before
 
 LEASE = timedelta(seconds=30)
+EPOCH_2030 = datetime(2030, 1, 1, tzinfo=UTC)
 
 
 @pytest.fixture
@@ -159,3 +160,35 @@ async def test_claims_and_successes_keep_the_counts_exact(
     assert kept == counted == [("a", "succeeded", 2), ("b", "succeeded", 1), ("c", "succeeded", 1)]
     with sqlite3.connect(store.path) as raw:
         assert raw.execute("SELECT sum(n) FROM rota_finished_per_second").fetchone() == (4,)
+
+
+async def test_a_batch_larger_than_one_insert_gets_its_ids_in_order(
+    store: SqliteStore, clock: FakeClock
+) -> None:
+    count = 2 * jobs._MAX_ROWS_PER_INSERT + 7
+    specs = [
+        JobSpec(kind="k", queue=f"q{i % 3}", payload={"i": i}, delay=timedelta(seconds=i % 2))
+        for i in range(count)
+    ]
+    results = await store.enqueue(specs)
+    assert [r.job.payload for r in results] == [{"i": i} for i in range(count)]
+    ids = [r.job.id for r in results]
+    assert ids == list(range(ids[0], ids[0] + count))
+    for result in results[:: jobs._MAX_ROWS_PER_INSERT - 1]:
+        assert result.job == await store.get(result.job.id)
+    kept, counted = _kept_and_counted(store.path)
+    assert kept == counted
+
+
+def test_an_insert_holds_no_more_rows_than_this_sqlite_has_placeholders_for(
+    tmp_path: Path,
+) -> None:
+    conn = sqlite_schema_before(tmp_path / "few.db", max(m.version for m in known()) + 1)
+    conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 2 * jobs._INSERT_WIDTH + 1)
+    assert jobs._rows_per_insert(conn) == 2
+    conn.execute("BEGIN IMMEDIATE")
+    results, _ = jobs.enqueue(conn, [JobSpec(kind="k", payload=i) for i in range(5)], EPOCH_2030)
+    conn.execute("COMMIT")
+    assert [r.job.id for r in results] == [1, 2, 3, 4, 5]
+    stored = conn.execute("SELECT id, payload FROM rota_jobs ORDER BY id").fetchall()
+    assert stored == [(i + 1, str(i)) for i in range(5)]

@@ -523,17 +523,20 @@ class JobSpec:
     ) -> Job:
         """The job a store just inserted for this spec: everything but its id and instants is
         what the spec says."""
+        # Job's required fields positionally, in their order (id, kind, queue, payload, state,
+        # priority, run_at, attempt, max_attempts, created_at): a bulk enqueue builds one Job
+        # per spec, and those ten as keywords cost more than the rest of the call.
         return Job(
-            id=job_id,
-            kind=self.kind,
-            queue=self.queue,
-            payload=self.payload,
-            state=JobState.PENDING,
-            priority=self.priority,
-            run_at=run_at,
-            attempt=0,
-            max_attempts=self.max_attempts,
-            created_at=created_at,
+            job_id,
+            self.kind,
+            self.queue,
+            self.payload,
+            JobState.PENDING,
+            self.priority,
+            run_at,
+            0,
+            self.max_attempts,
+            created_at,
             tenant=self.tenant,
             unique_key=self.unique_key,
             timeout=self.timeout,
