@@ -142,6 +142,21 @@ def test_any_plain_json_value_is_accepted_and_round_trips(value: Any) -> None:
     assert json.loads(encode_payload(value)) == value
 
 
+class _Text(str):
+    pass
+
+
+_plain_text = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"))
+
+
+@given(json_values | st.builds(_Text, _plain_text) | st.tuples(st.integers(), _plain_text))
+def test_the_payload_text_is_json_s_letter_for_letter(value: Any) -> None:
+    import json
+
+    written = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    assert encode_payload(value) == written
+
+
 @given(st.integers(1, 10_000))
 def test_retry_delay_grows_then_stays_capped(attempt: int) -> None:
     policy = RetryPolicy(base=timedelta(seconds=1), cap=timedelta(minutes=10), jitter=0.1)

@@ -231,6 +231,9 @@ def encode_payload(
     # One walk checks types, keys, NUL characters and depth; exact type checks keep it cheap
     # for the plain dicts most payloads are (enqueue_many builds one spec per job).
     stack: list[tuple[object, int]] = [(payload, 1)]
+    # Whether the payload holds only the exact types msgspec writes as json does, letter for
+    # letter (a float's exponent, e.g. 1e+16, and subclasses are left to json).
+    exact = True
     while stack:
         value, depth = stack.pop()
         kind = type(value)
@@ -240,11 +243,13 @@ def encode_payload(
         elif kind is int or kind is bool or value is None:
             continue
         elif kind is float:
+            exact = False
             if not math.isfinite(value):  # type: ignore[arg-type]
                 raise InvalidJob(field_name, "must not contain NaN or Infinity")
         elif depth >= MAX_PAYLOAD_DEPTH and isinstance(value, dict | list | tuple):
             raise InvalidJob(field_name, f"is nested deeper than {MAX_PAYLOAD_DEPTH} levels")
         elif isinstance(value, dict):
+            exact = exact and kind is dict
             for key, item in value.items():
                 if type(key) is not str:
                     raise InvalidJob(field_name, "object keys must be strings")
@@ -252,19 +257,21 @@ def encode_payload(
                     raise InvalidJob(field_name, "must not contain NUL characters")
                 stack.append((item, depth + 1))
         elif isinstance(value, list | tuple):
+            exact = exact and (kind is list or kind is tuple)
             stack.extend((item, depth + 1) for item in value)
         elif isinstance(value, str | int | float):  # subclasses: check as their base type
+            exact = False
             stack.append((_plain(value), depth))
         else:
             raise InvalidJob(field_name, f"is not JSON: {type(value).__name__} is not allowed")
-    text = _encode(payload)
     try:
-        size = len(text.encode("utf-8"))
+        # msgspec writes the UTF-8 bytes in a tenth of json's time.
+        encoded = _encode_exact(payload) if exact else _encode(payload).encode("utf-8")
     except UnicodeEncodeError:
         raise InvalidJob(field_name, "must be valid Unicode (no lone surrogates)") from None
-    if size > max_bytes:
+    if len(encoded) > max_bytes:
         raise InvalidJob(field_name, f"is larger than {max_bytes} bytes as JSON")
-    return text
+    return encoded.decode("utf-8")
 
 
 def encode_result(value: object) -> str | None:
@@ -315,6 +322,7 @@ class Progress:
 
 
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+_encode_exact = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
 
 
