@@ -16,6 +16,7 @@ from rota.domain.job import JobSpec, JobState
 from rota.domain.workflow import chain
 from rota.store.sqlite import SqliteStore, jobs
 from rota.store.sqlite.migrations import known
+from rota.store.sqlite.rows import MAX_ROWS_PER_INSERT
 from rota.testing import FakeClock
 from tests.support.migrate import sqlite_schema_before
 
@@ -165,7 +166,7 @@ async def test_claims_and_successes_keep_the_counts_exact(
 async def test_a_batch_larger_than_one_insert_gets_its_ids_in_order(
     store: SqliteStore, clock: FakeClock
 ) -> None:
-    count = 2 * jobs._MAX_ROWS_PER_INSERT + 7
+    count = 2 * MAX_ROWS_PER_INSERT + 7
     specs = [
         JobSpec(kind="k", queue=f"q{i % 3}", payload={"i": i}, delay=timedelta(seconds=i % 2))
         for i in range(count)
@@ -174,7 +175,7 @@ async def test_a_batch_larger_than_one_insert_gets_its_ids_in_order(
     assert [r.job.payload for r in results] == [{"i": i} for i in range(count)]
     ids = [r.job.id for r in results]
     assert ids == list(range(ids[0], ids[0] + count))
-    for result in results[:: jobs._MAX_ROWS_PER_INSERT - 1]:
+    for result in results[:: MAX_ROWS_PER_INSERT - 1]:
         assert result.job == await store.get(result.job.id)
     kept, counted = _kept_and_counted(store.path)
     assert kept == counted
@@ -184,11 +185,55 @@ def test_an_insert_holds_no_more_rows_than_this_sqlite_has_placeholders_for(
     tmp_path: Path,
 ) -> None:
     conn = sqlite_schema_before(tmp_path / "few.db", max(m.version for m in known()) + 1)
-    conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 2 * jobs._INSERT_WIDTH + 1)
-    assert jobs._rows_per_insert(conn) == 2
+    # Two rows of 13 placeholders fit, three do not.
+    conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 27)
     conn.execute("BEGIN IMMEDIATE")
     results, _ = jobs.enqueue(conn, [JobSpec(kind="k", payload=i) for i in range(5)], EPOCH_2030)
     conn.execute("COMMIT")
     assert [r.job.id for r in results] == [1, 2, 3, 4, 5]
     stored = conn.execute("SELECT id, payload FROM rota_jobs ORDER BY id").fetchall()
     assert stored == [(i + 1, str(i)) for i in range(5)]
+
+
+async def test_claimed_jobs_are_the_jobs_stored(store: SqliteStore, clock: FakeClock) -> None:
+    paris = ZoneInfo("Europe/Paris")
+    specs = [
+        JobSpec(kind="plain"),
+        JobSpec(
+            kind="full",
+            queue="q",
+            payload={"to": "ann", "n": [1, 2.5, None], "big": 2**70},
+            priority=7,
+            max_attempts=3,
+            tenant="acme",
+            unique_key="full-1",
+            timeout=timedelta(seconds=1.5),
+            trace_context={"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"},
+            expires_at=datetime(2031, 4, 1, tzinfo=paris),
+            schedule="nightly",
+            slot_at=datetime(2030, 1, 1, 12, tzinfo=paris),
+        ),
+        JobSpec(kind="failed", queue="q", max_attempts=3),
+        JobSpec(kind="rerun", queue="q", tenant="acme"),
+    ]
+    results = await store.enqueue(specs)
+    failed, rerun = results[2].job, results[3].job
+    # One failed attempt (its error kept), one run that succeeded with a result and runs again.
+    first = await store.claim("w0", queues=["q"], limit=4, lease=LEASE)
+    for job in first:
+        if job.id == failed.id:
+            await store.fail(job.lease, error="boom", retry_in=timedelta(0))
+        elif job.id == rerun.id:
+            await store.complete_many([job.lease], results=['{"done": true}'])
+        else:
+            await store.release(job.lease)
+    await store.rerun(rerun.id)
+    clock.advance(timedelta(seconds=1))
+    claimed = await store.claim("w1", queues=["default", "q"], limit=10, lease=LEASE)
+    assert sorted(job.id for job in claimed) == sorted(r.job.id for r in results)
+    for job in claimed:
+        assert job == await store.get(job.id)
+        assert job.run_at.tzinfo is UTC and job.created_at.tzinfo is UTC
+    by_id = {job.id: job for job in claimed}
+    assert by_id[failed.id].last_error == "boom" and by_id[failed.id].attempt == 2
+    assert by_id[rerun.id].result == {"done": True}  # the last run's, kept until this one ends

@@ -26,6 +26,7 @@ from rota.domain.job import (
     JobState,
     Outcome,
     Progress,
+    decode_json,
     truncate,
 )
 from rota.domain.lease import Lease
@@ -33,11 +34,13 @@ from rota.store.base import Beat, RescueResult
 from rota.store.sqlite import candidates, flow
 from rota.store.sqlite.counts import count_moved, tally_finished
 from rota.store.sqlite.rows import (
-    JOB_COLUMNS,
+    CLAIMED_COLUMNS,
+    Instants,
     chunks,
+    claimed_job,
     clamp,
     fits,
-    job_from_row,
+    from_us,
     marks,
     pair_values,
     to_us,
@@ -54,12 +57,16 @@ SET state = 'running', attempt = attempt + 1, lease_token = taken_token, lease_u
     worker = ?, started_at = ?, finished_at = NULL, lease_started = NOT {candidates.ALONE_NEXT},
     progress = NULL, progress_message = NULL
 FROM taken WHERE id = taken_id
-RETURNING {JOB_COLUMNS}
 """
-
-_BEGIN_ATTEMPT = """
+# The jobs just leased, as one JSON array of rows (CLAIMED_COLUMNS): one step of one
+# statement instead of one per job, each of which would hand the GIL back and forth with
+# the event loop's thread.
+_TAKEN = (
+    f"SELECT json_group_array(json_array({CLAIMED_COLUMNS})) FROM rota_jobs WHERE id IN ({{ids}})"
+)
+_BEGIN_ATTEMPTS = """
 INSERT INTO rota_attempts (token, job_id, attempt, worker, started_at, outcome)
-VALUES (?, ?, ?, ?, ?, 'running')
+SELECT lease_token, id, attempt, worker, started_at, 'running' FROM rota_jobs WHERE id IN ({ids})
 """
 
 
@@ -154,19 +161,22 @@ def _take(
         _expire(conn, rows, at_us, settle=False)
     taken = [(job_id, first + index) for index, job_id in enumerate(choice.ids)]
     lease_until_us = to_us(at + lease)
+    lease_until, started_at = from_us(lease_until_us), from_us(at_us)
+    instants = Instants()
     jobs: list[Job] = []
     for part in chunks(taken):
         sql = _TAKE.format(pairs=pair_values(len(part)))
-        rows = conn.execute(sql, [*_flat(part), lease_until_us, worker, at_us]).fetchall()
-        jobs += [job_from_row(row) for row in rows]
-    # RETURNING yields rows in no promised order; the tokens were handed out in chosen order.
+        conn.execute(sql, [*_flat(part), lease_until_us, worker, at_us])
+        ids = [job_id for job_id, _ in part]
+        conn.execute(_BEGIN_ATTEMPTS.format(ids=marks(len(ids))), ids)
+        (text,) = conn.execute(_TAKEN.format(ids=marks(len(ids))), ids).fetchone()
+        rows = decode_json(text)
+        jobs += [claimed_job(row, worker, lease_until, started_at, instants) for row in rows]
+    # The rows come in no promised order; the tokens were handed out in chosen order.
     jobs.sort(key=lambda job: job.lease_token or 0)
     # Pending to running is counted here, not by the triggers (019); an expired lease taken
     # over stays running.
     count_moved(conn, [job.queue for job in jobs if job.id not in expired], "pending", "running")
-    conn.executemany(
-        _BEGIN_ATTEMPT, [(job.lease_token, job.id, job.attempt, worker, at_us) for job in jobs]
-    )
     return jobs
 
 

@@ -10,7 +10,6 @@ import json
 import sqlite3
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from functools import cache
 from typing import Any
 
 from rota.domain.clock import utc
@@ -54,6 +53,7 @@ from rota.store.sqlite.rows import (
     duration_us,
     fits,
     from_us,
+    insert_rows,
     job_from_row,
     marks,
     to_us,
@@ -178,12 +178,7 @@ def _insert_unkeyed(
             None if spec.trace_context is None else json.dumps(spec.trace_context),
             None if expires_at is None else to_us(expires_at),
         )
-    per_statement = _rows_per_insert(conn)
-    inserted = 0
-    for first in range(0, len(specs), per_statement):
-        rows = min(per_statement, len(specs) - first)
-        part = values[first * _INSERT_WIDTH : (first + rows) * _INSERT_WIDTH]
-        inserted += conn.execute(_insert_rows(rows), part).rowcount
+    inserted = insert_rows(conn, _INSERT_UNKEYED, _INSERT_ROW, values)
     if inserted != len(specs):
         raise RuntimeError(f"inserted {inserted} of {len(specs)} jobs that cannot conflict")
     # Inside BEGIN IMMEDIATE nobody else inserts, and AUTOINCREMENT gives each row the next
@@ -201,8 +196,7 @@ def _insert_unkeyed(
 
 
 # No unique key, and no schedule and slot together: nothing to conflict with, nothing to
-# return. One statement inserts many rows: SQLite runs it for far less than as many
-# statements of one row each (a statement also rewrites the AUTOINCREMENT counter once).
+# return; many rows per statement (insert_rows).
 _INSERT_UNKEYED = """
 INSERT INTO rota_jobs (kind, queue, payload, state, priority, run_at, attempt, max_attempts,
                        tenant, timeout_us, created_at, schedule, slot_at, trace_context,
@@ -210,21 +204,6 @@ INSERT INTO rota_jobs (kind, queue, payload, state, priority, run_at, attempt, m
 VALUES {rows}
 """
 _INSERT_ROW = "(?, ?, ?, 'pending', ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?)"
-_INSERT_WIDTH = _INSERT_ROW.count("?")
-#: Rows per INSERT, at most: beyond this, longer statements save next to nothing.
-_MAX_ROWS_PER_INSERT = 200
-
-
-@cache
-def _insert_rows(rows: int) -> str:
-    return _INSERT_UNKEYED.format(rows=", ".join([_INSERT_ROW] * rows))
-
-
-def _rows_per_insert(conn: sqlite3.Connection) -> int:
-    """As many rows as fit the placeholders this SQLite allows per statement, up to
-    _MAX_ROWS_PER_INSERT."""
-    allowed = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // _INSERT_WIDTH
-    return max(1, min(allowed, _MAX_ROWS_PER_INSERT))
 
 
 def _holder(conn: sqlite3.Connection, spec: JobSpec, slot_us: int | None, at_us: int) -> Any:

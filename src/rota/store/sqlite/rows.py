@@ -7,8 +7,10 @@ compares integers and a round trip is exact (a datetime has microsecond resoluti
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
+from functools import cache
 from typing import Any, TypeVar
 
 from rota.domain.clock import utc
@@ -96,6 +98,81 @@ def job_from_row(row: Sequence[Any]) -> Job:
     )
 
 
+#: What a claim returns of each job it leases: every column but those the claim itself set
+#: (state, lease_until, worker, started_at) or cleared (finished_at, progress, its message).
+CLAIMED_COLUMNS = (
+    "id, kind, queue, payload, priority, run_at, attempt, max_attempts, created_at, tenant, "
+    "unique_key, timeout_us, lease_token, last_error, schedule, slot_at, crashes, "
+    "trace_context, result, expires_at, workflow, waiting_on"
+)
+
+
+class Instants:
+    """Instants of integer microseconds, each built once: the jobs of one batch share most
+    of theirs (enqueued together, due together)."""
+
+    __slots__ = ("_seen",)
+
+    def __init__(self) -> None:
+        self._seen: dict[int, datetime] = {}
+
+    def __call__(self, value: int) -> datetime:
+        instant = self._seen.get(value)
+        if instant is None:
+            instant = self._seen[value] = EPOCH + timedelta(0, 0, value)
+        return instant
+
+    def maybe(self, value: int | None) -> datetime | None:
+        return None if value is None else self(value)
+
+
+def claimed_job(
+    row: Sequence[Any],
+    worker: str,
+    lease_until: datetime,
+    started_at: datetime,
+    instants: Instants,
+) -> Job:
+    """A Job leased by a claim from its row returned as CLAIMED_COLUMNS and what the claim
+    set; built positionally in Job's field order (a claim builds one per job)."""
+    (
+        job_id, kind, queue, payload, priority, run_at, attempt, max_attempts, created_at,
+        tenant, unique_key, timeout_us, lease_token, last_error, schedule, slot_at, crashes,
+        trace_context, result, expires_at, workflow, waiting_on,
+    ) = row  # fmt: skip
+    return Job(
+        job_id,
+        kind,
+        queue,
+        decode_json(payload),
+        JobState.RUNNING,
+        priority,
+        instants(run_at),
+        attempt,
+        max_attempts,
+        instants(created_at),
+        tenant,
+        unique_key,
+        None if timeout_us is None else timedelta(microseconds=timeout_us),
+        lease_token,
+        lease_until,
+        worker,
+        started_at,
+        None,  # finished_at
+        last_error,
+        schedule,
+        instants.maybe(slot_at),
+        crashes,
+        None if trace_context is None else decode_json(trace_context),
+        None if result is None else decode_json(result),
+        None,  # progress
+        None,  # progress_message
+        instants.maybe(expires_at),
+        workflow,
+        waiting_on,
+    )
+
+
 def attempt_from_row(row: Sequence[Any]) -> Attempt:
     """An Attempt from a row selected as ATTEMPT_COLUMNS."""
     attempt, token, worker, started_at, finished_at, outcome, error, traceback = row
@@ -149,6 +226,34 @@ def marks(count: int) -> str:
 def pair_values(count: int) -> str:
     """``count`` two-column VALUES rows: ``(?, ?), (?, ?)``."""
     return ", ".join(["(?, ?)"] * count)
+
+
+def insert_rows(conn: sqlite3.Connection, statement: str, row: str, values: Sequence[Any]) -> int:
+    """Run ``statement`` (an INSERT ending in ``VALUES {rows}``) over ``values``, the flat
+    values of rows of ``row``'s placeholders, as many rows per statement as this SQLite allows
+    placeholders for, up to MAX_ROWS_PER_INSERT; the rows inserted.
+
+    SQLite runs one statement of many rows for far less than as many statements of one
+    (executemany), whose every run also does the statement's fixed work again (on a table
+    with AUTOINCREMENT, reading and rewriting its counter).
+    """
+    width = row.count("?")
+    allowed = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // width
+    per_statement = max(1, min(allowed, MAX_ROWS_PER_INSERT)) * width
+    inserted = 0
+    for first in range(0, len(values), per_statement):
+        part = values[first : first + per_statement]
+        inserted += conn.execute(_many_rows(statement, row, len(part) // width), part).rowcount
+    return inserted
+
+
+#: Rows per INSERT at most: beyond this, longer statements save next to nothing.
+MAX_ROWS_PER_INSERT = 200
+
+
+@cache
+def _many_rows(statement: str, row: str, rows: int) -> str:
+    return statement.format(rows=", ".join([row] * rows))
 
 
 def chunks(items: Sequence[T], size: int = CHUNK) -> Iterator[Sequence[T]]:
