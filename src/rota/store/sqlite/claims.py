@@ -50,9 +50,13 @@ _ADVANCE_TOKEN = (
     "UPDATE rota_meta SET value = value + ? WHERE name = 'fencing_token' RETURNING value"
 )
 
+# OR ROLLBACK, here and in the other writes of many rows a drain makes: a constraint they
+# break undoes the whole transaction (as Database.write does after any error anyway) rather
+# than the statement alone, so SQLite keeps no statement journal of the pages they change,
+# which past 64 KiB it writes to a temporary file (021_counting_triggers_cannot_abort).
 _TAKE = f"""
 WITH taken (taken_id, taken_token) AS (VALUES {{pairs}})
-UPDATE rota_jobs
+UPDATE OR ROLLBACK rota_jobs
 SET state = 'running', attempt = attempt + 1, lease_token = taken_token, lease_until = ?,
     worker = ?, started_at = ?, finished_at = NULL, lease_started = NOT {candidates.ALONE_NEXT},
     progress = NULL, progress_message = NULL
@@ -256,7 +260,7 @@ def _fitting(leases: Sequence[Lease], texts: Sequence[str | None]) -> list[str |
 
 
 _COMPLETE_WITH_RESULT = """
-UPDATE rota_jobs SET state = 'succeeded', result = ?, lease_until = NULL, finished_at = ?
+UPDATE OR ROLLBACK rota_jobs SET state = 'succeeded', result = ?, lease_until = NULL, finished_at = ?
 WHERE id = ? AND state = 'running' AND lease_token = ?
 RETURNING id, lease_token, queue
 """
@@ -415,7 +419,7 @@ def _fenced(
     for part in chunks(pairs):
         sql = (
             f"WITH held (held_id, held_token) AS (VALUES {pair_values(len(part))}) "
-            f"UPDATE rota_jobs SET {assignments} FROM held "
+            f"UPDATE OR ROLLBACK rota_jobs SET {assignments} FROM held "
             "WHERE id = held_id AND state = 'running' AND lease_token = held_token "
             "RETURNING id, lease_token, queue"
         )
@@ -435,7 +439,8 @@ def end_attempts(
     """Close the history rows of the attempts with these tokens."""
     for part in chunks(tokens):
         conn.execute(
-            "UPDATE rota_attempts SET finished_at = ?, outcome = ?, error = ?, traceback = ? "
+            "UPDATE OR ROLLBACK rota_attempts "
+            "SET finished_at = ?, outcome = ?, error = ?, traceback = ? "
             f"WHERE token IN ({marks(len(part))})",
             [at_us, outcome.value, error, traceback, *part],
         )

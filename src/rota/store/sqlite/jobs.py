@@ -196,11 +196,11 @@ def _insert_unkeyed(
 
 
 # No unique key, and no schedule and slot together: nothing to conflict with, nothing to
-# return; many rows per statement (insert_rows).
+# return; many rows per statement (insert_rows). OR ROLLBACK: see claims._TAKE.
 _INSERT_UNKEYED = """
-INSERT INTO rota_jobs (kind, queue, payload, state, priority, run_at, attempt, max_attempts,
-                       tenant, timeout_us, created_at, schedule, slot_at, trace_context,
-                       expires_at)
+INSERT OR ROLLBACK INTO rota_jobs (kind, queue, payload, state, priority, run_at, attempt,
+                                   max_attempts, tenant, timeout_us, created_at, schedule,
+                                   slot_at, trace_context, expires_at)
 VALUES {rows}
 """
 _INSERT_ROW = "(?, ?, ?, 'pending', ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?)"
