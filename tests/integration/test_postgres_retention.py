@@ -404,8 +404,11 @@ async def test_an_upgrade_to_019_keeps_every_job_and_what_holds_on_them(
             before = await store.get_many(ids)
             assert len(before) == 20 * 4 * 3 + 2
 
-            assert await store.pending_migrations() == ["019_finished_by_day"]
-            assert await store.migrate() == ["019_finished_by_day"]
+            assert await store.pending_migrations() == [
+                "019_finished_by_day",
+                "020_claim_walk_in_one_descent",
+            ]
+            assert await store.migrate() == ["019_finished_by_day", "020_claim_walk_in_one_descent"]
 
             assert await store.get_many(ids) == before
             await store.fold_counts()

@@ -4,7 +4,7 @@ A claim runs inside a function (``queries.ROUTINES``), under the generic plan of
 statement: ``EXPLAIN`` of the statement with its parameters would show a custom plan
 instead, so ``routine_plan`` prepares the statement with its parameters left open, typed as the
 function declares them, and explains ``EXECUTE`` of it with the values the store sent, under
-``force_generic_plan``, in a transaction rolled back after it (ANALYZE runs the statement).
+``force_generic_plan`` and the function's own settings, in a transaction rolled back after it (ANALYZE runs the statement).
 """
 
 from __future__ import annotations
@@ -50,6 +50,8 @@ def routine_plan(
     arguments = sql.SQL(", ").join(sql.Literal(params[name]) for name in names)
     with psycopg.connect(url) as conn:
         conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        for name, value in routine.settings:  # as the function sets them for its statement
+            conn.execute(sql.SQL("SET LOCAL {} = {}").format(sql.Identifier(name), sql.SQL(value)))
         conn.execute(sql.SQL("PREPARE planned ({}) AS {}").format(declared, sql.SQL(text)))  # type: ignore[arg-type]
         [(plan,)] = conn.execute(
             sql.SQL("EXPLAIN ({}) EXECUTE planned({})").format(sql.SQL(options), arguments)  # type: ignore[arg-type]

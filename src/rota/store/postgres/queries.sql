@@ -128,57 +128,51 @@ COPY rota_jobs (id, kind, queue, payload, priority, run_at, max_attempts, tenant
 -- The jobs a claim may take, locked, as the CTE "chosen" (ids, in claim order) over
 -- "candidates".
 -- Groups: a loose index scan over rota_jobs_due finds each (tenant, priority) group with
--- pending jobs, one probe per group, starting after the tenant this store served last
--- (phase 1) and wrapping around (phase 2), at most max_groups per queue: as many as the batch
--- asks for jobs (64 at least, 1,000 at most), so a batch fills one job per tenant where each
--- tenant holds few. Each group is read in run_at order up to the first job not yet due, so
--- future jobs cost nothing. Locks are taken in MATERIALIZED CTEs with FOR UPDATE SKIP LOCKED
--- and a LIMIT, so two claimers never share a row and the planner can neither re-run a
--- locking subquery nor take more than asked.
+-- pending jobs, one descent per group (the index keys -priority, so (tenant, -priority)
+-- ascends in claim order and the next group is the first entry beyond the last: 020). Each
+-- queue's walk starts after the tenant this store served last (phase 1) and, past the last
+-- group, wraps around to the first (phase 2), stopping at that tenant or after max_groups
+-- groups: as many as the batch asks for jobs (64 at least, 1,000 at most), so a batch fills
+-- one job per tenant where each tenant holds few. Each group is read in run_at order up to
+-- the first job not yet due, so future jobs cost nothing. Locks are taken in MATERIALIZED
+-- CTEs with FOR UPDATE SKIP LOCKED and a LIMIT, so two claimers never share a row and the
+-- planner can neither re-run a locking subquery nor take more than asked.
 WITH RECURSIVE open_queues AS MATERIALIZED (
     SELECT q.name FROM unnest(%(queues)b::text[]) AS q(name)
     WHERE NOT EXISTS (SELECT 1 FROM rota_queues p WHERE p.name = q.name AND p.paused)
       AND (%(limited)s OR NOT EXISTS (SELECT 1 FROM rota_limits))
-), walk(queue, tenant, priority, phase, steps) AS (
-    (SELECT q.name, g.tenant, g.priority, 1, 1
-     FROM open_queues q
-     CROSS JOIN LATERAL (
-         SELECT coalesce(j.tenant, '') AS tenant, j.priority FROM rota_jobs j
-         WHERE j.state = 'pending' AND j.queue = q.name AND coalesce(j.tenant, '') > %(after)s
-         ORDER BY coalesce(j.tenant, ''), j.priority DESC
-         LIMIT 1
-     ) AS g
-     UNION ALL
-     SELECT q.name, g.tenant, g.priority, 2, 1
-     FROM open_queues q
-     CROSS JOIN LATERAL (
-         SELECT coalesce(j.tenant, '') AS tenant, j.priority FROM rota_jobs j
-         WHERE j.state = 'pending' AND j.queue = q.name
-         ORDER BY coalesce(j.tenant, ''), j.priority DESC
-         LIMIT 1
-     ) AS g)
-  UNION ALL
-    SELECT w.queue, g.tenant, g.priority, w.phase, w.steps + 1
-    FROM walk w
+), walk(queue, tenant, rank, phase, steps) AS (
+    SELECT q.name, g.tenant, g.rank, g.phase, 1
+    FROM open_queues q
     CROSS JOIN LATERAL (
-        (SELECT coalesce(j.tenant, '') AS tenant, j.priority FROM rota_jobs j
-         WHERE j.state = 'pending' AND j.queue = w.queue
-           AND coalesce(j.tenant, '') = w.tenant AND j.priority < w.priority
-         ORDER BY coalesce(j.tenant, ''), j.priority DESC LIMIT 1)
+        (SELECT coalesce(j.tenant, '') AS tenant, -j.priority AS rank, 1 AS phase
+         FROM rota_jobs j
+         WHERE j.state = 'pending' AND j.queue = q.name AND coalesce(j.tenant, '') > %(after)s
+         ORDER BY coalesce(j.tenant, ''), -j.priority LIMIT 1)
         UNION ALL
-        (SELECT coalesce(j.tenant, ''), j.priority FROM rota_jobs j
-         WHERE j.state = 'pending' AND j.queue = w.queue AND coalesce(j.tenant, '') > w.tenant
-         ORDER BY coalesce(j.tenant, ''), j.priority DESC LIMIT 1)
+        (SELECT coalesce(j.tenant, ''), -j.priority, 2 FROM rota_jobs j
+         WHERE j.state = 'pending' AND j.queue = q.name
+         ORDER BY coalesce(j.tenant, ''), -j.priority LIMIT 1)
         LIMIT 1
     ) AS g
-    WHERE w.steps < %(max_groups)s AND (w.phase = 1 OR g.tenant <= %(after)s)
-), groups AS MATERIALIZED (
-    SELECT queue, tenant, priority FROM (
-        SELECT queue, tenant, priority,
-               row_number() OVER (PARTITION BY queue ORDER BY phase, tenant, priority DESC) AS n
-        FROM walk WHERE phase = 1 OR tenant <= %(after)s
+  UNION ALL
+    SELECT w.queue, g.tenant, g.rank, g.phase, w.steps + 1
+    FROM walk w
+    CROSS JOIN LATERAL (
+        (SELECT coalesce(j.tenant, '') AS tenant, -j.priority AS rank, w.phase AS phase
+         FROM rota_jobs j
+         WHERE j.state = 'pending' AND j.queue = w.queue
+           AND (coalesce(j.tenant, ''), -j.priority) > (w.tenant, w.rank)
+         ORDER BY coalesce(j.tenant, ''), -j.priority LIMIT 1)
+        UNION ALL
+        (SELECT coalesce(j.tenant, ''), -j.priority, 2 FROM rota_jobs j
+         WHERE w.phase = 1 AND j.state = 'pending' AND j.queue = w.queue
+         ORDER BY coalesce(j.tenant, ''), -j.priority LIMIT 1)
+        LIMIT 1
     ) AS g
-    WHERE n <= %(max_groups)s
+    WHERE w.steps < %(max_groups)s AND (g.phase = 1 OR g.tenant <= %(after)s)
+), groups AS MATERIALIZED (
+    SELECT queue, tenant, rank FROM walk
 ), quota AS MATERIALIZED (
     -- Rows to lock per group: the whole batch in plain claim order; a fair share when tenants
     -- take turns (twice it, so a tenant with fewer due jobs does not leave the batch short).
@@ -188,12 +182,12 @@ WITH RECURSIVE open_queues AS MATERIALIZED (
                 ELSE %(take)s END AS n
     FROM groups
 ), due AS MATERIALIZED (
-    SELECT c.id, c.priority, c.run_at, g.queue, g.tenant, c.alone
+    SELECT c.id, c.loc, c.priority, c.run_at, g.queue, g.tenant, c.alone
     FROM groups g
     CROSS JOIN LATERAL (
-        SELECT j.id, j.priority, j.run_at, {alone_next} AS alone FROM rota_jobs j
+        SELECT j.id, j.ctid AS loc, j.priority, j.run_at, {alone_next} AS alone FROM rota_jobs j
         WHERE j.state = 'pending' AND j.queue = g.queue AND coalesce(j.tenant, '') = g.tenant
-          AND j.priority = g.priority
+          AND -j.priority = g.rank
           AND j.run_at <= coalesce(%(now)s::timestamptz, now())
           -- An expired job is never started, whether or not the rescuer cancelled it yet.
           AND (j.expires_at IS NULL OR j.expires_at > coalesce(%(now)s::timestamptz, now()))
@@ -206,7 +200,7 @@ WITH RECURSIVE open_queues AS MATERIALIZED (
         FOR UPDATE SKIP LOCKED
     ) AS c
 ), expired AS MATERIALIZED (
-    SELECT j.id, j.priority, j.run_at, j.queue, coalesce(j.tenant, '') AS tenant,
+    SELECT j.id, j.ctid AS loc, j.priority, j.run_at, j.queue, coalesce(j.tenant, '') AS tenant,
            {alone_after_expiry} AS alone
     FROM rota_jobs j
     WHERE j.state = 'running' AND j.lease_until < coalesce(%(now)s::timestamptz, now())
@@ -219,11 +213,11 @@ WITH RECURSIVE open_queues AS MATERIALIZED (
     LIMIT %(take)s
     FOR UPDATE SKIP LOCKED
 ), candidates AS MATERIALIZED (
-    SELECT id, priority, run_at, alone,
+    SELECT id, loc, priority, run_at, alone,
            row_number() OVER (PARTITION BY queue, tenant ORDER BY priority DESC, run_at, id) AS turn
     FROM (SELECT * FROM due UNION ALL SELECT * FROM expired) AS locked
 ), chosen AS MATERIALIZED (
-    SELECT id, turn, alone,
+    SELECT id, loc, turn, alone,
            row_number() OVER (ORDER BY CASE WHEN %(fair)s THEN turn ELSE 0 END,
                                        priority DESC, run_at, id) AS pos
     FROM candidates
@@ -257,9 +251,8 @@ UPDATE rota_jobs j SET
             'outcome', 'lease_expired', 'error', {expiry_error}))
         ELSE j.history END,
     last_error = CASE WHEN j.state = 'running' THEN {expiry_error} ELSE j.last_error END
-FROM batch
--- The state names the partition (019): the update reads rota_jobs_active alone.
-WHERE j.id = batch.id AND j.state IN ('pending', 'running')
+-- The state names the partition (019): the update reads rota_jobs_active alone. The statement
+-- that splices this in says which rows "batch" names (WHERE ... AND j.state IN ...).
 
 -- name: claim
 -- One statement for a claim when no limit exists. If one does, it claims nothing and returns
@@ -269,11 +262,20 @@ WHERE j.id = batch.id AND j.state IN ('pending', 'running')
 {_candidates}, batch AS (
     -- An attempt that runs alone is claimed alone: first in line, it is the batch; further
     -- back, the batch ends just before it (rota.domain.flow.select).
-    SELECT id FROM chosen
+    SELECT loc FROM chosen
     WHERE pos < coalesce((SELECT min(pos) FROM chosen WHERE alone), %(take)s + 1)
        OR (pos = 1 AND alone)
 ), taken AS (
 {_take}
+-- Each row where its lock found it, in one array: a TID scan. A plan made while the table was
+-- empty (rota_claim keeps its plan for the session) otherwise reads the table once per row of
+-- the batch, or every pending job's index entry per claim: a join by id with the table outer,
+-- or the (state, id) index with the ids as a filter. The states are an OR, which prunes the
+-- partitions to rota_jobs_active as an IN list would but which no plain index scan can use,
+-- so with rota_claim's settings the TID scan is the only plan left. A row a concurrent write
+-- moved after this statement's snapshot is locked at its new place, which the update cannot
+-- see: it stays pending for the next claim.
+WHERE j.ctid = ANY(ARRAY(SELECT loc FROM batch)) AND (j.state = 'pending' OR j.state = 'running')
 RETURNING {j.job_columns}
 )
 SELECT * FROM taken
@@ -294,12 +296,12 @@ SELECT {walk_marker_columns} FROM (
 {_candidates}
 SELECT j.id, j.kind, j.queue, j.tenant, j.priority, j.run_at, j.state, j.attempt,
        j.max_attempts, j.created_at, chosen.alone
-FROM chosen JOIN rota_jobs j USING (id)
+FROM chosen JOIN rota_jobs j ON j.id = chosen.id AND j.state IN ('pending', 'running')
 ORDER BY chosen.pos;
 
 -- name: claim_ids
-WITH batch AS (SELECT unnest(%(ids)b::bigint[]) AS id)
 {_take}
+WHERE j.id = ANY(%(ids)b::bigint[]) AND j.state IN ('pending', 'running')
 RETURNING {j.job_columns};
 
 -- name: lock_limits
