@@ -116,9 +116,10 @@ SELECT done.* FROM done, woke;
 
 -- name: reserve_ids
 -- Ids and the store's clock for a bulk COPY: identity values are taken up front, in order.
+-- The sequence by name (019): looked up per row (pg_get_serial_sequence), 20,000 ids took
+-- 45 ms of server time instead of 7.
 SELECT coalesce(%(now)s::timestamptz, now()),
-       array(SELECT nextval(pg_get_serial_sequence('rota_jobs', 'id'))
-             FROM generate_series(1, %(count)s));
+       array(SELECT nextval('rota_jobs_id_seq'::regclass) FROM generate_series(1, %(count)s));
 
 -- name: copy_jobs
 COPY rota_jobs (id, kind, queue, payload, priority, run_at, max_attempts, tenant, timeout_us,
@@ -833,7 +834,7 @@ WHERE NOT paused AND (NOT workflow OR name = ANY(%(workflows)b::text[]));
 SELECT id, state, workflow FROM rota_jobs WHERE id = ANY(%(ids)b::bigint[]) ORDER BY id FOR UPDATE;
 
 -- name: workflow_reserve_ids
-SELECT array(SELECT nextval(pg_get_serial_sequence('rota_jobs', 'id'))
+SELECT array(SELECT nextval('rota_jobs_id_seq'::regclass)
              FROM generate_series(1, %(count)s));
 
 -- name: workflow_adopt
