@@ -14,6 +14,7 @@ import pytest
 from rota.domain.errors import JobNotFound, LeaseLost
 from rota.domain.job import JobSpec, JobState
 from rota.domain.workflow import Workflow, chain, chord
+from rota.store.postgres.queries import migrations
 from rota.store.postgres.store import PostgresStore
 from rota.store.postgres.upkeep import DAYS_AHEAD
 from tests.support.migrate import postgres_schema_before
@@ -404,11 +405,10 @@ async def test_an_upgrade_to_019_keeps_every_job_and_what_holds_on_them(
             before = await store.get_many(ids)
             assert len(before) == 20 * 4 * 3 + 2
 
-            assert await store.pending_migrations() == [
-                "019_finished_by_day",
-                "020_claim_walk_in_one_descent",
-            ]
-            assert await store.migrate() == ["019_finished_by_day", "020_claim_walk_in_one_descent"]
+            upgrades = [v for v, _ in migrations() if v[:3].isdigit() and v >= "019"]
+            assert upgrades[0] == "019_finished_by_day"
+            assert await store.pending_migrations() == upgrades
+            assert await store.migrate() == upgrades
 
             assert await store.get_many(ids) == before
             await store.fold_counts()
