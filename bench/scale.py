@@ -158,7 +158,7 @@ class Figures:
     per_claim: dict[str, list[float]] = field(default_factory=dict)
     claim_pages: dict[str, list[float]] = field(default_factory=dict)
     prune: dict[str, Any] = field(default_factory=dict)
-    upgrade: dict[str, float] = field(default_factory=dict)
+    upgrade: dict[str, Any] = field(default_factory=dict)
     load_s: dict[str, float] = field(default_factory=dict)
     sizes: dict[str, str] = field(default_factory=dict)
 
@@ -430,6 +430,7 @@ async def upgrade(settings: Settings, scale: int, figures: Figures) -> None:
         figures.upgrade = {
             "jobs": scale + max(1, scale // 100),
             "seconds": time.monotonic() - began,
+            "applied": [v for v in applied if not v.startswith("routines_")],
         }
         progress(f"  upgrade {applied}: {figures.upgrade}")
     finally:
@@ -543,7 +544,8 @@ def markdown(args: argparse.Namespace, figures: Figures, command: str, seconds: 
         u = figures.upgrade
         lines += [
             "",
-            f"Upgrade of a table at 018 holding {u['jobs']:,} jobs to 019 (`store.migrate()`; "
+            f"Upgrade of a table at 018 holding {u['jobs']:,} jobs to this version "
+            f"(`store.migrate()`: {', '.join(u['applied'])} and the claim function; "
             f"job writes wait for it throughout): {u['seconds']:.1f} s.",
         ]
     return "\n".join(lines) + "\n"

@@ -6,7 +6,7 @@
 -- rota_jobs_finished. Retention then drops a whole day (no dead rows, no vacuum of a week of
 -- indexes, almost no WAL), and the active table's vacuums read indexes of active jobs only,
 -- so dead entries of claimed jobs stop piling up in front of the claims however long finished
--- jobs are kept (docs/scaling.md, "Tens of millions of jobs in one table").
+-- jobs are kept (docs/scaling.md, "Tens of millions of jobs").
 --
 --   rota_jobs                      LIST (state)
 --     rota_jobs_active             'waiting', 'pending', 'running'
