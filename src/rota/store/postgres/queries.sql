@@ -252,8 +252,8 @@ UPDATE rota_jobs j SET
             'outcome', 'lease_expired', 'error', {expiry_error}))
         ELSE j.history END,
     last_error = CASE WHEN j.state = 'running' THEN {expiry_error} ELSE j.last_error END
--- The state names the partition (019): the update reads rota_jobs_active alone. The statement
--- that splices this in says which rows "batch" names (WHERE ... AND j.state IN ...).
+-- The statement that splices this in names the rows, and their active states: the states
+-- name the partition (019), so the update reads rota_jobs_active alone.
 
 -- name: claim
 -- One statement for a claim when no limit exists. If one does, it claims nothing and returns
