@@ -411,3 +411,43 @@ async def test_a_vacuum_of_the_active_jobs_cleans_the_due_index_however_few_rows
     assert found.group(1) == "needed", report  # ...and the index pass ran all the same
     due = re.search(r'index "rota_jobs_due": pages: \d+ in total, (\d+) newly deleted', report)
     assert due is not None and int(due.group(1)) > 0, report  # the drained jobs' entries went
+
+
+async def test_a_limited_claim_leases_its_choice_by_tuple_id(pg_url: str) -> None:
+    """Under a limit the claim chooses in Python and then leases its choice (claim_ids), in a
+    transaction with the claim's planner settings: on a table whose statistics say empty,
+    the lease is a TID scan of the chosen rows, not a read of every pending job's entry."""
+    from rota.domain.flow import Limit, LimitScope
+    from rota.store.postgres.queries import CLAIM_SETTINGS
+    from rota.store.postgres.store import PostgresStore
+
+    store = PostgresStore(pg_url, pool_min=1, pool_max=1)
+    try:
+        await store.set_limit(Limit(LimitScope.KIND, "other", 5, None, None))
+        await drained(store, 5_000)
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute("VACUUM ANALYZE rota_jobs_active")
+        await store.enqueue([JobSpec(kind="k") for _ in range(5_000)])
+        claimed = await store.claim("w", queues=["default"], limit=250, lease=timedelta(seconds=30))
+        assert len(claimed) == 250
+    finally:
+        await store.close()
+    with psycopg.connect(pg_url) as conn:
+        for name, value in CLAIM_SETTINGS:
+            conn.execute(sql.SQL("SET LOCAL {} = {}").format(sql.Identifier(name), sql.SQL(value)))
+        locs = [
+            loc
+            for (loc,) in conn.execute(
+                "SELECT ctid::text FROM rota_jobs WHERE state = 'pending' LIMIT 250"
+            ).fetchall()
+        ]
+        [(found,)] = conn.execute(
+            "EXPLAIN (ANALYZE, FORMAT JSON) " + query("claim_ids"),  # type: ignore[operator]
+            {"now": None, "lease": timedelta(seconds=30), "worker": "w", "locs": locs},
+        ).fetchall()
+        conn.rollback()
+    [under] = [
+        node for node in nodes(found[0]["Plan"]) if node.get("Relation Name") == "rota_jobs_active"
+    ]
+    assert under["Node Type"] == "Tid Scan", under
+    assert under["Actual Rows"] == 250 and not under.get("Rows Removed by Filter"), under

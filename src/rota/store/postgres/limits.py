@@ -13,7 +13,7 @@ from psycopg.rows import TupleRow
 from rota.domain.flow import EVERY_TENANT, Budget, Key, Limit, LimitScope, select
 from rota.domain.job import Job
 from rota.store.base import LimitInfo
-from rota.store.postgres.queries import query
+from rota.store.postgres.queries import CLAIM_SETTINGS, query
 from rota.store.postgres.rows import candidate_job, counted_keys_of, row_to_job
 
 #: How long a limited claim's transaction may wait for its client (see ``claim_limited``):
@@ -30,7 +30,12 @@ async def claim_limited(
     A claimer stopped inside it (a paused process) would hold every limited claim up for as
     long as it is stopped: the server ends a transaction whose client is silent for longer
     than LIMITED_CLAIM_IDLE (its session with it), releasing the locks and the rows."""
-    await conn.execute(f"SET LOCAL idle_in_transaction_session_timeout = '{LIMITED_CLAIM_IDLE}'")
+    # This transaction's settings, in one statement: the limit's idle timeout and the claim's
+    # planner settings (queries.CLAIM_SETTINGS), as rota_claim has them.
+    settings = [("idle_in_transaction_session_timeout", LIMITED_CLAIM_IDLE), *CLAIM_SETTINGS]
+    await conn.execute(
+        "SELECT " + ", ".join(f"set_config('{name}', '{value}', true)" for name, value in settings)
+    )
     limits = {
         (LimitScope(scope), key): Limit(
             LimitScope(scope),
@@ -74,6 +79,7 @@ async def claim_limited(
         )
     ).fetchall()
     alone = {row[0] for row in candidates if row[10]}
+    found_at = {row[0]: row[11] for row in candidates}
     chosen = select(
         (candidate_job(row) for row in candidates),
         limit=limit,
@@ -84,7 +90,9 @@ async def claim_limited(
     if not chosen:
         return []
     rows = await (
-        await conn.execute(query("claim_ids"), {**params, "ids": [job.id for job in chosen]})
+        await conn.execute(
+            query("claim_ids"), {"locs": [found_at[job.id] for job in chosen], **params}
+        )
     ).fetchall()
     if budget.started:
         tally = Counter(budget.started)

@@ -293,16 +293,19 @@ SELECT {walk_marker_columns} FROM (
 
 -- name: claim_candidates
 -- The limited path: candidates, locked until the transaction ends, for the store to choose
--- among under the limits' budget.
+-- among under the limits' budget, each with its tuple id for claim_ids.
 {_candidates}
 SELECT j.id, j.kind, j.queue, j.tenant, j.priority, j.run_at, j.state, j.attempt,
-       j.max_attempts, j.created_at, chosen.alone
+       j.max_attempts, j.created_at, chosen.alone, chosen.loc::text
 FROM chosen JOIN rota_jobs j ON j.id = chosen.id AND j.state IN ('pending', 'running')
 ORDER BY chosen.pos;
 
 -- name: claim_ids
+-- The chosen candidates, where their locks found them (locked by this transaction since):
+-- a TID scan under the claim's settings, as in "claim" (an id list with the states as an IN
+-- list let a plan on statistics that said empty filter every pending job's index entry).
 {_take}
-WHERE j.id = ANY(%(ids)b::bigint[]) AND j.state IN ('pending', 'running')
+WHERE j.ctid = ANY(%(locs)s::text[]::tid[]) AND (j.state = 'pending' OR j.state = 'running')
 RETURNING {j.job_columns};
 
 -- name: lock_limits
