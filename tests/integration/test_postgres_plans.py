@@ -413,13 +413,44 @@ async def test_a_vacuum_of_the_active_jobs_cleans_the_due_index_however_few_rows
     assert due is not None and int(due.group(1)) > 0, report  # the drained jobs' entries went
 
 
-async def test_a_limited_claim_leases_its_choice_by_tuple_id(pg_url: str) -> None:
+class Explaining:
+    """A limited claim's connection that, before running claim_ids, explains it (EXPLAIN
+    ANALYZE in a savepoint rolled back): its plan under the claim transaction's own settings,
+    for the rows the claim chose."""
+
+    def __init__(self, conn: Any, plans: list[dict[str, Any]]) -> None:
+        self._conn = conn
+        self._plans = plans
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+    async def execute(self, statement: Any, params: Any = None, **options: Any) -> Any:
+        if statement == query("claim_ids"):
+            async with self._conn.transaction(force_rollback=True):
+                cursor = await self._conn.execute(
+                    "EXPLAIN (ANALYZE, FORMAT JSON) " + statement, params
+                )
+                [(found,)] = await cursor.fetchall()
+                self._plans.append(found[0]["Plan"])
+        return await self._conn.execute(statement, params, **options)
+
+
+async def test_a_limited_claim_leases_its_choice_by_tuple_id(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Under a limit the claim chooses in Python and then leases its choice (claim_ids), in a
     transaction with the claim's planner settings: on a table whose statistics say empty,
     the lease is a TID scan of the chosen rows, not a read of every pending job's entry."""
     from rota.domain.flow import Limit, LimitScope
-    from rota.store.postgres.queries import CLAIM_SETTINGS
+    from rota.store.postgres import limits
+    from rota.store.postgres import store as module
     from rota.store.postgres.store import PostgresStore
+
+    plans: list[dict[str, Any]] = []
+
+    async def explained(conn: Any, params: dict[str, Any], limit: int) -> Any:
+        return await limits.claim_limited(Explaining(conn, plans), params, limit)
 
     store = PostgresStore(pg_url, pool_min=1, pool_max=1)
     try:
@@ -428,26 +459,12 @@ async def test_a_limited_claim_leases_its_choice_by_tuple_id(pg_url: str) -> Non
         with psycopg.connect(pg_url, autocommit=True) as conn:
             conn.execute("VACUUM ANALYZE rota_jobs_active")
         await store.enqueue([JobSpec(kind="k") for _ in range(5_000)])
+        monkeypatch.setattr(module, "claim_limited", explained)
         claimed = await store.claim("w", queues=["default"], limit=250, lease=timedelta(seconds=30))
         assert len(claimed) == 250
     finally:
         await store.close()
-    with psycopg.connect(pg_url) as conn:
-        for name, value in CLAIM_SETTINGS:
-            conn.execute(sql.SQL("SET LOCAL {} = {}").format(sql.Identifier(name), sql.SQL(value)))
-        locs = [
-            loc
-            for (loc,) in conn.execute(
-                "SELECT ctid::text FROM rota_jobs WHERE state = 'pending' LIMIT 250"
-            ).fetchall()
-        ]
-        [(found,)] = conn.execute(
-            "EXPLAIN (ANALYZE, FORMAT JSON) " + query("claim_ids"),  # type: ignore[operator]
-            {"now": None, "lease": timedelta(seconds=30), "worker": "w", "locs": locs},
-        ).fetchall()
-        conn.rollback()
-    [under] = [
-        node for node in nodes(found[0]["Plan"]) if node.get("Relation Name") == "rota_jobs_active"
-    ]
+    [plan] = plans
+    [under] = [node for node in nodes(plan) if node.get("Relation Name") == "rota_jobs_active"]
     assert under["Node Type"] == "Tid Scan", under
     assert under["Actual Rows"] == 250 and not under.get("Rows Removed by Filter"), under

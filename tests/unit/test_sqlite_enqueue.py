@@ -8,6 +8,7 @@ import sqlite3
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -22,6 +23,23 @@ from tests.support.migrate import sqlite_schema_before
 
 LEASE = timedelta(seconds=30)
 EPOCH_2030 = datetime(2030, 1, 1, tzinfo=UTC)
+PARIS = ZoneInfo("Europe/Paris")
+
+
+def full_spec(**fields: Any) -> JobSpec:
+    """A job of kind "full" with every field the store writes set to something other than its
+    default (a payload of each JSON type, times in another zone), and ``fields``."""
+    return JobSpec(
+        kind="full",
+        payload={"to": "ann", "n": [1, 2.5, None], "big": 2**70},
+        priority=7,
+        max_attempts=3,
+        tenant="acme",
+        timeout=timedelta(seconds=1.5),
+        trace_context={"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"},
+        expires_at=datetime(2031, 4, 1, tzinfo=PARIS),
+        **fields,
+    )
 
 
 @pytest.fixture
@@ -46,24 +64,12 @@ def _kept_and_counted(path: Path) -> tuple[list[tuple[str, str, int]], list[tupl
 async def test_jobs_built_from_their_specs_are_the_jobs_stored(
     store: SqliteStore, clock: FakeClock
 ) -> None:
-    paris = ZoneInfo("Europe/Paris")
     specs = [
         JobSpec(kind="plain"),
-        JobSpec(
-            kind="full",
-            queue="mail",
-            payload={"to": "ann", "n": [1, 2.5, None], "big": 2**70},
-            priority=7,
-            run_at=datetime(2031, 3, 30, 2, 30, 0, 123456, tzinfo=paris),
-            max_attempts=3,
-            tenant="acme",
-            timeout=timedelta(seconds=1.5),
-            trace_context={"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"},
-            expires_at=datetime(2031, 4, 1, tzinfo=paris),
-        ),
+        full_spec(queue="mail", run_at=datetime(2031, 3, 30, 2, 30, 0, 123456, tzinfo=PARIS)),
         JobSpec(kind="later", delay=timedelta(minutes=5), expire_after=timedelta(hours=1)),
         JobSpec(kind="fired", schedule="nightly"),  # a schedule's job without a slot
-        JobSpec(kind="slotted", slot_at=datetime(2030, 1, 1, 12, tzinfo=paris)),  # no schedule
+        JobSpec(kind="slotted", slot_at=datetime(2030, 1, 1, 12, tzinfo=PARIS)),  # no schedule
     ]
     results = await store.enqueue(specs)
     for result in results:
@@ -196,22 +202,13 @@ def test_an_insert_holds_no_more_rows_than_this_sqlite_has_placeholders_for(
 
 
 async def test_claimed_jobs_are_the_jobs_stored(store: SqliteStore, clock: FakeClock) -> None:
-    paris = ZoneInfo("Europe/Paris")
     specs = [
         JobSpec(kind="plain"),
-        JobSpec(
-            kind="full",
+        full_spec(
             queue="q",
-            payload={"to": "ann", "n": [1, 2.5, None], "big": 2**70},
-            priority=7,
-            max_attempts=3,
-            tenant="acme",
             unique_key="full-1",
-            timeout=timedelta(seconds=1.5),
-            trace_context={"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"},
-            expires_at=datetime(2031, 4, 1, tzinfo=paris),
             schedule="nightly",
-            slot_at=datetime(2030, 1, 1, 12, tzinfo=paris),
+            slot_at=datetime(2030, 1, 1, 12, tzinfo=PARIS),
         ),
         JobSpec(kind="failed", queue="q", max_attempts=3),
         JobSpec(kind="rerun", queue="q", tenant="acme"),
