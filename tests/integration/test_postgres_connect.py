@@ -274,3 +274,35 @@ async def test_an_old_schema_says_migrations_pending(old_schema_url: str, tmp_pa
     finally:
         await store.close()
     one_line_pending(cli("schedules", "list", url=old_schema_url, cwd=tmp_path))
+
+
+async def test_a_caller_after_another_gets_the_connection_just_returned(pg_url: str) -> None:
+    """The pool hands out the connection returned last: calls one after another keep one warm
+    backend, and the connections a burst opened stay idle for the pool to close in time."""
+    store = open_store(f"{pg_url}?pool_min=1&pool_max=4")
+    try:
+        pool = store._connections  # type: ignore[attr-defined]
+
+        async def backend() -> int:
+            async with pool.connection() as conn:
+                row = await (await conn.execute("SELECT pg_backend_pid()")).fetchone()
+                return int(row[0])
+
+        # A burst: four callers at once, each holding its connection until all four have one.
+        holding: list[int] = []
+        all_in = asyncio.Event()
+
+        async def hold() -> int:
+            async with pool.connection() as conn:
+                holding.append(conn.info.backend_pid)
+                if len(holding) == 4:
+                    all_in.set()
+                await all_in.wait()
+                return int(conn.info.backend_pid)
+
+        burst = set(await asyncio.gather(*(hold() for _ in range(4))))
+        assert len(burst) == 4
+        used = {await backend() for _ in range(20)}
+        assert len(used) == 1
+    finally:
+        await store.close()

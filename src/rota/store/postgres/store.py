@@ -72,7 +72,7 @@ from rota.store.base import (
     encode_cursor,
 )
 from rota.store.postgres import audit, retention, schedules, upkeep
-from rota.store.postgres.connect import Connections, url_settings
+from rota.store.postgres.connect import Borrowed, Connections, url_settings
 from rota.store.postgres.enqueue import (
     COPY_THRESHOLD,
     Flow,
@@ -182,14 +182,13 @@ class PostgresStore:
             self.pushes_schedule_changes = self._connections.listen_conninfo is not None
             self.pushes_finished = self.pushes_schedule_changes
 
-    @contextlib.asynccontextmanager
-    async def _connection(self) -> Any:
-        await self._ensure_open()
-        try:
-            async with self._connections.connection() as conn:
-                yield conn
-        except SCHEMA_ERRORS as error:
-            raise await self._schema_error(error) from error
+    def _connection(self) -> Borrowed:
+        return self._connections.connection(self._schema_errors, self._ensure_open)
+
+    async def _schema_errors(self, error: Exception) -> Exception | None:
+        if isinstance(error, SCHEMA_ERRORS):
+            return await self._schema_error(error)
+        return None
 
     async def _schema_error(self, error: psycopg.Error) -> Exception:
         """MigrationsPending when a statement found part of the schema missing because
