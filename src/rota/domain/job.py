@@ -506,6 +506,19 @@ class JobSpec:
             self.schedule is not None and self.slot_at is not None
         )
 
+    @property
+    def plain(self) -> bool:
+        """Whether the spec sets none of the options most jobs leave unset: no unique key,
+        schedule or slot, expiry or trace context (a store may enqueue it more simply)."""
+        return (
+            self.unique_key is None
+            and self.schedule is None
+            and self.slot_at is None
+            and self.expires_at is None
+            and self.expire_after is None
+            and self.trace_context is None
+        )
+
     def hold_until(self, now: datetime) -> datetime | None:
         """Until when, by the store's ``now``, the key is held in ``unique_states``."""
         if self.unique_states is None:

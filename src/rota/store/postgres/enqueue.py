@@ -28,6 +28,9 @@ Flow: TypeAlias = Generator[Step, list[Row], Any]
 #: From this many jobs without unique keys, enqueue uses COPY instead of one INSERT.
 COPY_THRESHOLD = 2_000
 COPY_NULL = "\\N"
+#: Jobs per COPY write: small enough that building one chunk's results overlaps the server's
+#: work on the chunks still in the socket's buffer.
+COPY_CHUNK = 1_000
 
 
 def enqueue_flow(specs: Sequence[JobSpec], now: datetime | None) -> Flow:
@@ -47,6 +50,12 @@ def enqueue_flow(specs: Sequence[JobSpec], now: datetime | None) -> Flow:
     todo = [index for index, result in enumerate(results) if result is None]
     for _ in range(5 if todo else 0):
         batch = [specs[i] for i in todo]
+        if len(batch) == 1 and batch[0].plain:
+            [(job_id, run_at, created_at)] = yield (
+                query("enqueue_plain"),
+                enqueue_plain_params(batch[0], now),
+            )
+            return [EnqueueResult(batch[0].inserted(job_id, run_at, created_at, None))]
         if len(batch) == 1:
             rows = yield query("enqueue_one"), enqueue_one_params(batch[0], now)
         else:
@@ -211,6 +220,22 @@ def enqueue_one_params(spec: JobSpec, now: datetime | None) -> dict[str, Any]:
     return {"now": now, **dict(zip(_COLUMNS, _values(spec), strict=True))}
 
 
+def enqueue_plain_params(spec: JobSpec, now: datetime | None) -> dict[str, Any]:
+    """The values of the "enqueue_plain" statement, for a ``plain`` spec."""
+    return {
+        "now": now,
+        "kind": spec.kind,
+        "queue": spec.queue,
+        "payload": spec.payload_json,
+        "priority": spec.priority,
+        "run_at": spec.run_at,
+        "delay_us": us(spec.delay) if spec.delay is not None else 0,
+        "max_attempts": spec.max_attempts,
+        "tenant": spec.tenant,
+        "timeout_us": us(spec.timeout) if spec.timeout is not None else None,
+    }
+
+
 def trace_context_json(spec: JobSpec) -> str | None:
     return (
         None
@@ -273,14 +298,20 @@ async def copy_jobs(
     assert row is not None
     at, ids = row
     at_text = at.isoformat()
+    results: list[EnqueueResult] = []
     async with cursor.copy(query("copy_jobs")) as copy:
-        for start in range(0, len(specs), 5_000):
-            chunk = zip(ids[start : start + 5_000], specs[start : start + 5_000], strict=True)
+        for start in range(0, len(specs), COPY_CHUNK):
+            ids_chunk = ids[start : start + COPY_CHUNK]
+            specs_chunk = specs[start : start + COPY_CHUNK]
+            chunk = zip(ids_chunk, specs_chunk, strict=True)
             await copy.write("".join(copy_line(i, spec, at, at_text) for i, spec in chunk))
-    return [
-        EnqueueResult(spec.inserted(job_id, spec.due_at(at), at, spec.expiry_at(at)))
-        for job_id, spec in zip(ids, specs, strict=True)
-    ]
+            # The server parses and inserts what was just sent meanwhile: the jobs are known
+            # already (their ids reserved), so build their results now rather than after.
+            results += [
+                EnqueueResult(spec.inserted(job_id, spec.due_at(at), at, spec.expiry_at(at)))
+                for job_id, spec in zip(ids_chunk, specs_chunk, strict=True)
+            ]
+    return results
 
 
 #: Steps that lock or update jobs that already exist, which a concurrent transaction may

@@ -63,6 +63,18 @@ VALUES (%(kind)s::text, %(queue)s::text, %(payload)s::text::json, %(priority)s::
 ON CONFLICT DO NOTHING
 RETURNING id, run_at, created_at, unique_key, schedule, slot_at, expires_at;
 
+-- name: enqueue_plain
+-- "enqueue_one" for the common job: no unique key, schedule, expiry or trace context. Fewer
+-- values to send and bind, and nothing to conflict on.
+INSERT INTO rota_jobs (kind, queue, payload, priority, run_at, max_attempts, tenant,
+                       timeout_us, created_at)
+VALUES (%(kind)s::text, %(queue)s::text, %(payload)s::text::json, %(priority)s::smallint,
+        coalesce(%(run_at)s::timestamptz,
+                 coalesce(%(now)s::timestamptz, now()) + %(delay_us)s::bigint * interval '1 microsecond'),
+        %(max_attempts)s::int, %(tenant)s::text, %(timeout_us)s::bigint,
+        coalesce(%(now)s::timestamptz, now()))
+RETURNING id, run_at, created_at;
+
 -- name: lock_slots
 -- Enqueues of schedule slots take turns on each slot until they commit: a slot is unique
 -- across every state, and no index spans the partitions of finished jobs (019), so the
