@@ -250,15 +250,17 @@ HOW = [
     "every job, each system's fastest documented path (`App.enqueue_many`, COPY from 2,000 "
     "jobs; PgQueuer's list `Queries.enqueue`, one INSERT of arrays; Procrastinate's "
     "`batch_defer_async`), timed from Python values to commit, into an emptied table after a "
-    "warm-up.",
+    "warm-up; the table is emptied again after the run.",
     "- **drain**, two methods, workers started and warmed up first (1,000 jobs run end to end "
     "before the clock starts). *burst*: one bulk enqueue into idle workers, clock from the "
     "enqueue call's return (its commit) to the last job's completion as the store recorded "
     "it. *backlog*: workers held (SIGSTOP: connected and warm, claiming nothing), the jobs "
     "enqueued and the table `ANALYZE`d, clock from the moment they are let go (SIGCONT) to the "
     "last completion. Systems alternate run by run (rota, PgQueuer, Procrastinate, rota, ...) "
-    "so drift hits each alike; each run starts on an emptied table (`TRUNCATE`), autovacuum "
-    "does what it does during the drain. *rota / PgQueuer* pairs run i of each.",
+    "so drift hits each alike; each run starts on an emptied table (`TRUNCATE`) and empties it "
+    "again when done, so that no system's leftover rows are vacuumed in the next system's "
+    "window; autovacuum does what it does during the drain. *rota / PgQueuer* pairs run i of "
+    "each.",
     "- **drain-cpu**: user + system CPU over the drain, per job: of the worker processes "
     "(`/proc/<pid>/stat`), and of the whole PostgreSQL server (postmaster, backends, "
     "autovacuum, checkpointer, WAL writer; exited backends through the postmaster's children "
