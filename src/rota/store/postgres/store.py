@@ -81,6 +81,7 @@ from rota.store.postgres.enqueue import (
     drive_sync,
     enqueue_any_flow,
     enqueue_flow,
+    enqueue_plain_params,
 )
 from rota.store.postgres.failures import SCHEMA_ERRORS, migrations_pending
 from rota.store.postgres.filters import guarded, where
@@ -92,6 +93,8 @@ from rota.store.postgres.rows import Row, array_or_null, micros, returns_rows, r
 from rota.store.postgres.workflows import enqueue_workflow_flow
 
 log = logging.getLogger("rota.store.postgres")
+
+_PLAIN = query("enqueue_plain")
 
 
 #: How many (tenant, priority) groups one claim walks per queue at least; a claim of more jobs
@@ -274,6 +277,15 @@ class PostgresStore:
             return results
         if len(specs) >= COPY_THRESHOLD:
             return await self._copy(specs, at)
+        if len(specs) == 1 and specs[0].plain:
+            # The commonest call, one job with no options that can conflict: its statement
+            # straight, without the flow's bookkeeping (~10 µs of a ~90 µs call).
+            [spec] = specs
+            async with self._connection() as conn:
+                cursor = await conn.execute(_PLAIN, enqueue_plain_params(spec, at))
+                row = await cursor.fetchone()
+            assert row is not None
+            return [EnqueueResult(spec.inserted(row[0], row[1], row[2], None))]
         # Nothing can conflict: one INSERT statement is atomic on its own (one round trip).
         async with self._connection() as conn:
             plain: list[EnqueueResult] = await drive_async(conn, enqueue_flow(specs, at))
