@@ -47,6 +47,10 @@ class KindDefaults:
     timeout: timedelta | None = None
 
 
+#: What a kind without a registration gets: one shared instance, not one per spec.
+NO_DEFAULTS = KindDefaults()
+
+
 def _no_defaults(kind: str) -> KindDefaults | None:
     return None
 
@@ -256,7 +260,7 @@ def job_spec(
     ``delay``, ``timeout``, ``expire_after`` and ``unique_for`` accept seconds as a number.
     Raises InvalidJob naming the field.
     """
-    base = defaults or KindDefaults()
+    base = defaults or NO_DEFAULTS
     spec = JobSpec(
         kind=kind,
         payload={} if payload is None else payload,
