@@ -8,7 +8,7 @@ import contextlib
 import logging
 import signal
 import threading
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -561,8 +561,16 @@ class App:
     ) -> list[EnqueueResult]:
         """Enqueue many jobs atomically (one round trip where the backend allows). A kind
         this App has no handler for is refused as in ``spec``; nothing is written then."""
-        batch = list(specs)
         accepted = self.registry.accepted_kinds()
+        if connection is None and not isinstance(specs, Sequence):
+            store = await self.open()
+            stream = getattr(store, "enqueue_stream", None)
+            if stream is not None:
+                # Made one by one (a generator): the store may write early specs while later
+                # ones are being made; a bad spec midway still leaves nothing written.
+                streamed: list[EnqueueResult] = await stream(_known(specs, accepted))
+                return streamed
+        batch = list(specs)
         for spec in batch:
             check_known_kind(spec.kind, accepted)
         store = await self.open()
@@ -939,6 +947,13 @@ class _TransactionalStore(Protocol):
     async def enqueue_workflow_on(self, connection: Any, graph: Workflow) -> list[Job]: ...
 
     def enqueue_workflow_on_sync(self, connection: Any, graph: Workflow) -> list[Job]: ...
+
+
+def _known(specs: Iterable[JobSpec], accepted: frozenset[str] | None) -> Iterator[JobSpec]:
+    """``specs``, each checked as it is taken (``check_known_kind``)."""
+    for spec in specs:
+        check_known_kind(spec.kind, accepted)
+        yield spec
 
 
 def _transactional(store: Store) -> _TransactionalStore:

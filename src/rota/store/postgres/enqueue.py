@@ -7,8 +7,9 @@ connection (transactional enqueue) without a hand-kept twin.
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from datetime import datetime
 from typing import Any, TypeAlias
 
@@ -293,25 +294,90 @@ async def copy_jobs(
 ) -> list[EnqueueResult]:
     """A large keyless batch by COPY, inside the caller's transaction: ids are reserved first,
     so every job is known without reading the rows back."""
-    cursor = await conn.execute(query("reserve_ids"), {"now": now, "count": len(specs)})
+    chunks = (specs[start : start + COPY_CHUNK] for start in range(0, len(specs), COPY_CHUNK))
+    results, _, _ = await _copy_block(conn, len(specs), next(chunks), chunks, now)
+    return results
+
+
+async def stream_jobs(
+    conn: psycopg.AsyncConnection[TupleRow],
+    head: list[JobSpec],
+    rest: Iterator[JobSpec],
+    now: datetime | None,
+) -> list[EnqueueResult]:
+    """``head`` (keyless specs) and then those ``rest`` yields, inside the caller's
+    transaction: by COPY while they are keyless, each chunk sent as soon as it is made, so the
+    server inserts one chunk while the caller makes the next. The count is not known ahead, so
+    ids are reserved in blocks that double (from ``len(head)`` to MAX_ID_BLOCK; the last
+    block's unused ids are left as a gap in the sequence). From the first keyed spec on, the
+    rest goes through the enqueue flow, in the same transaction."""
+    chunks = _chunked(head, rest)
+    results: list[EnqueueResult] = []
+    block = len(head)
+    first: Sequence[JobSpec] | None = next(chunks, None)
+    while first is not None:
+        done, tail, first = await _copy_block(conn, block, first, chunks, now)
+        results += done
+        if tail:  # a keyed spec: it and everything after it take the flow
+            results += await drive_async(conn, enqueue_any_flow([*tail, *rest], now))
+            return results
+        block = min(2 * block, MAX_ID_BLOCK)
+    return results
+
+
+#: The most ids a streamed enqueue reserves at once (see ``stream_jobs``).
+MAX_ID_BLOCK = 65_536
+
+
+def _chunked(head: list[JobSpec], rest: Iterator[JobSpec]) -> Iterator[Sequence[JobSpec]]:
+    for start in range(0, len(head), COPY_CHUNK):
+        yield head[start : start + COPY_CHUNK]
+    while chunk := list(itertools.islice(rest, COPY_CHUNK)):
+        yield chunk
+
+
+async def _copy_block(
+    conn: psycopg.AsyncConnection[TupleRow],
+    count: int,
+    first: Sequence[JobSpec],
+    chunks: Iterator[Sequence[JobSpec]],
+    now: datetime | None,
+) -> tuple[list[EnqueueResult], list[JobSpec], Sequence[JobSpec] | None]:
+    """One COPY of up to ``count`` jobs (``count`` >= len(first)): ``first``, then chunks
+    taken from ``chunks`` while the reserved ids last. Returns the results; the specs of a
+    chunk from its first keyed spec on (which COPY cannot write; nothing after them was
+    taken); and the chunk taken that did not fit, for the next block (None: none taken)."""
+    cursor = await conn.execute(query("reserve_ids"), {"now": now, "count": count})
     row = await cursor.fetchone()
     assert row is not None
     at, ids = row
     at_text = at.isoformat()
     results: list[EnqueueResult] = []
+    tail: list[JobSpec] = []
+    used = 0
+    chunk: Sequence[JobSpec] | None = first
     async with cursor.copy(query("copy_jobs")) as copy:
-        for start in range(0, len(specs), COPY_CHUNK):
-            ids_chunk = ids[start : start + COPY_CHUNK]
-            specs_chunk = specs[start : start + COPY_CHUNK]
-            chunk = zip(ids_chunk, specs_chunk, strict=True)
-            await copy.write("".join(copy_line(i, spec, at, at_text) for i, spec in chunk))
+        while chunk is not None:
+            keyed = next((i for i, spec in enumerate(chunk) if spec.keyed), None)
+            if keyed is not None:
+                tail = list(chunk[keyed:])
+                chunk = chunk[:keyed]
+            ids_chunk = ids[used : used + len(chunk)]
+            used += len(chunk)
+            lines = zip(ids_chunk, chunk, strict=True)
+            await copy.write("".join(copy_line(i, spec, at, at_text) for i, spec in lines))
             # The server parses and inserts what was just sent meanwhile: the jobs are known
             # already (their ids reserved), so build their results now rather than after.
             results += [
                 EnqueueResult(spec.inserted(job_id, spec.due_at(at), at, spec.expiry_at(at)))
-                for job_id, spec in zip(ids_chunk, specs_chunk, strict=True)
+                for job_id, spec in zip(ids_chunk, chunk, strict=True)
             ]
-    return results
+            if tail:
+                break
+            chunk = next(chunks, None)
+            if chunk is not None and used + len(chunk) > count:
+                break
+    return results, tail, None if tail else chunk
 
 
 #: Steps that lock or update jobs that already exist, which a concurrent transaction may

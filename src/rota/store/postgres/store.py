@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -82,6 +83,7 @@ from rota.store.postgres.enqueue import (
     enqueue_any_flow,
     enqueue_flow,
     enqueue_plain_params,
+    stream_jobs,
 )
 from rota.store.postgres.failures import SCHEMA_ERRORS, migrations_pending
 from rota.store.postgres.filters import guarded, where
@@ -290,6 +292,18 @@ class PostgresStore:
         async with self._connection() as conn:
             plain: list[EnqueueResult] = await drive_async(conn, enqueue_flow(specs, at))
         return plain
+
+    async def enqueue_stream(self, specs: Iterable[JobSpec]) -> list[EnqueueResult]:
+        """``enqueue`` of specs made one by one (a generator), as atomic: from COPY_THRESHOLD
+        keyless specs on, each chunk is written while the caller makes the next, so making the
+        specs and inserting the rows overlap (stream_jobs). An exception raised by ``specs``
+        midway rolls everything back and propagates."""
+        rest = iter(specs)
+        head = list(itertools.islice(rest, COPY_THRESHOLD))
+        if len(head) < COPY_THRESHOLD or any(spec.keyed for spec in head):
+            return await self.enqueue([*head, *rest])
+        async with self._connection() as conn, conn.transaction():
+            return await stream_jobs(conn, head, rest, self._now(None))
 
     async def _copy(self, specs: Sequence[JobSpec], now: datetime | None) -> list[EnqueueResult]:
         async with self._connection() as conn, conn.transaction():

@@ -1,0 +1,96 @@
+"""A bulk enqueue of specs made one by one (a generator) on PostgreSQL: written by COPY while
+the caller makes the rest, with ids reserved in blocks, and as atomic as any enqueue: a bad
+spec midway leaves nothing written, a keyed spec midway takes the keyed path in the same
+transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from rota import App
+from rota.domain.errors import InvalidJob
+from rota.domain.job import JobSpec
+from rota.store.postgres import enqueue as pg_enqueue
+
+pytestmark = pytest.mark.postgres
+
+#: Past the first block (COPY_THRESHOLD ids) and the second (twice it), into a third.
+MANY = 4 * pg_enqueue.COPY_THRESHOLD + 500
+
+
+def rows(url: str) -> list[tuple[int, int]]:
+    """(id, payload seq) of every job, by id."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        found = conn.execute("SELECT id, (payload->>'seq')::int FROM rota_jobs ORDER BY id")
+        return [(int(job_id), int(seq)) for job_id, seq in found.fetchall()]
+
+
+def plain(count: int, start: int = 0) -> Iterator[JobSpec]:
+    for seq in range(start, start + count):
+        yield JobSpec(kind="k", payload={"seq": seq})
+
+
+async def test_a_generator_of_jobs_is_written_whole_and_in_order(pg_url: str) -> None:
+    async with App(pg_url) as app:
+        results = await app.enqueue_many(plain(MANY))
+    ids = [result.job.id for result in results]
+    assert [result.job.payload["seq"] for result in results] == list(range(MANY))
+    assert ids == sorted(set(ids))
+    assert not any(result.duplicate for result in results)
+    assert rows(pg_url) == list(zip(ids, range(MANY), strict=True))
+
+
+async def test_a_bad_spec_midway_leaves_nothing_written(pg_url: str) -> None:
+    def specs() -> Iterator[JobSpec]:
+        yield from plain(3 * pg_enqueue.COPY_THRESHOLD)
+        yield JobSpec(kind="k", priority=10**6)  # raises InvalidJob("priority")
+
+    async with App(pg_url) as app:
+        with pytest.raises(InvalidJob, match="priority"):
+            await app.enqueue_many(specs())
+        assert rows(pg_url) == []
+        # The store is fine afterwards: the next enqueue goes through.
+        await app.enqueue_many(plain(pg_enqueue.COPY_THRESHOLD))
+    assert len(rows(pg_url)) == pg_enqueue.COPY_THRESHOLD
+
+
+async def test_an_unknown_kind_midway_leaves_nothing_written(pg_url: str) -> None:
+    app = App(pg_url)
+
+    @app.job("k")
+    async def handler(ctx: object, payload: object) -> None:
+        return None
+
+    def specs() -> Iterator[JobSpec]:
+        yield from plain(pg_enqueue.COPY_THRESHOLD + 1_500)
+        yield JobSpec(kind="mistyped")
+
+    async with app:
+        with pytest.raises(InvalidJob, match="kind"):
+            await app.enqueue_many(specs())
+    assert rows(pg_url) == []
+
+
+async def test_a_keyed_spec_midway_takes_the_keyed_path_in_the_same_enqueue(
+    pg_url: str,
+) -> None:
+    cut = pg_enqueue.COPY_THRESHOLD + 1_234
+
+    def specs() -> Iterator[JobSpec]:
+        yield from plain(cut)
+        yield JobSpec(kind="k", payload={"seq": -1}, unique_key="held")
+        yield from plain(1_000, start=cut)
+
+    async with App(pg_url) as app:
+        holder = await app.enqueue("k", {"seq": -2}, unique_key="held")
+        results = await app.enqueue_many(specs())
+    assert len(results) == cut + 1 + 1_000
+    assert results[cut].duplicate and results[cut].job.id == holder.job.id
+    written = [result for result in results if not result.duplicate]
+    assert [result.job.payload["seq"] for result in written] == list(range(cut + 1_000))
+    found = rows(pg_url)
+    assert len(found) == 1 + cut + 1_000
+    assert {job_id for job_id, _ in found} == {holder.job.id} | {r.job.id for r in written}
