@@ -26,6 +26,8 @@ from rota.store.postgres.failures import address_of, again, connection_failed
 
 log = logging.getLogger("rota.store.postgres")
 
+IDLE = psycopg.pq.TransactionStatus.IDLE
+
 C = TypeVar("C", bound=psycopg.AsyncConnection[Any])
 
 #: How long opening a store keeps trying a refused (or otherwise transient) connection before
@@ -444,7 +446,7 @@ class Borrowed:
     on exit, and says what went wrong in rota's terms. A class rather than a generator-based
     context manager: every store call goes through one, and this costs half as much."""
 
-    __slots__ = ("_conn", "_connections", "_on_error", "_opener")
+    __slots__ = ("_conn", "_connections", "_on_error", "_opener", "_pool")
 
     def __init__(
         self,
@@ -456,12 +458,13 @@ class Borrowed:
         self._on_error = on_error
         self._opener = opener
         self._conn: psycopg.AsyncConnection[Any] | None = None
+        self._pool: AsyncConnectionPool[Any] | None = None
 
     async def __aenter__(self) -> Any:  # Any: callers pass sql.Composable to execute
         connections = self._connections
         if not connections.is_open:
             await (self._opener or connections.open)()
-        pool = connections._pool
+        pool = self._pool = connections._pool
         assert pool is not None
         try:
             self._conn = await pool.getconn()
@@ -473,21 +476,24 @@ class Borrowed:
 
     async def __aexit__(self, kind: Any, error: BaseException | None, trace: Any) -> None:
         conn, self._conn = self._conn, None
-        pool = self._connections._pool
+        pool, self._pool = self._pool, None
         assert conn is not None
+        assert pool is not None
         try:
-            # What psycopg's own pool.connection() does: end a transaction left open (none
-            # is, on autocommit connections, unless a caller began one by hand).
-            if conn.pgconn.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                await (conn.rollback() if error is not None else conn.commit())
+            # What psycopg's own pool.connection() does on the way out (the connection's
+            # __aexit__): end a transaction left open (none is, on these autocommit
+            # connections, unless a caller began one by hand); after an error, a failed
+            # rollback must not hide it (the pool resets or replaces the connection).
+            if not conn.closed and conn.pgconn.transaction_status != IDLE:
+                if error is None:
+                    await conn.commit()
+                else:
+                    with contextlib.suppress(Exception):
+                        await conn.rollback()
         except psycopg.OperationalError as failure:
-            if error is None:
-                raise StoreUnavailable(f"PostgreSQL is unavailable: {failure}") from failure
+            raise StoreUnavailable(f"PostgreSQL is unavailable: {failure}") from failure
         finally:
-            if pool is not None:
-                await pool.putconn(conn)
-            else:  # the pool closed meanwhile
-                await conn.close()
+            await pool.putconn(conn)  # a pool closed meanwhile closes it
         if not isinstance(error, Exception):
             return
         if self._on_error is not None:
