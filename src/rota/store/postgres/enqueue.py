@@ -52,11 +52,8 @@ def enqueue_flow(specs: Sequence[JobSpec], now: datetime | None) -> Flow:
     for _ in range(5 if todo else 0):
         batch = [specs[i] for i in todo]
         if len(batch) == 1 and batch[0].plain:
-            [(job_id, run_at, created_at)] = yield (
-                query("enqueue_plain"),
-                enqueue_plain_params(batch[0], now),
-            )
-            return [EnqueueResult(batch[0].inserted(job_id, run_at, created_at, None))]
+            [plain] = yield query("enqueue_plain"), enqueue_plain_params(batch[0], now)
+            return [plain_result(batch[0], plain)]
         if len(batch) == 1:
             rows = yield query("enqueue_one"), enqueue_one_params(batch[0], now)
         else:
@@ -237,6 +234,12 @@ def enqueue_plain_params(spec: JobSpec, now: datetime | None) -> dict[str, Any]:
     }
 
 
+def plain_result(spec: JobSpec, row: Sequence[Any]) -> EnqueueResult:
+    """The result of a ``plain`` spec from its "enqueue_plain" row (id, run_at, created_at)."""
+    job_id, run_at, created_at = row
+    return EnqueueResult(spec.inserted(job_id, run_at, created_at, None))
+
+
 def trace_context_json(spec: JobSpec) -> str | None:
     return (
         None
@@ -295,7 +298,7 @@ async def copy_jobs(
     """A large keyless batch by COPY, inside the caller's transaction: ids are reserved first,
     so every job is known without reading the rows back."""
     chunks = (specs[start : start + COPY_CHUNK] for start in range(0, len(specs), COPY_CHUNK))
-    results, _, _ = await _copy_block(conn, len(specs), next(chunks), chunks, now)
+    results, _, _ = await _copy_block(conn, len(specs), next(chunks), chunks, now, keyless=True)
     return results
 
 
@@ -342,11 +345,14 @@ async def _copy_block(
     first: Sequence[JobSpec],
     chunks: Iterator[Sequence[JobSpec]],
     now: datetime | None,
+    *,
+    keyless: bool = False,
 ) -> tuple[list[EnqueueResult], list[JobSpec], Sequence[JobSpec] | None]:
     """One COPY of up to ``count`` jobs (``count`` >= len(first)): ``first``, then chunks
     taken from ``chunks`` while the reserved ids last. Returns the results; the specs of a
     chunk from its first keyed spec on (which COPY cannot write; nothing after them was
-    taken); and the chunk taken that did not fit, for the next block (None: none taken)."""
+    taken); and the chunk taken that did not fit, for the next block (None: none taken).
+    ``keyless``: the caller knows no spec is keyed, and no chunk is searched for one."""
     cursor = await conn.execute(query("reserve_ids"), {"now": now, "count": count})
     row = await cursor.fetchone()
     assert row is not None
@@ -358,7 +364,7 @@ async def _copy_block(
     chunk: Sequence[JobSpec] | None = first
     async with cursor.copy(query("copy_jobs")) as copy:
         while chunk is not None:
-            keyed = next((i for i, spec in enumerate(chunk) if spec.keyed), None)
+            keyed = None if keyless else next((i for i, s in enumerate(chunk) if s.keyed), None)
             if keyed is not None:
                 tail = list(chunk[keyed:])
                 chunk = chunk[:keyed]

@@ -83,6 +83,7 @@ from rota.store.postgres.enqueue import (
     enqueue_any_flow,
     enqueue_flow,
     enqueue_plain_params,
+    plain_result,
     stream_jobs,
 )
 from rota.store.postgres.failures import SCHEMA_ERRORS, migrations_pending
@@ -287,7 +288,7 @@ class PostgresStore:
                 cursor = await conn.execute(_PLAIN, enqueue_plain_params(spec, at))
                 row = await cursor.fetchone()
             assert row is not None
-            return [EnqueueResult(spec.inserted(row[0], row[1], row[2], None))]
+            return [plain_result(spec, row)]
         # Nothing can conflict: one INSERT statement is atomic on its own (one round trip).
         async with self._connection() as conn:
             plain: list[EnqueueResult] = await drive_async(conn, enqueue_flow(specs, at))
