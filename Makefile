@@ -112,6 +112,10 @@ bench-capacity: setup ## Measure what one primary sustains per PostgreSQL core (
 bench-profile: setup-bench ## Profile the worker on a no-op drain (py-spy; pg_stat_statements) into bench/results/profile.md
 	$(PY) -m bench.profile
 
+.PHONY: bench-pickup
+bench-pickup: setup-bench ## Split rota's and PgQueuer's pickup latency into its steps, into bench/results/pickup.md
+	$(PY) -m bench.pickup
+
 # SCALE_ARGS: e.g. --scale 10000000 (about 20 min), --only finished, --runs 5.
 SCALE_ARGS ?=
 

@@ -24,6 +24,8 @@ PLOT = ROOT / "docs" / "benchmarks.png"
 READING = ROOT / "bench" / "reading.md"
 #: The profile write-up (``python -m bench.profile`` and its reading), spliced in verbatim.
 PROFILE = ROOT / "bench" / "profile.md"
+#: The pickup latency, split into its steps (``python -m bench.pickup``), spliced in the same way.
+PICKUP = ROOT / "bench" / "pickup.md"
 #: The dashboard-at-scale and counting-cost write-up (``bench.dashboard_scale``,
 #: ``bench.counts_cost``), and the section on cost beside millions of jobs (``bench.scale``),
 #: each spliced in verbatim after it.
@@ -366,7 +368,7 @@ def write(bench: Bench, *, command: str, started: float, seconds: float | None =
     if bench.skipped:
         lines += ["", "## Skipped", ""]
         lines += [f"- **{scenario}**: {why}" for scenario, why in bench.skipped]
-    for write_up in (READING, PROFILE, DASHBOARD_SCALE, SCALE, DAY, SERVE_LOAD, WORKFLOWS):
+    for write_up in (READING, PROFILE, PICKUP, DASHBOARD_SCALE, SCALE, DAY, SERVE_LOAD, WORKFLOWS):
         if write_up.exists():
             lines += ["", write_up.read_text().strip()]
     lines += ["", "![Throughput and latency per system](benchmarks.png)", ""]

@@ -21,6 +21,7 @@ import importlib
 import json
 import os
 import shlex
+import shutil
 import signal
 import sys
 import time
@@ -166,6 +167,10 @@ async def main(args: argparse.Namespace, argv: list[str], cluster: Cluster | Non
     if not args.no_write:
         report.write(bench, command=command, started=started, seconds=time.time() - started)
         progress(f"\nwrote {report.MARKDOWN.relative_to(ROOT)} and {report.PLOT.relative_to(ROOT)}")
+    if failed:
+        progress(f"the worker processes' logs are kept in {settings.workdir}")
+    else:
+        shutil.rmtree(settings.workdir, ignore_errors=True)
     return 1 if failed else 0
 
 

@@ -2,7 +2,8 @@
 
 Started and stopped (SIGTERM) by the harness. Settings come from the environment:
 ``BENCH_DSN``, ``BENCH_CONCURRENCY``, ``BENCH_CLAIM_BATCH`` (rota), ``BENCH_BATCH_SIZE``
-(PgQueuer), ``BENCH_POOL_SIZE`` (Procrastinate). Each system runs its own worker the way its
+(PgQueuer), ``BENCH_POOL_SIZE`` (Procrastinate); ``BENCH_TRACE``, a file for the timing
+points of ``bench.pickup_trace`` (rota and PgQueuer). Each system runs its own worker the way its
 documentation says to run it in production: rota's ``App.run_worker`` on the loop ``rota worker``
 picks (uvloop with ``rota[speed]``), PgQueuer's supervisor on uvloop as ``pgq run`` does,
 Procrastinate's ``App.run_worker_async``.
@@ -77,6 +78,11 @@ async def run_procrastinate() -> None:
 def main() -> None:
     system = sys.argv[1]
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    trace = os.environ.get("BENCH_TRACE")
+    if trace:
+        from bench import pickup_trace
+
+        pickup_trace.install(system)
     if system == "rota":
         # The loop `rota worker` runs on: uvloop when installed (`rota[speed]`; the bench's
         # extras install it, as PgQueuer's `pgq run` picks it too), asyncio's otherwise.
@@ -90,6 +96,8 @@ def main() -> None:
     record = os.environ.get("BENCH_RECORD")
     if record and apps.RECORDS:
         Path(record).write_text(json.dumps(apps.RECORDS))
+    if trace:
+        pickup_trace.write(trace)
 
 
 if __name__ == "__main__":

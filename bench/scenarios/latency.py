@@ -36,9 +36,35 @@ async def run(bench: Bench) -> None:
             await system.close()
 
 
+#: The one idle worker's settings (added to the system's drain settings).
+WORKER_ENV = {"BENCH_CONCURRENCY": "10", "BENCH_CLAIM_BATCH": "10"}
+
+
+async def pickups(system: System, count: int) -> dict[int, float]:
+    """Into ``system``'s started worker: WARM_UP no-op jobs, a pause to idle, then ``count``
+    ``record`` jobs at RATE_PER_S, one per call; returns once all have run, with the instant
+    each enqueue call returned (its commit), by the job's ``seq``."""
+    committed: dict[int, float] = {}
+    mark = await system.watermark()
+    async with Poller(system.dsn, system.done_sql(mark, WARM_UP)) as poller:
+        await system.enqueue_bulk("noop", WARM_UP)
+        await poller.until(bool, timeout_s=60)
+    await asyncio.sleep(0.5)  # idle again
+    mark = await system.watermark()
+    begin = time.monotonic()
+    for seq in range(count):
+        delay = begin + seq / RATE_PER_S - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        await system.enqueue_one("record", seq)
+        committed[seq] = time.time()
+    async with Poller(system.dsn, system.done_sql(mark, count)) as poller:
+        await poller.until(bool, timeout_s=60)
+    return committed
+
+
 async def one(bench: Bench, system: System, count: int) -> None:
     await system.reset()
-    committed: dict[int, float] = {}
     async with workers(
         bench.settings,
         system.name,
@@ -46,23 +72,9 @@ async def one(bench: Bench, system: System, count: int) -> None:
         processes=1,
         concurrency=10,
         handler="record",
-        extra=system.drain_env | {"BENCH_CONCURRENCY": "10", "BENCH_CLAIM_BATCH": "10"},
+        extra=system.drain_env | WORKER_ENV,
     ) as group:
-        mark = await system.watermark()
-        async with Poller(system.dsn, system.done_sql(mark, WARM_UP)) as poller:
-            await system.enqueue_bulk("noop", WARM_UP)
-            await poller.until(bool, timeout_s=60)
-        await asyncio.sleep(0.5)  # idle again
-        mark = await system.watermark()
-        begin = time.monotonic()
-        for seq in range(count):
-            delay = begin + seq / RATE_PER_S - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            await system.enqueue_one("record", seq)
-            committed[seq] = time.time()
-        async with Poller(system.dsn, system.done_sql(mark, count)) as poller:
-            await poller.until(bool, timeout_s=60)
+        committed = await pickups(system, count)
     started = {int(seq): at for seq, at in group.records()}
     missing = set(committed) - set(started)
     if missing:

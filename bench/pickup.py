@@ -1,0 +1,144 @@
+"""Where a pickup's time goes: the latency scenario of ``bench.run`` (single enqueues at 50/s
+into one idle, warm worker), with each system's worker traced (``bench.pickup_trace``).
+
+    python -m bench.pickup                 # 1,000 pickups per system per run, 3 runs (A B A B A B)
+    python -m bench.pickup --jobs 300 --runs 1
+
+On a throwaway cluster with the benchmark's production settings (``bench.cluster``).
+Each pickup, from the enqueue call's return (its commit) to the handler's first line, is split
+at three points noted inside the worker: the notification reaching its Python code, the claim
+statement handed to the driver, and its rows back (rota: psycopg's ``execute`` of
+``rota_claim``; PgQueuer: its driver's ``fetch`` in ``Queries.dequeue``). All four instants are ``time.time()`` on one host. Writes ``bench/results/pickup.md``; prints it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import bisect
+import json
+import shutil
+import sys
+import time
+from typing import Any
+
+from bench.cluster import Cluster
+from bench.harness import ROOT, Settings, percentile, progress, workers
+from bench.scenarios.latency import WORKER_ENV, pickups
+from bench.systems import System, make
+
+OUT = ROOT / "bench" / "results"
+SYSTEMS = ("rota", "pgqueuer")
+STAGES = (
+    ("commit to notice", "the notification reaches the worker's Python code"),
+    ("notice to claim sent", "the worker wakes and hands the claim to its driver"),
+    ("claim statement", "round trip of the claim, driver included"),
+    ("rows to handler", "rows decoded, job started, handler's first line"),
+    ("total", "commit to the handler's first line"),
+)
+
+
+async def one(settings: Settings, system: System, count: int) -> dict[str, Any]:
+    await system.reset()
+    trace = settings.workdir / f"{system.name}-{time.monotonic_ns()}.trace.json"
+    async with workers(
+        settings,
+        system.name,
+        system.dsn,
+        processes=1,
+        concurrency=10,
+        handler="record",
+        extra=system.drain_env | WORKER_ENV | {"BENCH_TRACE": str(trace)},
+    ) as group:
+        committed = await pickups(system, count)
+    started = {int(seq): at for seq, at in group.records()}
+    events: dict[str, list[float]] = {}
+    for name, at in json.loads(trace.read_text()):
+        events.setdefault(name, []).append(at)
+    for times in events.values():
+        times.sort()
+    stages: dict[str, list[float]] = {name: [] for name, _ in STAGES}
+    for seq, commit in committed.items():
+        handler = started[seq]
+        answered = _last_before(events.get("answered", []), handler)
+        sent = _last_before(events.get("sent", []), answered)
+        notice = _last_before(events.get("notice", []), sent)
+        if answered is None or sent is None or notice is None:
+            continue  # a pickup whose steps were not all seen (none are expected)
+        for (name, _), ms in zip(
+            STAGES,
+            (notice - commit, sent - notice, answered - sent, handler - answered, handler - commit),
+            strict=True,
+        ):
+            stages[name].append(1000 * ms)
+    return {"stages": stages, "count": count}
+
+
+def _last_before(times: list[float], instant: float | None) -> float | None:
+    if instant is None:
+        return None
+    index = bisect.bisect_right(times, instant)
+    return times[index - 1] if index else None
+
+
+def markdown(results: dict[str, list[dict[str, Any]]], command: str) -> str:
+    lines = [
+        "# Pickup latency, split",
+        "",
+        f"`{command}`, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. Each cell: the "
+        "median over runs of the run's percentile, in ms. A stage's percentiles do not add up "
+        "to the total's.",
+        "",
+        "| stage | " + " | ".join(f"{name} p50 | {name} p99" for name in results) + " |",
+        "|---|" + "---|---|" * len(results),
+    ]
+    for stage, what in STAGES:
+        cells = []
+        for runs in results.values():
+            for fraction in (0.5, 0.99):
+                values = sorted(percentile(run["stages"][stage], fraction) for run in runs)
+                cells.append(f"{values[len(values) // 2]:.2f}")
+        lines.append(f"| {stage} ({what}) | " + " | ".join(cells) + " |")
+    counted = {
+        name: sum(len(run["stages"]["total"]) for run in runs) for name, runs in results.items()
+    }
+    lines += [
+        "",
+        "Pickups split: " + ", ".join(f"{name} {n:,}" for name, n in counted.items()) + ".",
+    ]
+    return "\n".join(lines)
+
+
+async def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.pickup")
+    parser.add_argument("--jobs", type=int, default=1_000)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args(argv)
+    OUT.mkdir(parents=True, exist_ok=True)
+    cluster = Cluster.start()
+    results: dict[str, list[dict[str, Any]]] = {name: [] for name in SYSTEMS}
+    try:
+        settings = Settings(server_url=cluster.url, postmaster=cluster.pid)
+        systems = [make(name, settings) for name in SYSTEMS]
+        for system in systems:
+            await system.setup()
+        try:
+            for index in range(args.runs):
+                for system in systems:  # A B A B: drift hits both
+                    progress(
+                        f"run {index + 1} of {args.runs}: {system.name}, {args.jobs:,} pickups"
+                    )
+                    results[system.name].append(await one(settings, system, args.jobs))
+        finally:
+            for system in systems:
+                await system.close()
+    finally:
+        cluster.stop()
+    shutil.rmtree(settings.workdir, ignore_errors=True)  # kept when a run failed above
+    text = markdown(results, "python -m bench.pickup " + " ".join(argv))
+    (OUT / "pickup.md").write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1:]))

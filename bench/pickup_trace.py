@@ -1,0 +1,102 @@
+"""Timing points inside a worker process, for ``bench.pickup``: installed by ``bench.worker``
+when ``BENCH_TRACE`` names a file, written there as JSON when the worker stops.
+
+Each event is ``[name, time.time()]``:
+
+- ``notice``: a notification reached the worker's Python code (rota: the listener parsed its
+  payload; PgQueuer: its listener queued the event);
+- ``sent`` / ``answered``: the claim statement was handed to the driver / its rows came back
+  (rota: psycopg's ``execute`` of ``rota_claim``; PgQueuer: its driver's ``fetch`` inside
+  ``Queries.dequeue``). Only calls that returned rows are kept.
+
+The handler's first line is recorded by the ``record`` job itself (``bench.apps``). Patching
+is bench-only: it wraps the named functions and changes nothing they do.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+EVENTS: list[list[Any]] = []
+
+
+def install(system: str) -> None:
+    if system == "rota":
+        _install_rota()
+    elif system == "pgqueuer":
+        _install_pgqueuer()
+    else:
+        raise SystemExit(f"no pickup trace for {system!r}")
+
+
+def write(path: str) -> None:
+    Path(path).write_text(json.dumps(EVENTS))
+
+
+def _install_rota() -> None:
+    import psycopg
+
+    from rota.store.postgres import listen
+
+    parse = listen.due_at
+
+    def due_at(payload: str) -> Any:
+        EVENTS.append(["notice", time.time()])
+        return parse(payload)
+
+    listen.due_at = due_at  # type: ignore[assignment]
+
+    execute = psycopg.AsyncConnection.execute
+
+    async def traced(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        if not (isinstance(query, str) and "rota_claim(" in query):
+            return await execute(self, query, *args, **kwargs)
+        sent = time.time()
+        cursor = await execute(self, query, *args, **kwargs)
+        if cursor.rowcount:
+            EVENTS.append(["sent", sent])
+            EVENTS.append(["answered", time.time()])
+        return cursor
+
+    psycopg.AsyncConnection.execute = traced  # type: ignore[method-assign]
+
+
+def _install_pgqueuer() -> None:
+    from pgqueuer.adapters.drivers.asyncpg import AsyncpgDriver
+    from pgqueuer.adapters.persistence.queries import Queries
+    from pgqueuer.core import listeners
+
+    put = listeners.PGNoticeEventListener.put_nowait
+
+    def put_nowait(self: Any, item: Any) -> None:
+        EVENTS.append(["notice", time.time()])
+        put(self, item)
+
+    listeners.PGNoticeEventListener.put_nowait = put_nowait  # type: ignore[method-assign]
+
+    dequeue = Queries.dequeue
+    fetch = AsyncpgDriver.fetch
+    inside = [False]
+
+    async def traced_dequeue(self: Any, *args: Any, **kwargs: Any) -> Any:
+        inside[0] = True
+        try:
+            return await dequeue(self, *args, **kwargs)
+        finally:
+            inside[0] = False
+
+    async def traced_fetch(self: Any, query: str, *args: Any) -> Any:
+        if not inside[0]:
+            return await fetch(self, query, *args)
+        sent = time.time()
+        rows = await fetch(self, query, *args)
+        if rows:
+            EVENTS.append(["sent", sent])
+            EVENTS.append(["answered", time.time()])
+        return rows
+
+    Queries.dequeue = traced_dequeue  # type: ignore[method-assign]
+    AsyncpgDriver.fetch = traced_fetch  # type: ignore[method-assign]
