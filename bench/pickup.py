@@ -4,11 +4,12 @@ into one idle, warm worker), with each system's worker traced (``bench.pickup_tr
     python -m bench.pickup                 # 1,000 pickups per system per run, 3 runs (A B A B A B)
     python -m bench.pickup --jobs 300 --runs 1
 
-On a throwaway cluster with the benchmark's production settings (``bench.cluster``).
-Each pickup, from the enqueue call's return (its commit) to the handler's first line, is split
-at three points noted inside the worker: the notification reaching its Python code, the claim
+On a throwaway cluster with the benchmark's production settings (``bench.cluster``). Each
+pickup, from the enqueue call's return (its commit) to the handler's first line, is split at
+three points noted inside the worker: the notification reaching its Python code, the claim
 statement handed to the driver, and its rows back (rota: psycopg's ``execute`` of
-``rota_claim``; PgQueuer: its driver's ``fetch`` in ``Queries.dequeue``). All four instants are ``time.time()`` on one host. Writes ``bench/results/pickup.md``; prints it.
+``rota_claim``; PgQueuer: its asyncpg driver's ``fetch`` in ``Queries.dequeue``). All four
+instants are ``time.time()`` on one host. Writes ``bench/results/pickup.md``; prints it.
 """
 
 from __future__ import annotations
@@ -52,6 +53,9 @@ async def one(settings: Settings, system: System, count: int) -> dict[str, Any]:
     ) as group:
         committed = await pickups(system, count)
     started = {int(seq): at for seq, at in group.records()}
+    missing = set(committed) - set(started)
+    if missing:
+        raise RuntimeError(f"{system.name}: no start recorded for {len(missing)} jobs")
     events: dict[str, list[float]] = {}
     for name, at in json.loads(trace.read_text()):
         events.setdefault(name, []).append(at)
