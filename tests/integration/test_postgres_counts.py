@@ -26,6 +26,7 @@ from rota.store.postgres import enqueue as pg_enqueue
 from rota.store.postgres.queries import migrations
 from rota.store.postgres.store import PostgresStore
 from rota.testing import FakeClock
+from tests.support.plans import sent_params
 from tests.support.postgres import Server
 
 pytestmark = pytest.mark.postgres
@@ -348,3 +349,36 @@ def test_migrating_a_database_with_jobs_starts_the_counts_from_its_rows(
                 await store.close()
 
         asyncio.run(upgrade())
+
+
+async def test_a_claim_that_meets_an_expired_lease_takes_it_over_through_rota_claim(
+    pg_url: str,
+) -> None:
+    """A claim runs rota_claim_fresh, which takes over no lease: while one it could take over
+    has expired, it claims nothing and says so, and the claim runs rota_claim instead, which
+    takes over the expired lease beside the due jobs. The counts stay exact both ways
+    (rota_claim_fresh writes its own count deltas; rota_claim's are the trigger's)."""
+    clock = FakeClock()
+    store = open_store(pg_url, clock=clock)
+    assert isinstance(store, PostgresStore)
+    try:
+        await store.enqueue([JobSpec(kind="a", queue="q1") for _ in range(3)])
+        sent = sent_params(store)
+        [first] = await store.claim("w1", queues=["q1"], limit=1, lease=LEASE)
+        assert set(sent) == {"claim_fresh_call"}, sent
+        await assert_counts_exact(store, pg_url)
+
+        clock.advance(LEASE + timedelta(seconds=1))
+        sent.clear()
+        claimed = await store.claim("w2", queues=["q1"], limit=10, lease=LEASE)
+        assert set(sent) == {"claim_fresh_call", "claim_call"}, sent
+        assert len(claimed) == 3
+        [again] = [job for job in claimed if job.id == first.id]
+        assert again.lease_token > first.lease_token and again.worker == "w2"
+        await assert_counts_exact(store, pg_url)
+
+        sent.clear()
+        assert await store.claim("w2", queues=["q1"], limit=10, lease=LEASE) == []
+        assert set(sent) == {"claim_fresh_call"}, sent
+    finally:
+        await store.close()

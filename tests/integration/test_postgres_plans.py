@@ -19,7 +19,7 @@ from rota.store import open_store
 from rota.store.base import JobFilter
 from rota.store.postgres.filters import guarded, where
 from rota.store.postgres.queries import query
-from tests.support.plans import nodes, routine_plan, sent_params
+from tests.support.plans import CLAIM_CALLS, nodes, routine_plan, sent_params
 
 pytestmark = pytest.mark.postgres
 
@@ -176,9 +176,9 @@ def only_active_jobs(found: list[tuple[str, str | None]]) -> bool:
     return not any(name and FINISHED_TABLES.match(name) for _, name in found)
 
 
-def claim_scans(url: str, params: dict[str, object]) -> list[tuple[str, str | None]]:
-    """The nodes of the plan a claim runs under: its generic plan."""
-    return named(nodes(routine_plan(url, "claim_call", params)["Plan"]))
+def claim_scans(url: str, params: dict[str, object], call: str) -> list[tuple[str, str | None]]:
+    """The nodes of the plan a claim's function (``call``) runs under: its generic plan."""
+    return named(nodes(routine_plan(url, call, params)["Plan"]))
 
 
 async def drained(store: Any, jobs: int) -> None:
@@ -211,10 +211,11 @@ async def test_a_fair_claim_over_many_tenants_fills_its_batch_from_the_due_index
         assert len({job.tenant for job in jobs}) == 250
     finally:
         await store.close()
-    found = claim_scans(pg_url, sent["claim_call"])
-    assert not job_table_scans(found), found
-    assert any(name == "rota_jobs_due" for _, name in found), found
-    assert only_active_jobs(found), found
+    for call in CLAIM_CALLS:
+        found = claim_scans(pg_url, sent["claim_fresh_call"], call)
+        assert not job_table_scans(found), (call, found)
+        assert any(name == "rota_jobs_due" for _, name in found), (call, found)
+        assert only_active_jobs(found), (call, found)
 
 
 async def test_a_claim_after_a_burst_into_a_table_analysed_all_finished_keeps_the_due_index(
@@ -242,9 +243,10 @@ async def test_a_claim_after_a_burst_into_a_table_analysed_all_finished_keeps_th
         )
     finally:
         await store.close()
-    found = claim_scans(pg_url, sent["claim_call"])
-    assert all(name != "rota_jobs_pending_run_at" for _, name in found), found
-    assert any(name == "rota_jobs_due" for _, name in found), found
+    for call in CLAIM_CALLS:
+        found = claim_scans(pg_url, sent["claim_fresh_call"], call)
+        assert all(name != "rota_jobs_pending_run_at" for _, name in found), (call, found)
+        assert any(name == "rota_jobs_due" for _, name in found), (call, found)
     oldest = scans(pg_url, query("oldest_due"), {"now": None})
     assert ("Index Scan", "rota_jobs_pending_run_at") in oldest or (
         "Index Only Scan",
@@ -253,11 +255,12 @@ async def test_a_claim_after_a_burst_into_a_table_analysed_all_finished_keeps_th
 
 
 async def test_a_claim_runs_this_versions_statement_under_one_generic_plan(pg_url: str) -> None:
-    """A claim calls rota_claim, which migrate made from this version's claim statement, with
-    plan_cache_mode = force_generic_plan as its own setting: PL/pgSQL keeps the statement's
-    plan for the session, so it is made once per connection. Left to itself PostgreSQL would
-    make a custom plan for every claim (its parameters make the generic plan's estimate look
-    worse), about as long to make as the claim takes to run."""
+    """A claim calls rota_claim_fresh (rota_claim only after a lease expired), which migrate
+    made from this version's statements, each with plan_cache_mode = force_generic_plan as its
+    own setting: PL/pgSQL keeps the statement's plan for the session, so it is made once per
+    connection. Left to itself PostgreSQL would make a custom plan for every claim (its
+    parameters make the generic plan's estimate look worse), about as long to make as the
+    claim takes to run."""
     from rota.store.postgres.queries import ROUTINES
     from rota.store.postgres.store import PostgresStore
 
@@ -269,17 +272,20 @@ async def test_a_claim_runs_this_versions_statement_under_one_generic_plan(pg_ur
         assert len(claimed) == 10
     finally:
         await store.close()
-    assert "claim_call" in sent and "claim" not in sent, sent
-    with psycopg.connect(pg_url) as conn:
-        [(config, source)] = conn.execute(
-            "SELECT proconfig, prosrc FROM pg_proc WHERE proname = 'rota_claim'"
-        ).fetchall()
-    assert config == [
-        "plan_cache_mode=force_generic_plan",
-        "enable_seqscan=off",
-        "enable_bitmapscan=off",
-    ]
-    assert source in ROUTINES["claim_call"].definition()
+    assert "claim_fresh_call" in sent and "claim" not in sent, sent
+    assert "claim_call" not in sent, sent  # no lease had expired
+    for call in CLAIM_CALLS:
+        function = ROUTINES[call].function
+        with psycopg.connect(pg_url) as conn:
+            [(config, source)] = conn.execute(
+                "SELECT proconfig, prosrc FROM pg_proc WHERE proname = %s", [function]
+            ).fetchall()
+        assert config == [
+            "plan_cache_mode=force_generic_plan",
+            "enable_seqscan=off",
+            "enable_bitmapscan=off",
+        ], function
+        assert source in ROUTINES[call].definition(), function
 
 
 async def test_a_claim_planned_on_an_empty_table_leases_a_burst_by_tuple_id(
@@ -305,13 +311,18 @@ async def test_a_claim_planned_on_an_empty_table_leases_a_burst_by_tuple_id(
         assert len(claimed) == 250
     finally:
         await store.close()
-    found = nodes(routine_plan(pg_url, "claim_call", sent["claim_call"], analyze=True)["Plan"])
-    [update] = [node for node in found if node["Node Type"] == "ModifyTable"]
-    [under] = [node for node in nodes(update) if node.get("Relation Name") == "rota_jobs_active"]
-    assert under["Node Type"] == "Tid Scan", under
-    assert under["Actual Rows"] == 250 and not under.get("Rows Removed by Filter"), under
-    assert not job_table_scans(named(found)), named(found)
-    assert only_active_jobs(named(found)), named(found)
+    for call in CLAIM_CALLS:  # each explained in a transaction rolled back after it
+        found = nodes(routine_plan(pg_url, call, sent["claim_fresh_call"], analyze=True)["Plan"])
+        [update] = [node for node in found if node.get("Operation") == "Update"]
+        [under] = [
+            node
+            for node in nodes(update)
+            if node.get("Relation Name") == "rota_jobs_active" and node is not update
+        ]
+        assert under["Node Type"] == "Tid Scan", (call, under)
+        assert under["Actual Rows"] == 250 and not under.get("Rows Removed by Filter"), under
+        assert not job_table_scans(named(found)), (call, named(found))
+        assert only_active_jobs(named(found)), (call, named(found))
 
 
 async def test_prune_finds_old_finished_jobs_by_index(pg_url: str) -> None:

@@ -70,6 +70,13 @@ _NULL_COLUMNS = ", ".join("NULL" for _ in JOB_COLUMNS.split(","))
 _WALK_MARKER = ", ".join(
     "g.last" if column.strip() == "tenant" else "NULL" for column in JOB_COLUMNS.split(",")
 )
+#: The state "claim_fresh" gives its row of NULLs when a lease it could take over has expired.
+EXPIRED_MARKER = "expired"
+#: That row: every job column NULL but the state.
+_EXPIRED_MARKER = ", ".join(
+    f"'{EXPIRED_MARKER}'" if column.strip() == "state" else "NULL"
+    for column in JOB_COLUMNS.split(",")
+)
 #: Counts the rows of a CTE named "done" that reached a terminal state, per minute.
 _TALLY = """
     INSERT INTO rota_finished_per_minute (minute, state, n)
@@ -167,6 +174,7 @@ def queries() -> dict[str, str]:
             .replace("{j.job_columns}", _QUALIFIED_COLUMNS)
             .replace("{null_job_columns}", _NULL_COLUMNS)
             .replace("{walk_marker_columns}", _WALK_MARKER)
+            .replace("{expired_marker_columns}", _EXPIRED_MARKER)
             .replace("{tally}", _TALLY)
             .replace("{wake}", _WAKE)
             .replace("{finished}", _FINISHED)
@@ -237,30 +245,40 @@ class Routine:
 #: claim's transaction).
 CLAIM_SETTINGS = (("enable_seqscan", "off"), ("enable_bitmapscan", "off"))
 
+#: The parameters of a claim's functions (rota_claim, rota_claim_fresh).
+_CLAIM_PARAMETERS = (
+    ("now", "timestamptz"),
+    ("queues", "text[]"),
+    ("take", "integer"),
+    ("lease", "interval"),
+    ("worker", "text"),
+    ("fair", "boolean"),
+    ("after", "text"),
+    ("max_groups", "integer"),
+    ("blocked_kinds", "text[]"),
+    ("blocked_tenants", "text[]"),
+    ("kinds", "text[]"),
+    ("limited", "boolean"),
+)
+
 #: The statements run as functions, by the name of the statement the store sends for each.
+#: A claim's plan is made once, from the statistics of that moment, and kept: made while the
+#: table was empty (a fresh database, or one analysed between bursts), it could read every
+#: pending job per claimed row once a burst arrived (~50 ms a claim of 250 at 20,000 pending);
+#: hence CLAIM_SETTINGS.
 ROUTINES = {
     "claim_call": Routine(
         statement="claim",
         function="rota_claim",
-        parameters=(
-            ("now", "timestamptz"),
-            ("queues", "text[]"),
-            ("take", "integer"),
-            ("lease", "interval"),
-            ("worker", "text"),
-            ("fair", "boolean"),
-            ("after", "text"),
-            ("max_groups", "integer"),
-            ("blocked_kinds", "text[]"),
-            ("blocked_tenants", "text[]"),
-            ("kinds", "text[]"),
-            ("limited", "boolean"),
-        ),
+        parameters=_CLAIM_PARAMETERS,
         returns=_JOB_COLUMN_TYPES,
-        # The plan is made once, from the statistics of that moment, and kept: made while the
-        # table was empty (a fresh database, or one analysed between bursts), it could read
-        # every pending job per claimed row once a burst arrived (~50 ms a claim of 250 at
-        # 20,000 pending).
+        settings=CLAIM_SETTINGS,
+    ),
+    "claim_fresh_call": Routine(
+        statement="claim_fresh",
+        function="rota_claim_fresh",
+        parameters=_CLAIM_PARAMETERS,
+        returns=_JOB_COLUMN_TYPES,
         settings=CLAIM_SETTINGS,
     ),
 }

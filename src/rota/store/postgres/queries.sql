@@ -151,10 +151,57 @@ COPY rota_jobs (id, kind, queue, payload, priority, run_at, max_attempts, tenant
 -- CTEs with FOR UPDATE SKIP LOCKED and a LIMIT, so two claimers never share a row and the
 -- planner can neither re-run a locking subquery nor take more than asked.
 WITH RECURSIVE open_queues AS MATERIALIZED (
+{_open_queues}
+), {_due}
+), expired AS MATERIALIZED (
+    SELECT j.id, j.ctid AS loc, j.priority, j.run_at, j.queue, coalesce(j.tenant, '') AS tenant,
+           {alone_after_expiry} AS alone
+    FROM rota_jobs j
+    WHERE j.state = 'running' AND j.lease_until < coalesce(%(now)s::timestamptz, now())
+      AND NOT {expiry_dead} AND j.queue IN (SELECT name FROM open_queues)
+      AND j.kind <> ALL(%(blocked_kinds)b::text[])
+      AND (%(kinds)b::text[] IS NULL OR j.kind = ANY(%(kinds)b::text[]))
+      AND coalesce(j.tenant, '') <> ALL(%(blocked_tenants)b::text[])
+    -- Expired leases are few; sorting them in claim order keeps one order for all jobs.
+    ORDER BY j.priority DESC, j.run_at, j.id
+    LIMIT %(take)s
+    FOR UPDATE SKIP LOCKED
+), candidates AS MATERIALIZED (
+    SELECT id, loc, priority, run_at, alone,
+           row_number() OVER (PARTITION BY queue, tenant ORDER BY priority DESC, run_at, id) AS turn
+    FROM (SELECT * FROM due UNION ALL SELECT * FROM expired) AS locked
+), {_chosen}
+
+-- name: _fresh_candidates
+-- "_candidates" when no lease the claim could take over has expired, as "stale" says (the
+-- conditions of "expired", its row locks aside): then there is no takeover to look for, and
+-- the candidates are the due jobs alone. When one has, no queue is open and nothing is locked.
+WITH RECURSIVE stale AS MATERIALIZED (
+    SELECT EXISTS (
+        SELECT 1 FROM rota_jobs j
+        WHERE j.state = 'running' AND j.lease_until < coalesce(%(now)s::timestamptz, now())
+          AND NOT {expiry_dead} AND j.queue = ANY(%(queues)b::text[])
+          AND j.kind <> ALL(%(blocked_kinds)b::text[])
+          AND (%(kinds)b::text[] IS NULL OR j.kind = ANY(%(kinds)b::text[]))
+          AND coalesce(j.tenant, '') <> ALL(%(blocked_tenants)b::text[])
+    ) AS found
+), open_queues AS MATERIALIZED (
+{_open_queues}
+      AND NOT (SELECT found FROM stale)
+), {_due}
+), candidates AS MATERIALIZED (
+    SELECT id, loc, priority, run_at, alone,
+           row_number() OVER (PARTITION BY queue, tenant ORDER BY priority DESC, run_at, id) AS turn
+    FROM due AS locked
+), {_chosen}
+
+-- name: _open_queues
     SELECT q.name FROM unnest(%(queues)b::text[]) AS q(name)
     WHERE NOT EXISTS (SELECT 1 FROM rota_queues p WHERE p.name = q.name AND p.paused)
       AND (%(limited)s OR NOT EXISTS (SELECT 1 FROM rota_limits))
-), walk(queue, tenant, rank, phase, steps) AS (
+
+-- name: _due
+walk(queue, tenant, rank, phase, steps) AS (
     SELECT q.name, g.tenant, g.rank, g.phase, 1
     FROM open_queues q
     CROSS JOIN LATERAL (
@@ -212,24 +259,9 @@ WITH RECURSIVE open_queues AS MATERIALIZED (
         LIMIT (SELECT n FROM quota)
         FOR UPDATE SKIP LOCKED
     ) AS c
-), expired AS MATERIALIZED (
-    SELECT j.id, j.ctid AS loc, j.priority, j.run_at, j.queue, coalesce(j.tenant, '') AS tenant,
-           {alone_after_expiry} AS alone
-    FROM rota_jobs j
-    WHERE j.state = 'running' AND j.lease_until < coalesce(%(now)s::timestamptz, now())
-      AND NOT {expiry_dead} AND j.queue IN (SELECT name FROM open_queues)
-      AND j.kind <> ALL(%(blocked_kinds)b::text[])
-      AND (%(kinds)b::text[] IS NULL OR j.kind = ANY(%(kinds)b::text[]))
-      AND coalesce(j.tenant, '') <> ALL(%(blocked_tenants)b::text[])
-    -- Expired leases are few; sorting them in claim order keeps one order for all jobs.
-    ORDER BY j.priority DESC, j.run_at, j.id
-    LIMIT %(take)s
-    FOR UPDATE SKIP LOCKED
-), candidates AS MATERIALIZED (
-    SELECT id, loc, priority, run_at, alone,
-           row_number() OVER (PARTITION BY queue, tenant ORDER BY priority DESC, run_at, id) AS turn
-    FROM (SELECT * FROM due UNION ALL SELECT * FROM expired) AS locked
-), chosen AS MATERIALIZED (
+
+-- name: _chosen
+chosen AS MATERIALIZED (
     SELECT id, loc, turn, alone,
            row_number() OVER (ORDER BY CASE WHEN %(fair)s THEN turn ELSE 0 END,
                                        priority DESC, run_at, id) AS pos
@@ -249,13 +281,7 @@ UPDATE rota_jobs j SET
         - CASE WHEN j.state = 'running' AND {expiry_given_back} THEN 1 ELSE 0 END,
     crashes = CASE WHEN j.state = 'running' THEN {expiry_crashes} ELSE j.crashes END,
     lease_started = NOT CASE WHEN j.state = 'running' THEN {alone_after_expiry} ELSE {alone_next} END,
-    lease_token = nextval('rota_lease_token_seq'),
-    lease_until = coalesce(%(now)s::timestamptz, now()) + %(lease)s::interval,
-    worker = %(worker)s,
-    started_at = coalesce(%(now)s::timestamptz, now()),
-    finished_at = NULL,
-    progress = NULL,
-    progress_message = NULL,
+    {_lease},
     history = CASE WHEN j.state = 'running' THEN
         coalesce(j.history, '[]'::jsonb) || jsonb_build_array(jsonb_build_object(
             'attempt', j.attempt, 'token', j.lease_token, 'worker', j.worker,
@@ -267,18 +293,22 @@ UPDATE rota_jobs j SET
 -- The statement that splices this in names the rows, and their active states: the states
 -- name the partition (019), so the update reads rota_jobs_active alone.
 
+-- name: _lease
+-- A new lease: its fencing token, its end on the store's clock, its worker; no progress yet.
+lease_token = nextval('rota_lease_token_seq'),
+    lease_until = coalesce(%(now)s::timestamptz, now()) + %(lease)s::interval,
+    worker = %(worker)s,
+    started_at = coalesce(%(now)s::timestamptz, now()),
+    finished_at = NULL,
+    progress = NULL,
+    progress_message = NULL
+
 -- name: claim
 -- One statement for a claim when no limit exists. If one does, it claims nothing and returns
 -- a row of NULLs, and the store takes the limited path (claim_candidates in a transaction).
 -- When the walk was cut short, a last row (NULLs but for its tenant) names the last tenant
 -- walked, so the next claim can start beyond it even if this one found nothing due.
-{_candidates}, batch AS (
-    -- An attempt that runs alone is claimed alone: first in line, it is the batch; further
-    -- back, the batch ends just before it (rota.domain.flow.select).
-    SELECT loc FROM chosen
-    WHERE pos < coalesce((SELECT min(pos) FROM chosen WHERE alone), %(take)s + 1)
-       OR (pos = 1 AND alone)
-), taken AS (
+{_candidates}, {_batch}, taken AS (
 {_take}
 -- Each row where its lock found it, in one array: a TID scan. A plan made while the table was
 -- empty (rota_claim keeps its plan for the session) otherwise reads the table once per row of
@@ -295,13 +325,56 @@ SELECT * FROM taken
 UNION ALL
 SELECT {null_job_columns} WHERE EXISTS (SELECT 1 FROM rota_limits)
 UNION ALL
+{_walk_marker};
+
+-- name: claim_fresh
+-- "claim" when no lease it could take over has expired, which is nearly always: the same
+-- choice of due jobs, without the takeover's lookups and arithmetic (the claim of a worker
+-- that finds one job in an idle queue pays for every part of its statement). When one has,
+-- it claims nothing and returns a row of NULLs but for the state, 'expired', and the store
+-- runs "claim". It names the partition of active jobs, which every row it takes stays in:
+-- rota_jobs' statement trigger then does not fire, and "counted" writes the count deltas
+-- that trigger would have (017): each row leaves pending and enters running.
+{_fresh_candidates}, {_batch}, taken AS (
+UPDATE rota_jobs_active j SET
+    state = 'running',
+    attempt = j.attempt + 1,
+    lease_started = NOT {alone_next},
+    {_lease}
+-- The states as in "claim", for its TID scan: the rows, locked pending, are pending still.
+WHERE j.ctid = ANY(ARRAY(SELECT loc FROM batch)) AND (j.state = 'pending' OR j.state = 'running')
+RETURNING {j.job_columns}
+), counted AS (
+    INSERT INTO rota_count_deltas (queue, kind, state, n)
+    SELECT t.queue, t.kind, s.state, s.sign * t.n
+    FROM (SELECT queue, kind, count(*) AS n FROM taken GROUP BY queue, kind) AS t
+    CROSS JOIN (VALUES ('pending', -1), ('running', 1)) AS s(state, sign)
+)
+SELECT * FROM taken
+UNION ALL
+SELECT {null_job_columns} WHERE EXISTS (SELECT 1 FROM rota_limits)
+UNION ALL
+SELECT {expired_marker_columns} WHERE (SELECT found FROM stale)
+UNION ALL
+{_walk_marker};
+
+-- name: _batch
+batch AS (
+    -- An attempt that runs alone is claimed alone: first in line, it is the batch; further
+    -- back, the batch ends just before it (rota.domain.flow.select).
+    SELECT loc FROM chosen
+    WHERE pos < coalesce((SELECT min(pos) FROM chosen WHERE alone), %(take)s + 1)
+       OR (pos = 1 AND alone)
+)
+
+-- name: _walk_marker
 SELECT {walk_marker_columns} FROM (
     SELECT CASE WHEN count(*) FILTER (WHERE tenant <= %(after)s) > 0
                 THEN max(tenant) FILTER (WHERE tenant <= %(after)s)
                 ELSE max(tenant) END AS last
     FROM groups
     HAVING count(*) >= %(max_groups)s
-) AS g;
+) AS g
 
 -- name: claim_candidates
 -- The limited path: candidates, locked until the transaction ends, for the store to choose

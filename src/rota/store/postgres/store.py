@@ -91,7 +91,7 @@ from rota.store.postgres.filters import guarded, where
 from rota.store.postgres.limits import claim_limited, limits_in_use
 from rota.store.postgres.listen import SCHEDULES_CHANNEL, listen
 from rota.store.postgres.moved import again_if_moved
-from rota.store.postgres.queries import JOB_COLUMNS, migrations, query
+from rota.store.postgres.queries import EXPIRED_MARKER, JOB_COLUMNS, migrations, query
 from rota.store.postgres.rows import Row, array_or_null, micros, returns_rows, row_to_job, us
 from rota.store.postgres.workflows import enqueue_workflow_flow
 
@@ -406,8 +406,12 @@ class PostgresStore:
             "limited": False,
         }
         # One statement that commits by itself: a claimer stopped at any moment holds no lock.
-        # It calls rota_claim, the claim statement planned once per connection (Routine).
-        rows = await self._fetch("claim_call", params)
+        # It calls rota_claim_fresh, planned once per connection (Routine); only when a lease
+        # it could take over has expired does it leave the claim to rota_claim, which also
+        # takes over expired leases.
+        rows = await self._fetch("claim_fresh_call", params)
+        if any(row[0] is None and row[4] == EXPIRED_MARKER for row in rows):
+            rows = await self._fetch("claim_call", params)
         markers = [row for row in rows if row[0] is None]
         walked_to = next((row[10] for row in markers if row[10] is not None), None)
         if any(row[10] is None for row in markers):  # a limit exists: claim under its budget
