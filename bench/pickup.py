@@ -7,8 +7,8 @@ into one idle, warm worker), with each system's worker traced (``bench.pickup_tr
 On a throwaway cluster with the benchmark's production settings (``bench.cluster``). Each
 pickup, from the enqueue call's return (its commit) to the handler's first line, is split at
 three points noted inside the worker: the notification reaching its Python code, the claim
-statement handed to the driver, and its rows back (rota: psycopg's ``execute`` of
-``rota_claim``; PgQueuer: its asyncpg driver's ``fetch`` in ``Queries.dequeue``). All four
+statement handed to the driver, and its rows back (rota: psycopg's ``execute`` of its claim
+function; PgQueuer: its asyncpg driver's ``fetch`` in ``Queries.dequeue``). All four
 instants are ``time.time()`` on one host. Writes ``bench/results/pickup.md``; prints it.
 """
 

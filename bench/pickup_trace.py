@@ -6,8 +6,8 @@ Each event is ``[name, time.time()]``:
 - ``notice``: a notification reached the worker's Python code (rota: the listener parsed its
   payload; PgQueuer: its listener queued the event);
 - ``sent`` / ``answered``: the claim statement was handed to the driver / its rows came back
-  (rota: psycopg's ``execute`` of ``rota_claim``; PgQueuer: its driver's ``fetch`` inside
-  ``Queries.dequeue``). Only calls that returned rows are kept.
+  (rota: psycopg's ``execute`` of ``rota_claim_fresh``, or of ``rota_claim``; PgQueuer: its
+  driver's ``fetch`` inside ``Queries.dequeue``). Only calls that returned rows are kept.
 
 The handler's first line is recorded by the ``record`` job itself (``bench.apps``). Patching
 is bench-only: it wraps the named functions and changes nothing they do.
@@ -52,7 +52,7 @@ def _install_rota() -> None:
     execute = psycopg.AsyncConnection.execute
 
     async def traced(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
-        if not (isinstance(query, str) and "rota_claim(" in query):
+        if not (isinstance(query, str) and "FROM rota_claim" in query):
             return await execute(self, query, *args, **kwargs)
         sent = time.time()
         cursor = await execute(self, query, *args, **kwargs)
