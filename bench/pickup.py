@@ -24,8 +24,8 @@ import time
 from typing import Any
 
 from bench.cluster import Cluster
-from bench.harness import ROOT, Settings, percentile, progress, workers
-from bench.scenarios.latency import WORKER_ENV, pickups
+from bench.harness import ROOT, Settings, percentile, progress
+from bench.scenarios.latency import timed_pickups
 from bench.systems import System, make
 
 OUT = ROOT / "bench" / "results"
@@ -40,22 +40,10 @@ STAGES = (
 
 
 async def one(settings: Settings, system: System, count: int) -> dict[str, Any]:
-    await system.reset()
     trace = settings.workdir / f"{system.name}-{time.monotonic_ns()}.trace.json"
-    async with workers(
-        settings,
-        system.name,
-        system.dsn,
-        processes=1,
-        concurrency=10,
-        handler="record",
-        extra=system.drain_env | WORKER_ENV | {"BENCH_TRACE": str(trace)},
-    ) as group:
-        committed = await pickups(system, count)
-    started = {int(seq): at for seq, at in group.records()}
-    missing = set(committed) - set(started)
-    if missing:
-        raise RuntimeError(f"{system.name}: no start recorded for {len(missing)} jobs")
+    committed, started = await timed_pickups(
+        settings, system, count, extra={"BENCH_TRACE": str(trace)}
+    )
     events: dict[str, list[float]] = {}
     for name, at in json.loads(trace.read_text()):
         events.setdefault(name, []).append(at)

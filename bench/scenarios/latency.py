@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from bench.harness import Bench, Poller, percentile, progress, workers
+from bench.harness import Bench, Poller, Settings, percentile, progress, workers
 from bench.systems import System, make
 
 NAME = "latency"
@@ -63,22 +63,31 @@ async def pickups(system: System, count: int) -> dict[int, float]:
     return committed
 
 
-async def one(bench: Bench, system: System, count: int) -> None:
+async def timed_pickups(
+    settings: Settings, system: System, count: int, extra: dict[str, str] | None = None
+) -> tuple[dict[int, float], dict[int, float]]:
+    """``pickups`` into one fresh worker of ``system`` (its environment plus ``extra``): the
+    instant each enqueue returned and the instant each handler started, by ``seq``."""
     await system.reset()
     async with workers(
-        bench.settings,
+        settings,
         system.name,
         system.dsn,
         processes=1,
         concurrency=10,
         handler="record",
-        extra=system.drain_env | WORKER_ENV,
+        extra=system.drain_env | WORKER_ENV | (extra or {}),
     ) as group:
         committed = await pickups(system, count)
     started = {int(seq): at for seq, at in group.records()}
     missing = set(committed) - set(started)
     if missing:
         raise RuntimeError(f"{system.name}: no start recorded for {len(missing)} jobs")
+    return committed, started
+
+
+async def one(bench: Bench, system: System, count: int) -> None:
+    committed, started = await timed_pickups(bench.settings, system, count)
     waits = [1000 * (started[seq] - committed[seq]) for seq in committed]
     for label, fraction in (("p50", 0.5), ("p99", 0.99)):
         bench.record(
