@@ -157,11 +157,7 @@ WITH RECURSIVE open_queues AS MATERIALIZED (
     SELECT j.id, j.ctid AS loc, j.priority, j.run_at, j.queue, coalesce(j.tenant, '') AS tenant,
            {alone_after_expiry} AS alone
     FROM rota_jobs j
-    WHERE j.state = 'running' AND j.lease_until < coalesce(%(now)s::timestamptz, now())
-      AND NOT {expiry_dead} AND j.queue IN (SELECT name FROM open_queues)
-      AND j.kind <> ALL(%(blocked_kinds)b::text[])
-      AND (%(kinds)b::text[] IS NULL OR j.kind = ANY(%(kinds)b::text[]))
-      AND coalesce(j.tenant, '') <> ALL(%(blocked_tenants)b::text[])
+    WHERE {_taken_over} AND j.queue IN (SELECT name FROM open_queues)
     -- Expired leases are few; sorting them in claim order keeps one order for all jobs.
     ORDER BY j.priority DESC, j.run_at, j.id
     LIMIT %(take)s
@@ -173,17 +169,14 @@ WITH RECURSIVE open_queues AS MATERIALIZED (
 ), {_chosen}
 
 -- name: _fresh_candidates
--- "_candidates" when no lease the claim could take over has expired, as "stale" says (the
--- conditions of "expired", its row locks aside): then there is no takeover to look for, and
--- the candidates are the due jobs alone. When one has, no queue is open and nothing is locked.
+-- "_candidates" when no lease the claim could take over has expired, as "stale" says (what
+-- "expired" would lock: _taken_over, in the queues asked for): then there is no takeover to
+-- look for, and the candidates are the due jobs alone. When one has, no queue is open and
+-- nothing is locked.
 WITH RECURSIVE stale AS MATERIALIZED (
     SELECT EXISTS (
         SELECT 1 FROM rota_jobs j
-        WHERE j.state = 'running' AND j.lease_until < coalesce(%(now)s::timestamptz, now())
-          AND NOT {expiry_dead} AND j.queue = ANY(%(queues)b::text[])
-          AND j.kind <> ALL(%(blocked_kinds)b::text[])
-          AND (%(kinds)b::text[] IS NULL OR j.kind = ANY(%(kinds)b::text[]))
-          AND coalesce(j.tenant, '') <> ALL(%(blocked_tenants)b::text[])
+        WHERE {_taken_over} AND j.queue = ANY(%(queues)b::text[])
     ) AS found
 ), open_queues AS MATERIALIZED (
 {_open_queues}
@@ -269,6 +262,15 @@ chosen AS MATERIALIZED (
     ORDER BY pos
     LIMIT %(take)s
 )
+
+-- name: _taken_over
+-- A job j whose lease a claim may take over: running, its lease expired, not at its last
+-- crash already, of a kind and tenant the claim may take.
+j.state = 'running' AND j.lease_until < coalesce(%(now)s::timestamptz, now())
+      AND NOT {expiry_dead}
+      AND j.kind <> ALL(%(blocked_kinds)b::text[])
+      AND (%(kinds)b::text[] IS NULL OR j.kind = ANY(%(kinds)b::text[]))
+      AND coalesce(j.tenant, '') <> ALL(%(blocked_tenants)b::text[])
 
 -- name: _take
 -- Lease the rows of "batch": attempt + 1, a new fencing token, lease_until from the store
