@@ -64,6 +64,16 @@ async def test_an_enqueue_wakes_watchers(
     assert await next_wake(woken) in (None, job.run_at)
 
 
+async def test_a_bulk_enqueue_wakes_watchers_for_its_earliest_job(
+    store: Store, woken: asyncio.Queue[datetime | None]
+) -> None:
+    # As many jobs as PostgreSQL writes by COPY, the earliest last.
+    count = 2_000
+    specs = [JobSpec(kind="bulk", delay=timedelta(hours=2, seconds=-i)) for i in range(count)]
+    results = await store.enqueue(specs)
+    assert await next_wake(woken) in (None, results[-1].job.run_at)
+
+
 async def test_a_release_a_failure_and_a_retry_wake_watchers(
     store: Store, woken: asyncio.Queue[datetime | None]
 ) -> None:

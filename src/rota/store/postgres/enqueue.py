@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections import Counter
 from collections.abc import Generator, Iterator, Sequence
 from datetime import datetime
 from typing import Any, TypeAlias
@@ -235,8 +236,9 @@ def enqueue_plain_params(spec: JobSpec, now: datetime | None) -> dict[str, Any]:
 
 
 def plain_result(spec: JobSpec, row: Sequence[Any]) -> EnqueueResult:
-    """The result of a ``plain`` spec from its "enqueue_plain" row (id, run_at, created_at)."""
-    job_id, run_at, created_at = row
+    """The result of a ``plain`` spec from its "enqueue_plain" row (id, run_at, created_at,
+    and the wake-up's void)."""
+    job_id, run_at, created_at = row[0], row[1], row[2]
     return EnqueueResult(spec.inserted(job_id, run_at, created_at, None))
 
 
@@ -362,6 +364,7 @@ async def _copy_block(
     tail: list[JobSpec] = []
     used = 0
     chunk: Sequence[JobSpec] | None = first
+    copied = Copied()
     async with cursor.copy(query("copy_jobs")) as copy:
         while chunk is not None:
             keyed = None if keyless else next((i for i, s in enumerate(chunk) if s.keyed), None)
@@ -374,16 +377,49 @@ async def _copy_block(
             await copy.write("".join(copy_line(i, spec, at, at_text) for i, spec in lines))
             # The server parses and inserts what was just sent meanwhile: the jobs are known
             # already (their ids reserved), so build their results now rather than after.
-            results += [
+            done = [
                 EnqueueResult(spec.inserted(job_id, spec.due_at(at), at, spec.expiry_at(at)))
                 for job_id, spec in zip(ids_chunk, chunk, strict=True)
             ]
+            copied.add(done)
+            results += done
             if tail:
                 break
             chunk = next(chunks, None)
             if chunk is not None and used + len(chunk) > count:
                 break
+    if copied.counts:
+        await conn.execute(query("copied"), copied.params())
     return results, tail, None if tail else chunk
+
+
+class Copied:
+    """What the jobs of one COPY add up to, for the "copied" statement: how many per (queue,
+    kind), and the earliest run_at per queue."""
+
+    __slots__ = ("counts", "due")
+
+    def __init__(self) -> None:
+        self.counts: Counter[tuple[str, str]] = Counter()
+        self.due: dict[str, datetime] = {}
+
+    def add(self, results: Sequence[EnqueueResult]) -> None:
+        due = self.due
+        for result in results:
+            job = result.job
+            earliest = due.get(job.queue)
+            if earliest is None or job.run_at < earliest:
+                due[job.queue] = job.run_at
+        self.counts.update((result.job.queue, result.job.kind) for result in results)
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "queues": [queue for queue, _ in self.counts],
+            "kinds": [kind for _, kind in self.counts],
+            "counts": list(self.counts.values()),
+            "due_queues": list(self.due),
+            "due": list(self.due.values()),
+        }
 
 
 #: Steps that lock or update jobs that already exist, which a concurrent transaction may
