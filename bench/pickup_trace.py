@@ -6,8 +6,9 @@ Each event is ``[name, time.time()]``:
 - ``notice``: a notification reached the worker's Python code (rota: the listener parsed its
   payload; PgQueuer: its listener queued the event);
 - ``sent`` / ``answered``: the claim statement was handed to the driver / its rows came back
-  (rota: psycopg's ``execute`` of ``rota_claim_fresh``, or of ``rota_claim``; PgQueuer: its
-  driver's ``fetch`` inside ``Queries.dequeue``). Only calls that returned rows are kept.
+  (rota: psycopg's ``execute`` of ``rota_claim_all``, ``rota_claim_fresh`` or ``rota_claim``;
+  PgQueuer: its driver's ``fetch`` inside ``Queries.dequeue``). Only calls that returned rows
+  are kept.
 
 The handler's first line is recorded by the ``record`` job itself (``bench.apps``). Patching
 is bench-only: it wraps the named functions and changes nothing they do.

@@ -128,7 +128,7 @@ async def test_a_partitioned_worker_stops_in_time_is_fenced_and_resumes_after_th
 
 #: A fragment of the statement that triggers each phase's fault.
 PHASES = {
-    "claim": b"FROM rota_claim",  # rota_claim_fresh( and, after a lease expired, rota_claim(
+    "claim": b"FROM rota_claim",  # rota_claim_all(, rota_claim_fresh( and rota_claim(
     "complete": b"SET state = 'succeeded'",
 }
 FAULTS = {

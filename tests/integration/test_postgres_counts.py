@@ -354,10 +354,11 @@ def test_migrating_a_database_with_jobs_starts_the_counts_from_its_rows(
 async def test_a_claim_that_meets_an_expired_lease_takes_it_over_through_rota_claim(
     pg_url: str,
 ) -> None:
-    """A claim runs rota_claim_fresh, which takes over no lease: while one it could take over
-    has expired, it claims nothing and says so, and the claim runs rota_claim instead, which
-    takes over the expired lease beside the due jobs. The counts stay exact both ways
-    (rota_claim_fresh writes its own count deltas; rota_claim's are the trigger's)."""
+    """A claim of fewer jobs than are due runs rota_claim_fresh, which takes over no lease:
+    while one it could take over has expired, it claims nothing and says so, and the claim
+    runs rota_claim instead, which takes over the expired lease beside the due jobs. The
+    counts stay exact both ways (rota_claim_fresh writes its own count deltas; rota_claim's
+    are the trigger's)."""
     clock = FakeClock()
     store = open_store(pg_url, clock=clock)
     assert isinstance(store, PostgresStore)
@@ -365,7 +366,8 @@ async def test_a_claim_that_meets_an_expired_lease_takes_it_over_through_rota_cl
         await store.enqueue([JobSpec(kind="a", queue="q1") for _ in range(3)])
         sent = sent_params(store)
         [first] = await store.claim("w1", queues=["q1"], limit=1, lease=LEASE)
-        assert set(sent) == {"claim_fresh_call"}, sent
+        # Three due for a batch of one: rota_claim_all steps aside for the fair walk.
+        assert set(sent) == {"claim_all_call", "claim_fresh_call"}, sent
         await assert_counts_exact(store, pg_url)
 
         clock.advance(LEASE + timedelta(seconds=1))
@@ -380,5 +382,122 @@ async def test_a_claim_that_meets_an_expired_lease_takes_it_over_through_rota_cl
         sent.clear()
         assert await store.claim("w2", queues=["q1"], limit=10, lease=LEASE) == []
         assert set(sent) == {"claim_fresh_call"}, sent
+    finally:
+        await store.close()
+
+
+async def test_a_claim_whose_due_jobs_all_fit_takes_them_all_through_rota_claim_all(
+    pg_url: str,
+) -> None:
+    """While its last claim came back short, a store claims through rota_claim_all: when every
+    due job fits in the batch (the fair choice is then all of them), one statement takes
+    every due job of the queues asked for, and none not yet due or of another queue."""
+    store = open_store(pg_url)
+    assert isinstance(store, PostgresStore)
+    try:
+        due = await store.enqueue(
+            [JobSpec(kind="a", queue="q1", tenant=tenant) for tenant in ("t1", "t1", "t2")]
+        )
+        await store.enqueue([JobSpec(kind="a", queue="q1", delay=timedelta(hours=1))])
+        await store.enqueue([JobSpec(kind="a", queue="q2")])
+        sent = sent_params(store)
+        claimed = await store.claim("w1", queues=["q1"], limit=10, lease=LEASE)
+        assert set(sent) == {"claim_all_call"}, sent
+        assert sorted(job.id for job in claimed) == sorted(r.job.id for r in due)
+        assert all(job.lease_token is not None and job.attempt == 1 for job in claimed)
+        await assert_counts_exact(store, pg_url)
+    finally:
+        await store.close()
+
+
+async def test_a_claim_with_more_due_than_its_batch_takes_turns_through_rota_claim_fresh(
+    pg_url: str,
+) -> None:
+    """rota_claim_all claims nothing when more jobs are due than the batch takes: the claim
+    goes on through rota_claim_fresh, whose walk gives each tenant its turn. The next
+    CROWDED_SKIP claims go to rota_claim_fresh at once, short or not; then rota_claim_all is
+    tried again."""
+    from rota.store.postgres.store import CROWDED_SKIP
+
+    store = open_store(pg_url)
+    assert isinstance(store, PostgresStore)
+    try:
+        await store.enqueue(
+            [JobSpec(kind="a", queue="q1", tenant="t1") for _ in range(5)]
+            + [JobSpec(kind="a", queue="q1", tenant=tenant) for tenant in ("t2", "t3")]
+        )
+        sent = sent_params(store)
+        claimed = await store.claim("w1", queues=["q1"], limit=3, lease=LEASE)
+        assert set(sent) == {"claim_all_call", "claim_fresh_call"}, sent
+        assert sorted(job.tenant or "" for job in claimed) == ["t1", "t2", "t3"]
+        await assert_counts_exact(store, pg_url)
+        for _ in range(CROWDED_SKIP):
+            sent.clear()
+            await store.claim("w1", queues=["q1"], limit=3, lease=LEASE)
+            assert set(sent) == {"claim_fresh_call"}, sent
+        sent.clear()
+        assert await store.claim("w1", queues=["q1"], limit=3, lease=LEASE) == []
+        assert set(sent) == {"claim_all_call"}, sent
+        await assert_counts_exact(store, pg_url)
+    finally:
+        await store.close()
+
+
+async def test_an_attempt_that_runs_alone_among_due_jobs_is_claimed_alone(pg_url: str) -> None:
+    """A crash suspect's attempt runs alone (rota.domain.job.runs_alone): rota_claim_all
+    never claims it beside other jobs, and leaves the claim to the walk, which takes it alone
+    when it comes first. Alone in its queue, rota_claim_all takes it itself, not yet started
+    (its worker says when it begins)."""
+    store = open_store(pg_url)
+    assert isinstance(store, PostgresStore)
+    try:
+        [suspect] = await store.enqueue([JobSpec(kind="a", queue="q1")])
+        await store.enqueue([JobSpec(kind="a", queue="q1") for _ in range(2)])
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute("UPDATE rota_jobs SET crashes = 2 WHERE id = %s", [suspect.job.id])
+        sent = sent_params(store)
+        [alone] = await store.claim("w1", queues=["q1"], limit=10, lease=LEASE)
+        assert set(sent) == {"claim_all_call", "claim_fresh_call"}, sent
+        assert alone.id == suspect.job.id
+        await assert_counts_exact(store, pg_url)
+
+        [lone] = await store.enqueue([JobSpec(kind="a", queue="q2")])
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute("UPDATE rota_jobs SET crashes = 2 WHERE id = %s", [lone.job.id])
+            claimer = open_store(pg_url)
+            assert isinstance(claimer, PostgresStore)
+            try:
+                sent = sent_params(claimer)
+                [claimed] = await claimer.claim("w1", queues=["q2"], limit=10, lease=LEASE)
+                assert set(sent) == {"claim_all_call"}, sent
+            finally:
+                await claimer.close()
+            [(started,)] = conn.execute(
+                "SELECT lease_started FROM rota_jobs WHERE id = %s", [lone.job.id]
+            ).fetchall()
+        assert claimed.id == lone.job.id and started is False
+        await assert_counts_exact(store, pg_url)
+    finally:
+        await store.close()
+
+
+async def test_rota_claim_all_meeting_an_expired_lease_leaves_the_claim_to_rota_claim(
+    pg_url: str,
+) -> None:
+    """While a lease the claim could take over has expired, rota_claim_all claims nothing and
+    says so, and the claim runs rota_claim at once, which takes it over with the due jobs."""
+    clock = FakeClock()
+    store = open_store(pg_url, clock=clock)
+    assert isinstance(store, PostgresStore)
+    try:
+        await store.enqueue([JobSpec(kind="a", queue="q1")])
+        [first] = await store.claim("w1", queues=["q1"], limit=10, lease=LEASE)
+        clock.advance(LEASE + timedelta(seconds=1))
+        await store.enqueue([JobSpec(kind="a", queue="q1")])
+        sent = sent_params(store)
+        claimed = await store.claim("w2", queues=["q1"], limit=10, lease=LEASE)
+        assert set(sent) == {"claim_all_call", "claim_call"}, sent
+        assert len(claimed) == 2 and first.id in {job.id for job in claimed}
+        await assert_counts_exact(store, pg_url)
     finally:
         await store.close()

@@ -255,8 +255,8 @@ async def test_a_claim_after_a_burst_into_a_table_analysed_all_finished_keeps_th
 
 
 async def test_a_claim_runs_this_versions_statement_under_one_generic_plan(pg_url: str) -> None:
-    """A claim calls rota_claim_fresh (rota_claim only after a lease expired), which migrate
-    made from this version's statements, each with plan_cache_mode = force_generic_plan as its
+    """A claim calls rota_claim_fresh (after rota_claim_all, while its queues look idle;
+    rota_claim only after a lease expired), which migrate made from this version's statements, each with plan_cache_mode = force_generic_plan as its
     own setting: PL/pgSQL keeps the statement's plan for the session, so it is made once per
     connection. Left to itself PostgreSQL would make a custom plan for every claim (its
     parameters make the generic plan's estimate look worse), about as long to make as the
@@ -274,7 +274,7 @@ async def test_a_claim_runs_this_versions_statement_under_one_generic_plan(pg_ur
         await store.close()
     assert "claim_fresh_call" in sent and "claim" not in sent, sent
     assert "claim_call" not in sent, sent  # no lease had expired
-    for call in CLAIM_CALLS:
+    for call in ROUTINES:
         function = ROUTINES[call].function
         with psycopg.connect(pg_url) as conn:
             [(config, source)] = conn.execute(
@@ -323,6 +323,50 @@ async def test_a_claim_planned_on_an_empty_table_leases_a_burst_by_tuple_id(
         assert under["Actual Rows"] == 250 and not under.get("Rows Removed by Filter"), under
         assert not job_table_scans(named(found)), (call, named(found))
         assert only_active_jobs(named(found)), (call, named(found))
+
+
+async def test_a_claim_into_an_idle_queue_reads_no_more_due_jobs_than_its_batch(
+    pg_url: str,
+) -> None:
+    """rota_claim_all, which a store tries while its queues seem idle, reads the first due
+    jobs of every queue by run_at, at most one more than its batch: planned on statistics
+    that said the table was empty, beside 5,000 due jobs of another queue and 2,000 not yet
+    due, a claim of ten from an idle queue holding one job reads 11 index entries, finds a
+    crowd and leaves the claim to the fair walk (which takes the job). Its locks and its
+    update find their rows by tuple id."""
+    from rota.store.postgres.store import PostgresStore
+
+    store = PostgresStore(pg_url, pool_min=1, pool_max=1)
+    try:
+        await drained(store, 2_000)
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute("VACUUM ANALYZE rota_jobs_active")
+        await store.enqueue([JobSpec(kind="k", queue="busy") for _ in range(5_000)])
+        await store.enqueue(
+            [JobSpec(kind="k", queue="busy", delay=timedelta(hours=1)) for _ in range(2_000)]
+        )
+        await store.enqueue([JobSpec(kind="k", queue="idle")])
+    finally:
+        await store.close()
+    # A store of its own: the one that drained the table found crowds and skips rota_claim_all
+    # for a while (CROWDED_SKIP).
+    store = PostgresStore(pg_url, pool_min=1, pool_max=1)
+    try:
+        sent = sent_params(store)
+        claimed = await store.claim("w", queues=["idle"], limit=10, lease=timedelta(seconds=30))
+        assert [job.queue for job in claimed] == ["idle"]
+    finally:
+        await store.close()
+    assert set(sent) == {"claim_all_call", "claim_fresh_call"}, sent
+    found = nodes(
+        routine_plan(pg_url, "claim_all_call", sent["claim_all_call"], analyze=True)["Plan"]
+    )
+    [few] = [node for node in found if node.get("Index Name") == "rota_jobs_pending_run_at"]
+    assert few["Node Type"] == "Index Scan" and few["Actual Rows"] == 11, few
+    tid = [node for node in found if node["Node Type"] == "Tid Scan"]
+    assert [node["Relation Name"] for node in tid] == ["rota_jobs_active"] * 2, named(found)
+    assert not job_table_scans(named(found)), named(found)
+    assert only_active_jobs(named(found)), named(found)
 
 
 async def test_prune_finds_old_finished_jobs_by_index(pg_url: str) -> None:

@@ -399,9 +399,10 @@ async def test_an_upgrade_to_019_keeps_every_job_and_what_holds_on_them(
             for statement in BEFORE_019:
                 await admin.execute(statement.encode())
             parent, child = await store.enqueue_workflow(chain(JobSpec("p"), JobSpec("c")))
-            # Before 019 no table of active jobs existed for rota_claim_fresh to name: a release
-            # of then claimed through rota_claim alone, as this claim does.
+            # Before 019 no table of active jobs existed for rota_claim_all or rota_claim_fresh
+            # to name: a release of then claimed through rota_claim alone, as this claim does.
             with monkeypatch.context() as patched:
+                patched.setitem(queries(), "claim_all_call", queries()["claim_call"])
                 patched.setitem(queries(), "claim_fresh_call", queries()["claim_call"])
                 [running] = await store.claim("w", queues=["default"], limit=1, lease=LEASE)
             cursor = await admin.execute("SELECT id FROM rota_jobs ORDER BY id")

@@ -18,14 +18,15 @@ from psycopg import sql
 from rota.store.postgres.queries import ROUTINES, query
 
 _PARAMETER = re.compile(r"%\((\w+)\)[sb]")
-#: The functions a claim may run: rota_claim_fresh, and rota_claim after a lease expired.
+#: The functions a claim runs to walk the tenants: rota_claim_fresh, and rota_claim after a
+#: lease expired (rota_claim_all, tried first while the queues look idle, walks nothing).
 CLAIM_CALLS = ("claim_fresh_call", "claim_call")
 
 
 def sent_params(store: Any, *, run: bool = True) -> dict[str, dict[str, Any]]:
     """The parameters of each named statement ``store`` sends from now on (the last of each),
-    run (``run``) or only captured. A claim's are under ``claim_fresh_call`` (and also under
-    ``claim_call`` when a lease it could take over had expired); both take the same."""
+    run (``run``) or only captured. A claim's are under the names of the functions it called
+    (``claim_all_call``, ``claim_fresh_call``, ``claim_call``); all take the same."""
     sent: dict[str, dict[str, Any]] = {}
     fetch = store._fetch
 

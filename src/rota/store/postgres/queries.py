@@ -77,6 +77,12 @@ _EXPIRED_MARKER = ", ".join(
     f"'{EXPIRED_MARKER}'" if column.strip() == "state" else "NULL"
     for column in JOB_COLUMNS.split(",")
 )
+#: The state "claim_all" gives its row of NULLs when more jobs are due than its batch takes.
+CROWDED_MARKER = "crowded"
+_CROWDED_MARKER = ", ".join(
+    f"'{CROWDED_MARKER}'" if column.strip() == "state" else "NULL"
+    for column in JOB_COLUMNS.split(",")
+)
 #: Counts the rows of a CTE named "done" that reached a terminal state, per minute.
 _TALLY = """
     INSERT INTO rota_finished_per_minute (minute, state, n)
@@ -175,6 +181,7 @@ def queries() -> dict[str, str]:
             .replace("{null_job_columns}", _NULL_COLUMNS)
             .replace("{walk_marker_columns}", _WALK_MARKER)
             .replace("{expired_marker_columns}", _EXPIRED_MARKER)
+            .replace("{crowded_marker_columns}", _CROWDED_MARKER)
             .replace("{tally}", _TALLY)
             .replace("{wake}", _WAKE)
             .replace("{finished}", _FINISHED)
@@ -245,7 +252,7 @@ class Routine:
 #: claim's transaction).
 CLAIM_SETTINGS = (("enable_seqscan", "off"), ("enable_bitmapscan", "off"))
 
-#: The parameters of a claim's functions (rota_claim, rota_claim_fresh).
+#: The parameters of a claim's functions (rota_claim, rota_claim_fresh, rota_claim_all).
 _CLAIM_PARAMETERS = (
     ("now", "timestamptz"),
     ("queues", "text[]"),
@@ -267,20 +274,15 @@ _CLAIM_PARAMETERS = (
 #: pending job per claimed row once a burst arrived (~50 ms a claim of 250 at 20,000 pending);
 #: hence CLAIM_SETTINGS.
 ROUTINES = {
-    "claim_call": Routine(
-        statement="claim",
-        function="rota_claim",
+    f"{statement}_call": Routine(
+        statement=statement,
+        function=f"rota_{statement}",
         parameters=_CLAIM_PARAMETERS,
         returns=_JOB_COLUMN_TYPES,
         settings=CLAIM_SETTINGS,
-    ),
-    "claim_fresh_call": Routine(
-        statement="claim_fresh",
-        function="rota_claim_fresh",
-        parameters=_CLAIM_PARAMETERS,
-        returns=_JOB_COLUMN_TYPES,
-        settings=CLAIM_SETTINGS,
-    ),
+    )
+    # The claim's functions: rota_claim, rota_claim_fresh, rota_claim_all.
+    for statement in ("claim", "claim_fresh", "claim_all")
 }
 
 

@@ -199,11 +199,21 @@ WITH RECURSIVE open_queues AS MATERIALIZED (
 ), {_chosen}
 
 -- name: _fresh_candidates
--- "_candidates" when no lease the claim could take over has expired, as "stale" says (what
--- "expired" would lock: _taken_over, in the queues asked for): then there is no takeover to
--- look for, and the candidates are the due jobs alone. When one has, no queue is open and
--- nothing is locked.
-WITH RECURSIVE stale AS MATERIALIZED (
+-- "_candidates" when no lease the claim could take over has expired ("_unstale_queues"): then
+-- there is no takeover to look for, and the candidates are the due jobs alone. When one has,
+-- no queue is open and nothing is locked.
+WITH RECURSIVE {_unstale_queues}, {_due}
+), candidates AS MATERIALIZED (
+    SELECT id, loc, priority, run_at, alone,
+           row_number() OVER (PARTITION BY queue, tenant ORDER BY priority DESC, run_at, id) AS turn
+    FROM due AS locked
+), {_chosen}
+
+-- name: _unstale_queues
+-- "stale": whether a lease the claim could take over has expired (what "expired" would lock:
+-- _taken_over, in the queues asked for); "open_queues": the queues asked for that the claim
+-- may take from, none while "stale" holds.
+stale AS MATERIALIZED (
     SELECT EXISTS (
         SELECT 1 FROM rota_jobs j
         WHERE {_taken_over} AND j.queue = ANY(%(queues)b::text[])
@@ -211,12 +221,7 @@ WITH RECURSIVE stale AS MATERIALIZED (
 ), open_queues AS MATERIALIZED (
 {_open_queues}
       AND NOT (SELECT found FROM stale)
-), {_due}
-), candidates AS MATERIALIZED (
-    SELECT id, loc, priority, run_at, alone,
-           row_number() OVER (PARTITION BY queue, tenant ORDER BY priority DESC, run_at, id) AS turn
-    FROM due AS locked
-), {_chosen}
+)
 
 -- name: _open_queues
     SELECT q.name FROM unnest(%(queues)b::text[]) AS q(name)
@@ -325,6 +330,14 @@ UPDATE rota_jobs j SET
 -- The statement that splices this in names the rows, and their active states: the states
 -- name the partition (019), so the update reads rota_jobs_active alone.
 
+-- name: _take_pending
+-- Lease pending rows, for a claim that takes over no lease ("_take" without the takeover).
+UPDATE rota_jobs_active j SET
+    state = 'running',
+    attempt = j.attempt + 1,
+    lease_started = NOT {alone_next},
+    {_lease}
+
 -- name: _lease
 -- A new lease: its fencing token, its end on the store's clock, its worker; no progress yet.
 lease_token = nextval('rota_lease_token_seq'),
@@ -368,27 +381,78 @@ UNION ALL
 -- rota_jobs' statement trigger then does not fire, and "counted" writes the count deltas
 -- that trigger would have (017): each row leaves pending and enters running.
 {_fresh_candidates}, {_batch}, taken AS (
-UPDATE rota_jobs_active j SET
-    state = 'running',
-    attempt = j.attempt + 1,
-    lease_started = NOT {alone_next},
-    {_lease}
+{_take_pending}
 -- The states as in "claim", for its TID scan: the rows, locked pending, are pending still.
 WHERE j.ctid = ANY(ARRAY(SELECT loc FROM batch)) AND (j.state = 'pending' OR j.state = 'running')
 RETURNING {j.job_columns}
-), counted AS (
-    INSERT INTO rota_count_deltas (queue, kind, state, n)
-    SELECT t.queue, t.kind, s.state, s.sign * t.n
-    FROM (SELECT queue, kind, count(*) AS n FROM taken GROUP BY queue, kind) AS t
-    CROSS JOIN (VALUES ('pending', -1), ('running', 1)) AS s(state, sign)
-)
+), {_counted}
+{_taken_and_markers}
+UNION ALL
+{_walk_marker};
+
+-- name: claim_all
+-- "claim_fresh" when every due job fits in the batch, which is how a worker finds a queue it
+-- keeps up with: the fair choice is then all of them, so there is no walk, quota or ranking,
+-- and the statement is a third the size of "claim_fresh" (PostgreSQL sets up every node of a
+-- plan on each call: for a claim of one job from an idle queue, that set-up is much of what
+-- it costs). "few" reads the first take + 1 due jobs of every queue, by run_at, from
+-- rota_jobs_pending_run_at, without locking them: at most that many entries, whatever waits
+-- elsewhere or later. When it finds more than the batch takes, or an attempt that must run
+-- alone among others, nothing is claimed and a row of NULLs but for its state, 'crowded',
+-- says so: the store then runs "claim_fresh". Paused queues, limits and expired leases as
+-- in "claim_fresh" (their markers too); each row taken is counted as there.
+WITH {_unstale_queues}, few AS MATERIALIZED (
+    SELECT j.ctid AS loc FROM rota_jobs_active j
+    WHERE j.state = 'pending' AND j.attempt >= 0
+      AND j.run_at <= coalesce(%(now)s::timestamptz, now())
+    ORDER BY j.run_at
+    LIMIT %(take)s + 1
+), due AS MATERIALIZED (
+    -- Found by tuple id (a row claimed or changed since "few" read it is checked again at
+    -- its latest version when locked). Pending spelled as neither other active state, which
+    -- no partial index's condition follows from: the TID scan is the only plan left.
+    SELECT j.ctid AS loc, {alone_next} AS alone FROM rota_jobs_active j
+    WHERE j.ctid = ANY(ARRAY(SELECT loc FROM few))
+      AND j.state <> 'waiting' AND j.state <> 'running'
+      AND j.queue IN (SELECT name FROM open_queues)
+      AND j.run_at <= coalesce(%(now)s::timestamptz, now())
+      AND (j.expires_at IS NULL OR j.expires_at > coalesce(%(now)s::timestamptz, now()))
+      AND j.kind <> ALL(%(blocked_kinds)b::text[])
+      AND (%(kinds)b::text[] IS NULL OR j.kind = ANY(%(kinds)b::text[]))
+      AND coalesce(j.tenant, '') <> ALL(%(blocked_tenants)b::text[])
+    FOR UPDATE SKIP LOCKED
+), fits AS MATERIALIZED (
+    SELECT (SELECT count(*) FROM few) <= %(take)s
+           AND (count(*) <= 1 OR NOT coalesce(bool_or(alone), false)) AS ok
+    FROM due
+), taken AS (
+{_take_pending}
+WHERE j.ctid = ANY(ARRAY(SELECT loc FROM due WHERE (SELECT ok FROM fits)))
+  AND (j.state = 'pending' OR j.state = 'running')
+RETURNING {j.job_columns}
+), {_counted}
+{_taken_and_markers}
+UNION ALL
+SELECT {crowded_marker_columns} WHERE NOT (SELECT ok FROM fits);
+
+-- name: _taken_and_markers
+-- The rows "taken" leased, then a row of NULLs if a limit exists (the store claims under its
+-- budget instead) and the marker row of "stale" (the store runs "claim" instead).
 SELECT * FROM taken
 UNION ALL
 SELECT {null_job_columns} WHERE EXISTS (SELECT 1 FROM rota_limits)
 UNION ALL
 SELECT {expired_marker_columns} WHERE (SELECT found FROM stale)
-UNION ALL
-{_walk_marker};
+
+-- name: _counted
+-- The count deltas of the rows "taken" moved from pending to running (017), for a claim that
+-- names rota_jobs_active and so fires none of rota_jobs' statement triggers.
+counted AS (
+    INSERT INTO rota_count_deltas (queue, kind, state, n)
+    SELECT t.queue, t.kind, s.state, s.sign * t.n
+    FROM (SELECT queue, kind, count(*) AS n FROM taken GROUP BY queue, kind) AS t
+    CROSS JOIN (VALUES ('pending', -1), ('running', 1)) AS s(state, sign)
+)
 
 -- name: _batch
 batch AS (

@@ -91,7 +91,13 @@ from rota.store.postgres.filters import guarded, where
 from rota.store.postgres.limits import claim_limited, limits_in_use
 from rota.store.postgres.listen import SCHEDULES_CHANNEL, listen
 from rota.store.postgres.moved import again_if_moved
-from rota.store.postgres.queries import EXPIRED_MARKER, JOB_COLUMNS, migrations, query
+from rota.store.postgres.queries import (
+    CROWDED_MARKER,
+    EXPIRED_MARKER,
+    JOB_COLUMNS,
+    migrations,
+    query,
+)
 from rota.store.postgres.rows import Row, array_or_null, micros, returns_rows, row_to_job, us
 from rota.store.postgres.workflows import enqueue_workflow_flow
 
@@ -110,6 +116,10 @@ MAX_CLAIM_GROUPS = 64
 FOLD_ON_READ = 10_000
 #: The most groups one claim walks per queue, however many jobs it asks for.
 MAX_WALK_GROUPS = 1000
+#: After rota_claim_all found more due jobs than its batch takes, this many claims go straight
+#: to rota_claim_fresh before it is tried again: where other queues keep a backlog, a store
+#: whose own queues stay idle pays the extra round trip once in that many claims.
+CROWDED_SKIP = 16
 _MIGRATION_LOCK = 0x726F7461  # "rota": the advisory lock that serialises migrators
 
 
@@ -147,6 +157,10 @@ class PostgresStore:
         )
         #: The tenant this store's last fair claim served, where the next one's walk starts.
         self._after = ""
+        #: Whether the next claim tries rota_claim_all first: its last claim came back short,
+        #: and no rota_claim_all found a crowd within the last CROWDED_SKIP claims.
+        self._all_next = True
+        self._fresh_left = 0
 
     @classmethod
     def from_url(
@@ -405,13 +419,7 @@ class PostgresStore:
             "kinds": None if kinds is None else sorted(kinds),
             "limited": False,
         }
-        # One statement that commits by itself: a claimer stopped at any moment holds no lock.
-        # It calls rota_claim_fresh, planned once per connection (Routine); only when a lease
-        # it could take over has expired does it leave the claim to rota_claim, which also
-        # takes over expired leases.
-        rows = await self._fetch("claim_fresh_call", params)
-        if any(row[0] is None and row[4] == EXPIRED_MARKER for row in rows):
-            rows = await self._fetch("claim_call", params)
+        rows = await self._claim_rows(params)
         markers = [row for row in rows if row[0] is None]
         walked_to = next((row[10] for row in markers if row[10] is not None), None)
         if any(row[10] is None for row in markers):  # a limit exists: claim under its budget
@@ -426,8 +434,33 @@ class PostgresStore:
             # tenant it reached: tenants beyond the first groups (say, all with only future
             # jobs) get their turn on the next claim instead of never.
             self._after = walked_to
+        self._all_next = len(jobs) < limit
         jobs.sort(key=claim_order)
         return jobs
+
+    async def _claim_rows(self, params: dict[str, Any]) -> list[Row]:
+        """The rows of one claim: one statement that commits by itself (a claimer stopped at
+        any moment holds no lock), a function planned once per connection (Routine).
+
+        While this store's last claim came back short, its queues are likely idle, and it
+        calls rota_claim_all, which claims every due job when they all fit in the batch (the
+        fair choice then) with a statement a third the size of the others. When more are due,
+        it claims nothing and says so, and the claim goes on as otherwise: rota_claim_fresh,
+        the fair walk without the takeover of expired leases, and only when a lease it could
+        take over has expired, rota_claim, which takes them over too."""
+        rows: list[Row] | None = None
+        if self._all_next and not self._fresh_left:
+            rows = await self._fetch("claim_all_call", params)
+            if _marked(rows, CROWDED_MARKER) and not _marked(rows, EXPIRED_MARKER):
+                self._fresh_left = CROWDED_SKIP
+                rows = None
+        else:
+            self._fresh_left = max(0, self._fresh_left - 1)
+        if rows is None:
+            rows = await self._fetch("claim_fresh_call", params)
+        if _marked(rows, EXPIRED_MARKER):
+            rows = await self._fetch("claim_call", params)
+        return rows
 
     async def _claim_limited(self, params: dict[str, Any], limit: int) -> list[Job]:
         async with self._connection() as conn:
@@ -1100,3 +1133,9 @@ class PostgresStore:
             await asyncio.Event().wait()
             return
         await listen(target, None, on_finished=on_finished, check_every_s=check_every_s)
+
+
+def _marked(rows: Sequence[Row], state: str) -> bool:
+    """Whether a claim function's rows hold its marker row of ``state`` (queries.EXPIRED_MARKER,
+    queries.CROWDED_MARKER): NULLs but for the state."""
+    return any(row[0] is None and row[4] == state for row in rows)
