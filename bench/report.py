@@ -294,7 +294,8 @@ def write(bench: Bench, *, command: str, started: float, seconds: float | None =
         "[Procrastinate](https://github.com/procrastinate-org/procrastinate), measured in the "
         "same run on the same PostgreSQL server, each peer with its own worker at its best "
         "documented settings. This file is written by `make bench` (`python -m bench.run`); do "
-        "not edit it by hand. Raw values of every run: `bench/results/latest.json`.",
+        "not edit it by hand. The run also writes the raw values of every run to "
+        "`bench/results/latest.json`, which the repository does not keep.",
         "",
     ]
     if check:
