@@ -251,6 +251,7 @@ async def measure(args: argparse.Namespace, cluster: Cluster) -> dict[str, Any]:
     finally:
         await group.stop()
         await system.close()
+    settings.remove_workdir()  # the workers' logs, kept only when the run failed
     return report(args, phases, pg_cpus, worker_cpus, load)
 
 

@@ -194,6 +194,7 @@ async def measure(args: argparse.Namespace, cluster: Cluster) -> Day:
         await group.stop()
         group.kill()
         await system.close()
+    settings.remove_workdir()  # the workers' logs, kept only when the run failed
     return day
 
 

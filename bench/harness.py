@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -89,7 +90,21 @@ class Settings:
     systems: tuple[str, ...] = SYSTEMS
     #: Worker settings found best in this run (Procrastinate's concurrency), by system.
     tuned: dict[str, dict[str, str]] = field(default_factory=dict)
-    workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="rota-bench-")))
+    #: Where worker logs, records and SQLite files go: a temporary directory made when first
+    #: asked for (a report rebuilt from saved results makes none).
+    _workdir: Path | None = field(default=None, repr=False)
+
+    @property
+    def workdir(self) -> Path:
+        if self._workdir is None:
+            self._workdir = Path(tempfile.mkdtemp(prefix="rota-bench-"))
+        return self._workdir
+
+    def remove_workdir(self) -> None:
+        """Remove the work directory (after a run that kept nothing worth reading there)."""
+        if self._workdir is not None:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+            self._workdir = None
 
     def dsn(self, database: str) -> str:
         return with_database(self.server_url, database)

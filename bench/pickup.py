@@ -18,7 +18,6 @@ import argparse
 import asyncio
 import bisect
 import json
-import shutil
 import sys
 import time
 from typing import Any
@@ -126,7 +125,7 @@ async def main(argv: list[str]) -> None:
                 await system.close()
     finally:
         cluster.stop()
-    shutil.rmtree(settings.workdir, ignore_errors=True)  # kept when a run failed above
+    settings.remove_workdir()  # kept when a run failed above
     text = markdown(results, "python -m bench.pickup " + " ".join(argv))
     (OUT / "pickup.md").write_text(text + "\n")
     print(text)

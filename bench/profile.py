@@ -331,6 +331,7 @@ async def main(argv: list[str]) -> None:
         for fair in fairness:
             progress(f"profiling a drain of {args.jobs:,} jobs, fair claims {fair}...")
             results.append(await profile_drain(bench, args.jobs, fair))
+        settings.remove_workdir()  # the workers' logs, kept only when the run failed
     finally:
         cluster.stop()
     text = markdown(results, "python -m bench.profile " + " ".join(argv))

@@ -284,8 +284,17 @@ HOW = [
 ]
 
 
-def write(bench: Bench, *, command: str, started: float, seconds: float | None = None) -> None:
-    found = versions()
+def write(
+    bench: Bench,
+    *,
+    command: str,
+    started: float,
+    seconds: float | None = None,
+    measured: dict[str, str] | None = None,
+) -> None:
+    """The report of ``bench``; ``measured``: the versions (and rota's commit) the run
+    recorded as it started, else those found now."""
+    found = measured or versions()
     check = harness_check(bench)
     lines = [
         "# Benchmarks",
@@ -443,7 +452,14 @@ def rewrite_from_results(path: Path = ROOT / "bench" / "results" / "latest.json"
     bench.settings.tuned = data["tuned"]
     bench.settings.runs = data["runs"]
     bench.settings.quick = data["quick"]
-    write(bench, command=data["command"], started=data["started"], seconds=data["seconds"])
+    # The commit and versions the run measured (runs saved before they were recorded: now's).
+    write(
+        bench,
+        command=data["command"],
+        started=data["started"],
+        seconds=data["seconds"],
+        measured=data.get("versions"),
+    )
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ import importlib
 import json
 import os
 import shlex
-import shutil
 import signal
 import sys
 import time
@@ -120,6 +119,8 @@ async def main(args: argparse.Namespace, argv: list[str], cluster: Cluster | Non
     bench = Bench(settings)
     bench.server = report.read_server(settings)
     started = time.time()
+    # What is measured, taken as the run starts (a commit made meanwhile is not what ran).
+    measured = report.versions()
     progress(f"rota benchmarks: {', '.join(args.scenarios)}; {settings.runs} run(s) each")
     failed = 0
     for name in args.scenarios:
@@ -160,17 +161,24 @@ async def main(args: argparse.Namespace, argv: list[str], cluster: Cluster | Non
                 "quick": settings.quick,
                 "runs": settings.runs,
                 "systems": list(settings.systems),
+                "versions": measured,
             },
             indent=1,
         )
     )
     if not args.no_write:
-        report.write(bench, command=command, started=started, seconds=time.time() - started)
+        report.write(
+            bench,
+            command=command,
+            started=started,
+            seconds=time.time() - started,
+            measured=measured,
+        )
         progress(f"\nwrote {report.MARKDOWN.relative_to(ROOT)} and {report.PLOT.relative_to(ROOT)}")
     if failed:
         progress(f"the worker processes' logs are kept in {settings.workdir}")
     else:
-        shutil.rmtree(settings.workdir, ignore_errors=True)
+        settings.remove_workdir()
     return 1 if failed else 0
 
 

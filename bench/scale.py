@@ -573,6 +573,7 @@ def entry(argv: list[str]) -> int:
                 conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
             progress(f"PostgreSQL {cluster.pid} on {cluster.root}")
         figures = asyncio.run(main(args, settings, log))
+        settings.remove_workdir()  # the workers' logs, kept only when the run failed
     finally:
         if cluster is not None:
             cluster.stop()
