@@ -464,14 +464,16 @@ async def test_an_attempt_that_runs_alone_among_due_jobs_is_claimed_alone(pg_url
         [lone] = await store.enqueue([JobSpec(kind="a", queue="q2")])
         with psycopg.connect(pg_url, autocommit=True) as conn:
             conn.execute("UPDATE rota_jobs SET crashes = 2 WHERE id = %s", [lone.job.id])
-            claimer = open_store(pg_url)
-            assert isinstance(claimer, PostgresStore)
-            try:
-                sent = sent_params(claimer)
-                [claimed] = await claimer.claim("w1", queues=["q2"], limit=10, lease=LEASE)
-                assert set(sent) == {"claim_all_call"}, sent
-            finally:
-                await claimer.close()
+        # A store of its own: this one found a crowd and skips rota_claim_all (CROWDED_SKIP).
+        claimer = open_store(pg_url)
+        assert isinstance(claimer, PostgresStore)
+        try:
+            sent = sent_params(claimer)
+            [claimed] = await claimer.claim("w1", queues=["q2"], limit=10, lease=LEASE)
+            assert set(sent) == {"claim_all_call"}, sent
+        finally:
+            await claimer.close()
+        with psycopg.connect(pg_url, autocommit=True) as conn:
             [(started,)] = conn.execute(
                 "SELECT lease_started FROM rota_jobs WHERE id = %s", [lone.job.id]
             ).fetchall()

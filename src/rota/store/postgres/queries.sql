@@ -149,8 +149,8 @@ SELECT coalesce(%(now)s::timestamptz, now()),
 
 -- name: copy_jobs
 -- Keyless jobs are pending: straight into rota_jobs_active, which fires none of rota_jobs'
--- statement triggers (their transition tables would hold every row of the COPY: without
--- them, 100,000 jobs took a sixth less time); "copied" does their work once it is done.
+-- statement triggers (their transition tables would hold every row of the COPY); "copied"
+-- does their work once it is done.
 COPY rota_jobs_active (id, kind, queue, payload, priority, run_at, max_attempts, tenant,
                        timeout_us, created_at, trace_context, expires_at, schedule, slot_at)
 FROM STDIN;
@@ -393,7 +393,7 @@ UNION ALL
 -- name: claim_all
 -- "claim_fresh" when every due job fits in the batch, which is how a worker finds a queue it
 -- keeps up with: the fair choice is then all of them, so there is no walk, quota or ranking,
--- and its plan has 37 nodes against "claim_fresh"'s 64 (PostgreSQL sets up every node of a
+-- and its plan is much smaller than "claim_fresh"'s (PostgreSQL sets up every node of a
 -- plan on each call: for a claim of one job from an idle queue, that set-up is much of what
 -- it costs). "few" reads the first take + 1 due jobs of every queue, by run_at, from
 -- rota_jobs_pending_run_at, without locking them: at most that many entries, whatever waits

@@ -444,10 +444,10 @@ class PostgresStore:
 
         While this store's last claim came back short, its queues are likely idle, and it
         calls rota_claim_all, which claims every due job when they all fit in the batch (the
-        fair choice then) with a plan little more than half the size of the others'. When
-        more are due, it claims nothing and says so, and the claim goes on as otherwise:
-        rota_claim_fresh, the fair walk without the takeover of expired leases, and only when
-        a lease it could take over has expired, rota_claim, which takes them over too."""
+        fair choice then) with a much smaller plan than the others'. When more are due, it
+        claims nothing and says so, and the claim goes on as otherwise: rota_claim_fresh, the
+        fair walk without the takeover of expired leases, and only when a lease it could take
+        over has expired, rota_claim, which takes them over too."""
         rows: list[Row] | None = None
         if self._all_next and not self._fresh_left:
             rows = await self._fetch("claim_all_call", params)
