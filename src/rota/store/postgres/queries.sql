@@ -214,10 +214,14 @@ WITH RECURSIVE {_unstale_queues}, {_due}
 -- _taken_over, in the queues asked for); "open_queues": the queues asked for that the claim
 -- may take from, none while "stale" holds.
 stale AS MATERIALIZED (
-    SELECT EXISTS (
-        SELECT 1 FROM rota_jobs j
-        WHERE {_taken_over} AND j.queue = ANY(%(queues)b::text[])
-    ) AS found
+    -- The soonest such lease, not EXISTS: its order is rota_jobs_leases' (running leases by
+    -- their end), so the read starts at the oldest lease and stops at the first expired one
+    -- it may take or at the first not yet expired. EXISTS drops an ORDER BY, and its plan,
+    -- made while few jobs ran, read every running job's entry of the (state, id) index on
+    -- every claim (~0.4 ms a claim beside a few thousand running jobs).
+    SELECT (SELECT j.lease_until FROM rota_jobs j
+            WHERE {_taken_over} AND j.queue = ANY(%(queues)b::text[])
+            ORDER BY j.lease_until LIMIT 1) IS NOT NULL AS found
 ), open_queues AS MATERIALIZED (
 {_open_queues}
       AND NOT (SELECT found FROM stale)
