@@ -43,7 +43,7 @@ from rota.domain.workflow import Workflow, WorkflowBuilder
 from rota.observability.metrics import Metrics, serve_metrics
 from rota.results import ResultWaiter
 from rota.runtime.hooks import Hook, Hooks, Middleware
-from rota.runtime.registry import Handler, Registry
+from rota.runtime.registry import Handler, KindConfig, Registry
 from rota.runtime.scheduler import MAX_WAIT, PUSHED_MAX_WAIT, Scheduler
 from rota.runtime.services import Service
 from rota.runtime.signals import stop_signals
@@ -102,6 +102,9 @@ class App:
         self.listen_database_url = listen_database_url
         self._open_lock: asyncio.Lock | None = None
         self._client: Client | None = None
+        #: Each registered kind's defaults beside the registration they were read from (a
+        #: bulk enqueue asks once per spec; read again if the registry holds another).
+        self._kind_defaults: dict[str, tuple[KindConfig, KindDefaults]] = {}
         self._bridge: _SyncBridge | None = None
         self._waiter: ResultWaiter | None = None
         self._services: list[Callable[[Store, Worker], Service]] = []
@@ -423,12 +426,17 @@ class App:
         config = self.registry.get(kind)
         if config is None:
             return None
-        return KindDefaults(
+        known = self._kind_defaults.get(kind)
+        if known is not None and known[0] is config:
+            return known[1]
+        defaults = KindDefaults(
             queue=config.queue,
             priority=config.priority,
             max_attempts=config.max_attempts,
             timeout=config.timeout,
         )
+        self._kind_defaults[kind] = (config, defaults)
+        return defaults
 
     # ------------------------------------------------------------------ enqueue and query
 

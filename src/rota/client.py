@@ -261,6 +261,30 @@ def job_spec(
     Raises InvalidJob naming the field.
     """
     base = defaults or NO_DEFAULTS
+    if (
+        run_at is None
+        and delay is None
+        and unique_key is None
+        and timeout is None
+        and expires_at is None
+        and expire_after is None
+        and unique_for is None
+        and unique_states is None
+        and on_conflict == "skip"
+    ):
+        # The common spec (enqueue_many makes one per job): the same JobSpec, without
+        # passing and converting the options it does not use.
+        return tracing.created(
+            JobSpec(
+                kind=kind,
+                payload={} if payload is None else payload,
+                queue=base.queue if queue is None else queue,
+                priority=base.priority if priority is None else priority,
+                max_attempts=base.max_attempts if max_attempts is None else max_attempts,
+                tenant=tenant,
+                timeout=base.timeout,
+            )
+        )
     spec = JobSpec(
         kind=kind,
         payload={} if payload is None else payload,

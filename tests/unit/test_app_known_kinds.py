@@ -4,6 +4,7 @@ no handlers (code that only enqueues) accepts any kind. The API applies the same
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from pathlib import Path
 
 import httpx
@@ -87,3 +88,41 @@ async def test_the_api_refuses_with_the_same_rule_and_message() -> None:
     assert (refused.status_code, refused.json()["error"]) == (400, UNKNOWN)
     assert accepted.status_code == 201
     assert (accepted.json()["queue"], accepted.json()["max_attempts"]) == ("billing", 7)
+
+
+def test_a_spec_takes_its_kinds_defaults() -> None:
+    """App.spec keeps each kind's defaults between specs (a bulk enqueue makes one spec per
+    job), a kind registered later included; a spec with only the common options equals the
+    one every option spelled out makes, and options given win over the defaults."""
+    app = billing_app()
+    first = app.spec("invoice", {"n": 1}, tenant="acme")
+    assert first == JobSpec(
+        kind="invoice",
+        payload={"n": 1},
+        queue="billing",
+        max_attempts=7,
+        tenant="acme",
+        timeout=timedelta(seconds=12),
+    )
+    assert app.spec("invoice", {"n": 1}, tenant="acme", on_conflict="skip", delay=None) == first
+    assert app.spec("invoice", {"n": 1}, tenant="acme") == first
+    assert app.spec("email").queue == "default" and app.spec("email").payload == {}
+
+    @app.job("refund", queue="ledger", priority=3, max_attempts=2)
+    def refund(ctx: JobContext, payload: object) -> None:
+        return None
+
+    later = app.spec("refund", {"n": 1})
+    assert (later.queue, later.priority, later.max_attempts, later.timeout) == (
+        "ledger",
+        3,
+        2,
+        None,
+    )
+    given = app.spec("refund", queue="q", priority=1, max_attempts=4, timeout=5)
+    assert (given.queue, given.priority, given.max_attempts, given.timeout) == (
+        "q",
+        1,
+        4,
+        timedelta(seconds=5),
+    )

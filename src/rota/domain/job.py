@@ -417,13 +417,39 @@ class JobSpec:
     payload_json: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        # enqueue_many makes one spec per job: the fields most specs leave unset are checked
+        # only when set, in the same order (the first error raised is the same).
         validate_name("kind", self.kind)
         validate_name("queue", self.queue)
-        validate_name("tenant", self.tenant, required=False)
-        validate_name("schedule", self.schedule, required=False)
+        if self.tenant is not None:
+            validate_name("tenant", self.tenant)
+        if self.schedule is not None:
+            validate_name("schedule", self.schedule)
         _int_in_range("priority", self.priority, MIN_PRIORITY, MAX_PRIORITY)
         _int_in_range("max_attempts", self.max_attempts, 1, MAX_ATTEMPTS_LIMIT)
-        _optional_text("unique_key", self.unique_key, MAX_UNIQUE_KEY_LENGTH)
+        if self.unique_key is not None:
+            _optional_text("unique_key", self.unique_key, MAX_UNIQUE_KEY_LENGTH)
+        if (
+            self.run_at is not None
+            or self.delay is not None
+            or self.timeout is not None
+            or self.slot_at is not None
+            or self.trace_context is not None
+            or self.expires_at is not None
+            or self.expire_after is not None
+            or self.unique_for is not None
+            or self.unique_states is not None
+        ):
+            self._check_options()
+        if self.on_conflict != "skip":
+            if self.on_conflict != "replace":
+                raise InvalidJob("on_conflict", 'must be "skip" or "replace"')
+            if self.unique_key is None:
+                raise InvalidJob("on_conflict", "needs a unique_key")
+        object.__setattr__(self, "payload_json", encode_payload(self.payload))
+
+    def _check_options(self) -> None:
+        """The instants, durations, trace context, expiry and hold, when any is set."""
         if self.run_at is not None and self.delay is not None:
             raise InvalidJob("run_at", "give run_at or delay, not both")
         if self.run_at is not None:
@@ -449,12 +475,6 @@ class JobSpec:
             self._check_expiry()
         if self.unique_for is not None or self.unique_states is not None:
             self._check_hold()
-        if self.on_conflict != "skip":
-            if self.on_conflict != "replace":
-                raise InvalidJob("on_conflict", 'must be "skip" or "replace"')
-            if self.unique_key is None:
-                raise InvalidJob("on_conflict", "needs a unique_key")
-        object.__setattr__(self, "payload_json", encode_payload(self.payload))
 
     def _check_expiry(self) -> None:
         if self.expires_at is not None and self.expire_after is not None:
