@@ -5,6 +5,7 @@ transaction."""
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 
 import psycopg
@@ -94,3 +95,41 @@ async def test_a_keyed_spec_midway_takes_the_keyed_path_in_the_same_enqueue(
     found = rows(pg_url)
     assert len(found) == 1 + cut + 1_000
     assert {job_id for job_id, _ in found} == {holder.job.id} | {r.job.id for r in written}
+
+
+async def test_the_collector_rests_while_a_copy_block_is_made_and_no_longer(
+    pg_url: str,
+) -> None:
+    """Python's cyclic garbage collector is held off while the rows of a COPY block are made
+    (each spec, Job and result lives until the call returns: a collection would only walk
+    them again), and is on again after the call, whether it wrote everything or a bad spec
+    stopped it. A collector the caller had turned off stays off."""
+    seen: list[bool] = []
+
+    def watched(specs: Iterator[JobSpec]) -> Iterator[JobSpec]:
+        for spec in specs:
+            seen.append(gc.isenabled())
+            yield spec
+
+    def bad_after(count: int) -> Iterator[JobSpec]:
+        yield from plain(count)
+        yield JobSpec(kind="k", priority=10**6)
+
+    async with App(pg_url) as app:
+        assert gc.isenabled()
+        await app.enqueue_many(watched(plain(MANY)))
+        assert gc.isenabled()
+        # The first COPY_THRESHOLD specs decide the path, before any block; every later one
+        # is made inside a block.
+        head = pg_enqueue.COPY_THRESHOLD
+        assert seen[:head] == [True] * head and seen[head:] == [False] * (MANY - head)
+        with pytest.raises(InvalidJob, match="priority"):
+            await app.enqueue_many(bad_after(MANY))
+        assert gc.isenabled()
+        gc.disable()
+        try:
+            await app.enqueue_many(plain(MANY))
+            assert not gc.isenabled()
+        finally:
+            gc.enable()
+    assert len(rows(pg_url)) == 2 * MANY
