@@ -380,8 +380,8 @@ async def test_a_claim_looks_for_expired_leases_without_reading_the_running_jobs
     expired): before, it read every running job's entry of the (state, id) index, so a claim
     cost more the more jobs ran (rota_claim, run once a lease has expired, still reads them).
     No claim's plan is compiled by JIT: a claim is short, and a plan node the claim's
-    settings disable (a sort it cannot avoid) counts in its cost far above JIT's thresholds
-    (measured: ~0.8 s of compilation a claim with JIT on)."""
+    settings disable (a sort it cannot avoid) counts in its cost far above JIT's thresholds,
+    and JIT would compile every claim, for far longer than the claim runs."""
     from rota.store.postgres.store import PostgresStore
 
     store = PostgresStore(pg_url, pool_min=1, pool_max=1)

@@ -370,8 +370,9 @@ def collector_paused() -> Iterator[None]:
     """Python's cyclic garbage collector held off for one COPY block (at most MAX_ID_BLOCK
     jobs, or one list given whole). A block makes three objects per job that all live until
     the call returns (the spec, its Job, its result): each collection the allocations set off
-    walks them all again: about a sixth of a large enqueue's time. The collector is enabled again
-    as the block ends, if it was before; reference counting frees everything else meanwhile."""
+    walks them all again, a good part of a large enqueue's time. The collector is enabled
+    again as the block ends, if it was before; reference counting frees everything else
+    meanwhile."""
     if not gc.isenabled():
         yield
         return

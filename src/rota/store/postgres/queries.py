@@ -255,7 +255,7 @@ class Routine:
 #: wherever one exists (the check for expired leases: rota_jobs_leases, not every running job
 #: through the (state, id) index, when the statistics were taken while few jobs ran). A
 #: disabled node's cost stays in the estimate, far above JIT's thresholds: JIT is off (it
-#: compiled a claim for ~0.8 s; a claim is short).
+#: would compile every claim, for far longer than a claim runs).
 CLAIM_SETTINGS = (
     ("enable_seqscan", "off"),
     ("enable_bitmapscan", "off"),
