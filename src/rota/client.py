@@ -261,6 +261,10 @@ def job_spec(
     Raises InvalidJob naming the field.
     """
     base = defaults or NO_DEFAULTS
+    body = {} if payload is None else payload
+    named_queue = base.queue if queue is None else queue
+    rank = base.priority if priority is None else priority
+    attempts = base.max_attempts if max_attempts is None else max_attempts
     if (
         run_at is None
         and delay is None
@@ -274,34 +278,33 @@ def job_spec(
     ):
         # The common spec (enqueue_many makes one per job): the same JobSpec, without
         # passing and converting the options it does not use.
-        return tracing.created(
-            JobSpec(
-                kind=kind,
-                payload={} if payload is None else payload,
-                queue=base.queue if queue is None else queue,
-                priority=base.priority if priority is None else priority,
-                max_attempts=base.max_attempts if max_attempts is None else max_attempts,
-                tenant=tenant,
-                timeout=base.timeout,
-            )
+        spec = JobSpec(
+            kind=kind,
+            payload=body,
+            queue=named_queue,
+            priority=rank,
+            max_attempts=attempts,
+            tenant=tenant,
+            timeout=base.timeout,
         )
-    spec = JobSpec(
-        kind=kind,
-        payload={} if payload is None else payload,
-        queue=base.queue if queue is None else queue,
-        priority=base.priority if priority is None else priority,
-        run_at=run_at,
-        delay=_seconds(delay, "delay"),
-        max_attempts=base.max_attempts if max_attempts is None else max_attempts,
-        tenant=tenant,
-        unique_key=unique_key,
-        timeout=base.timeout if timeout is None else _seconds(timeout, "timeout"),
-        expires_at=expires_at,
-        expire_after=_seconds(expire_after, "expire_after"),
-        unique_for=_seconds(unique_for, "unique_for"),
-        unique_states=_states(unique_states),
-        on_conflict=on_conflict,
-    )
+    else:
+        spec = JobSpec(
+            kind=kind,
+            payload=body,
+            queue=named_queue,
+            priority=rank,
+            run_at=run_at,
+            delay=_seconds(delay, "delay"),
+            max_attempts=attempts,
+            tenant=tenant,
+            unique_key=unique_key,
+            timeout=base.timeout if timeout is None else _seconds(timeout, "timeout"),
+            expires_at=expires_at,
+            expire_after=_seconds(expire_after, "expire_after"),
+            unique_for=_seconds(unique_for, "unique_for"),
+            unique_states=_states(unique_states),
+            on_conflict=on_conflict,
+        )
     return tracing.created(spec)
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import random
 from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -67,6 +69,17 @@ async def store_counts(store: Store) -> Counter[tuple[str, str]]:
             if n
         }
     )
+
+
+@asynccontextmanager
+async def postgres_store(url: str, **options: Any) -> AsyncIterator[PostgresStore]:
+    """A PostgreSQL store of its own (``open_store`` options), closed after."""
+    store = open_store(url, **options)
+    assert isinstance(store, PostgresStore)
+    try:
+        yield store
+    finally:
+        await store.close()
 
 
 async def assert_counts_exact(store: Store, url: str) -> None:
@@ -360,9 +373,7 @@ async def test_a_claim_that_meets_an_expired_lease_takes_it_over_through_rota_cl
     counts stay exact both ways (rota_claim_fresh writes its own count deltas; rota_claim's
     are the trigger's)."""
     clock = FakeClock()
-    store = open_store(pg_url, clock=clock)
-    assert isinstance(store, PostgresStore)
-    try:
+    async with postgres_store(pg_url, clock=clock) as store:
         await store.enqueue([JobSpec(kind="a", queue="q1") for _ in range(3)])
         sent = sent_params(store)
         [first] = await store.claim("w1", queues=["q1"], limit=1, lease=LEASE)
@@ -382,8 +393,6 @@ async def test_a_claim_that_meets_an_expired_lease_takes_it_over_through_rota_cl
         sent.clear()
         assert await store.claim("w2", queues=["q1"], limit=10, lease=LEASE) == []
         assert set(sent) == {"claim_fresh_call"}, sent
-    finally:
-        await store.close()
 
 
 async def test_a_claim_whose_due_jobs_all_fit_takes_them_all_through_rota_claim_all(
@@ -392,9 +401,7 @@ async def test_a_claim_whose_due_jobs_all_fit_takes_them_all_through_rota_claim_
     """While its last claim came back short, a store claims through rota_claim_all: when every
     due job fits in the batch (the fair choice is then all of them), one statement takes
     every due job of the queues asked for, and none not yet due or of another queue."""
-    store = open_store(pg_url)
-    assert isinstance(store, PostgresStore)
-    try:
+    async with postgres_store(pg_url) as store:
         due = await store.enqueue(
             [JobSpec(kind="a", queue="q1", tenant=tenant) for tenant in ("t1", "t1", "t2")]
         )
@@ -406,8 +413,6 @@ async def test_a_claim_whose_due_jobs_all_fit_takes_them_all_through_rota_claim_
         assert sorted(job.id for job in claimed) == sorted(r.job.id for r in due)
         assert all(job.lease_token is not None and job.attempt == 1 for job in claimed)
         await assert_counts_exact(store, pg_url)
-    finally:
-        await store.close()
 
 
 async def test_a_claim_with_more_due_than_its_batch_takes_turns_through_rota_claim_fresh(
@@ -419,9 +424,7 @@ async def test_a_claim_with_more_due_than_its_batch_takes_turns_through_rota_cla
     tried again."""
     from rota.store.postgres.store import CROWDED_SKIP
 
-    store = open_store(pg_url)
-    assert isinstance(store, PostgresStore)
-    try:
+    async with postgres_store(pg_url) as store:
         await store.enqueue(
             [JobSpec(kind="a", queue="q1", tenant="t1") for _ in range(5)]
             + [JobSpec(kind="a", queue="q1", tenant=tenant) for tenant in ("t2", "t3")]
@@ -439,8 +442,6 @@ async def test_a_claim_with_more_due_than_its_batch_takes_turns_through_rota_cla
         assert await store.claim("w1", queues=["q1"], limit=3, lease=LEASE) == []
         assert set(sent) == {"claim_all_call"}, sent
         await assert_counts_exact(store, pg_url)
-    finally:
-        await store.close()
 
 
 async def test_an_attempt_that_runs_alone_among_due_jobs_is_claimed_alone(pg_url: str) -> None:
@@ -448,9 +449,7 @@ async def test_an_attempt_that_runs_alone_among_due_jobs_is_claimed_alone(pg_url
     never claims it beside other jobs, and leaves the claim to the walk, which takes it alone
     when it comes first. Alone in its queue, rota_claim_all takes it itself, not yet started
     (its worker says when it begins)."""
-    store = open_store(pg_url)
-    assert isinstance(store, PostgresStore)
-    try:
+    async with postgres_store(pg_url) as store:
         [suspect] = await store.enqueue([JobSpec(kind="a", queue="q1")])
         await store.enqueue([JobSpec(kind="a", queue="q1") for _ in range(2)])
         with psycopg.connect(pg_url, autocommit=True) as conn:
@@ -465,22 +464,16 @@ async def test_an_attempt_that_runs_alone_among_due_jobs_is_claimed_alone(pg_url
         with psycopg.connect(pg_url, autocommit=True) as conn:
             conn.execute("UPDATE rota_jobs SET crashes = 2 WHERE id = %s", [lone.job.id])
         # A store of its own: this one found a crowd and skips rota_claim_all (CROWDED_SKIP).
-        claimer = open_store(pg_url)
-        assert isinstance(claimer, PostgresStore)
-        try:
+        async with postgres_store(pg_url) as claimer:
             sent = sent_params(claimer)
             [claimed] = await claimer.claim("w1", queues=["q2"], limit=10, lease=LEASE)
             assert set(sent) == {"claim_all_call"}, sent
-        finally:
-            await claimer.close()
         with psycopg.connect(pg_url, autocommit=True) as conn:
             [(started,)] = conn.execute(
                 "SELECT lease_started FROM rota_jobs WHERE id = %s", [lone.job.id]
             ).fetchall()
         assert claimed.id == lone.job.id and started is False
         await assert_counts_exact(store, pg_url)
-    finally:
-        await store.close()
 
 
 async def test_rota_claim_all_meeting_an_expired_lease_leaves_the_claim_to_rota_claim(
@@ -489,9 +482,7 @@ async def test_rota_claim_all_meeting_an_expired_lease_leaves_the_claim_to_rota_
     """While a lease the claim could take over has expired, rota_claim_all claims nothing and
     says so, and the claim runs rota_claim at once, which takes it over with the due jobs."""
     clock = FakeClock()
-    store = open_store(pg_url, clock=clock)
-    assert isinstance(store, PostgresStore)
-    try:
+    async with postgres_store(pg_url, clock=clock) as store:
         await store.enqueue([JobSpec(kind="a", queue="q1")])
         [first] = await store.claim("w1", queues=["q1"], limit=10, lease=LEASE)
         clock.advance(LEASE + timedelta(seconds=1))
@@ -501,5 +492,3 @@ async def test_rota_claim_all_meeting_an_expired_lease_leaves_the_claim_to_rota_
         assert set(sent) == {"claim_all_call", "claim_call"}, sent
         assert len(claimed) == 2 and first.id in {job.id for job in claimed}
         await assert_counts_exact(store, pg_url)
-    finally:
-        await store.close()

@@ -66,25 +66,21 @@ SCHEDULE_COLUMNS = (
 
 _QUALIFIED_COLUMNS = ", ".join("j." + column.strip() for column in JOB_COLUMNS.split(","))
 _NULL_COLUMNS = ", ".join("NULL" for _ in JOB_COLUMNS.split(","))
+
+
+def _marker_row(column: str, value: str) -> str:
+    """A claim's marker row: every job column NULL but ``column``, which is ``value``."""
+    return ", ".join(value if name.strip() == column else "NULL" for name in JOB_COLUMNS.split(","))
+
+
 #: The claim's "walk was cut" row: every job column NULL but the tenant, which carries g.last.
-_WALK_MARKER = ", ".join(
-    "g.last" if column.strip() == "tenant" else "NULL" for column in JOB_COLUMNS.split(",")
-)
-
-
-def _marker_row(state: str) -> str:
-    """A claim's marker row: every job column NULL but the state."""
-    return ", ".join(
-        f"'{state}'" if column.strip() == "state" else "NULL" for column in JOB_COLUMNS.split(",")
-    )
-
-
+_WALK_MARKER = _marker_row("tenant", "g.last")
 #: The state "claim_fresh" gives its row of NULLs when a lease it could take over has expired.
 EXPIRED_MARKER = "expired"
-_EXPIRED_MARKER = _marker_row(EXPIRED_MARKER)
+_EXPIRED_MARKER = _marker_row("state", f"'{EXPIRED_MARKER}'")
 #: The state "claim_all" gives its row of NULLs when more jobs are due than its batch takes.
 CROWDED_MARKER = "crowded"
-_CROWDED_MARKER = _marker_row(CROWDED_MARKER)
+_CROWDED_MARKER = _marker_row("state", f"'{CROWDED_MARKER}'")
 #: Counts the rows of a CTE named "done" that reached a terminal state, per minute.
 _TALLY = """
     INSERT INTO rota_finished_per_minute (minute, state, n)
