@@ -426,6 +426,9 @@ class App:
         config = self.registry.get(kind)
         if config is None:
             return None
+        return self._defaults_of(kind, config)
+
+    def _defaults_of(self, kind: str, config: KindConfig) -> KindDefaults:
         known = self._kind_defaults.get(kind)
         if known is not None and known[0] is config:
             return known[1]
@@ -446,8 +449,11 @@ class App:
         Once the App has handlers, a kind without one is refused (InvalidJob naming the
         known kinds); an App with none accepts every kind, its handlers being elsewhere.
         """
-        check_known_kind(kind, self.registry.accepted_kinds())
-        return job_spec(kind, payload, defaults=self._defaults(kind), **options)
+        config = self.registry.get(kind)
+        if config is None:  # refused, unless the App has no handlers at all
+            check_known_kind(kind, self.registry.accepted_kinds())
+            return job_spec(kind, payload, **options)
+        return job_spec(kind, payload, defaults=self._defaults_of(kind, config), **options)
 
     async def enqueue(
         self,

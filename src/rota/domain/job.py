@@ -437,14 +437,21 @@ class JobSpec:
     def __post_init__(self) -> None:
         # enqueue_many makes one spec per job: the fields most specs leave unset are checked
         # only when set, in the same order (the first error raised is the same).
-        validate_name("kind", self.kind)
-        validate_name("queue", self.queue)
-        if self.tenant is not None:
-            validate_name("tenant", self.tenant)
+        # Each check's passing case inline; the call (and its message) only when it fails.
+        kind, queue, tenant = self.kind, self.queue, self.tenant
+        if not (type(kind) is str and _is_valid_name(kind)):
+            validate_name("kind", kind)
+        if not (type(queue) is str and _is_valid_name(queue)):
+            validate_name("queue", queue)
+        if tenant is not None and not (type(tenant) is str and _is_valid_name(tenant)):
+            validate_name("tenant", tenant)
         if self.schedule is not None:
             validate_name("schedule", self.schedule)
-        _int_in_range("priority", self.priority, MIN_PRIORITY, MAX_PRIORITY)
-        _int_in_range("max_attempts", self.max_attempts, 1, MAX_ATTEMPTS_LIMIT)
+        priority, attempts = self.priority, self.max_attempts
+        if type(priority) is not int or not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+            _int_in_range("priority", priority, MIN_PRIORITY, MAX_PRIORITY)
+        if type(attempts) is not int or not 1 <= attempts <= MAX_ATTEMPTS_LIMIT:
+            _int_in_range("max_attempts", attempts, 1, MAX_ATTEMPTS_LIMIT)
         if self.unique_key is not None:
             _optional_text("unique_key", self.unique_key, MAX_UNIQUE_KEY_LENGTH)
         if (
@@ -582,9 +589,31 @@ class JobSpec:
     ) -> Job:
         """The job a store just inserted for this spec: everything but its id and instants is
         what the spec says."""
-        # Job's required fields positionally, in their order (id, kind, queue, payload, state,
-        # priority, run_at, attempt, max_attempts, created_at): a bulk enqueue builds one Job
-        # per spec, and those ten as keywords cost more than the rest of the call.
+        # Job's first fields positionally, in their order (id, kind, queue, payload, state,
+        # priority, run_at, attempt, max_attempts, created_at, then tenant, unique_key,
+        # timeout): a bulk enqueue builds one Job per spec, and keywords cost more than the
+        # rest of the call. Most specs set none of the fields after those.
+        if (
+            self.schedule is None
+            and self.slot_at is None
+            and self.trace_context is None
+            and expires_at is None
+        ):
+            return Job(
+                job_id,
+                self.kind,
+                self.queue,
+                self.payload,
+                JobState.PENDING,
+                self.priority,
+                run_at,
+                0,
+                self.max_attempts,
+                created_at,
+                self.tenant,
+                self.unique_key,
+                self.timeout,
+            )
         return Job(
             job_id,
             self.kind,
