@@ -590,31 +590,10 @@ class JobSpec:
         """The job a store just inserted for this spec: everything but its id and instants is
         what the spec says."""
         # Job's first fields positionally, in their order (id, kind, queue, payload, state,
-        # priority, run_at, attempt, max_attempts, created_at, then tenant, unique_key,
-        # timeout): a bulk enqueue builds one Job per spec, and keywords cost more than the
-        # rest of the call. Most specs set none of the fields after those.
-        if (
-            self.schedule is None
-            and self.slot_at is None
-            and self.trace_context is None
-            and expires_at is None
-        ):
-            return Job(
-                job_id,
-                self.kind,
-                self.queue,
-                self.payload,
-                JobState.PENDING,
-                self.priority,
-                run_at,
-                0,
-                self.max_attempts,
-                created_at,
-                self.tenant,
-                self.unique_key,
-                self.timeout,
-            )
-        return Job(
+        # priority, run_at, attempt, max_attempts, created_at, tenant, unique_key, timeout):
+        # a bulk enqueue builds one Job per spec, and keywords cost more than the rest of the
+        # call. Most specs set none of the fields after those.
+        head = (
             job_id,
             self.kind,
             self.queue,
@@ -625,9 +604,19 @@ class JobSpec:
             0,
             self.max_attempts,
             created_at,
-            tenant=self.tenant,
-            unique_key=self.unique_key,
-            timeout=self.timeout,
+            self.tenant,
+            self.unique_key,
+            self.timeout,
+        )
+        if (
+            self.schedule is None
+            and self.slot_at is None
+            and self.trace_context is None
+            and expires_at is None
+        ):
+            return Job(*head)
+        return Job(
+            *head,
             schedule=self.schedule,
             slot_at=self.slot_at,
             trace_context=None if self.trace_context is None else dict(self.trace_context),
