@@ -261,11 +261,12 @@ def job_spec(
     Raises InvalidJob naming the field.
     """
     base = defaults or NO_DEFAULTS
-    body = {} if payload is None else payload
-    named_queue = base.queue if queue is None else queue
-    rank = base.priority if priority is None else priority
-    attempts = base.max_attempts if max_attempts is None else max_attempts
-    if (
+    chosen_timeout = base.timeout
+    # The common spec (enqueue_many makes one per job) names none of the other options, and
+    # JobSpec is given none of them to take and check; the rest are converted in their order
+    # (the first bad one is the one named).
+    options: dict[str, Any] = {}
+    if not (
         run_at is None
         and delay is None
         and unique_key is None
@@ -276,35 +277,26 @@ def job_spec(
         and unique_states is None
         and on_conflict == "skip"
     ):
-        # The common spec (enqueue_many makes one per job): the same JobSpec, without
-        # passing and converting the options it does not use.
-        spec = JobSpec(
-            kind=kind,
-            payload=body,
-            queue=named_queue,
-            priority=rank,
-            max_attempts=attempts,
-            tenant=tenant,
-            timeout=base.timeout,
-        )
-    else:
-        spec = JobSpec(
-            kind=kind,
-            payload=body,
-            queue=named_queue,
-            priority=rank,
-            run_at=run_at,
-            delay=_seconds(delay, "delay"),
-            max_attempts=attempts,
-            tenant=tenant,
-            unique_key=unique_key,
-            timeout=base.timeout if timeout is None else _seconds(timeout, "timeout"),
-            expires_at=expires_at,
-            expire_after=_seconds(expire_after, "expire_after"),
-            unique_for=_seconds(unique_for, "unique_for"),
-            unique_states=_states(unique_states),
-            on_conflict=on_conflict,
-        )
+        options["run_at"] = run_at
+        options["delay"] = _seconds(delay, "delay")
+        options["unique_key"] = unique_key
+        if timeout is not None:
+            chosen_timeout = _seconds(timeout, "timeout")
+        options["expires_at"] = expires_at
+        options["expire_after"] = _seconds(expire_after, "expire_after")
+        options["unique_for"] = _seconds(unique_for, "unique_for")
+        options["unique_states"] = _states(unique_states)
+        options["on_conflict"] = on_conflict
+    spec = JobSpec(
+        kind=kind,
+        payload={} if payload is None else payload,
+        queue=base.queue if queue is None else queue,
+        priority=base.priority if priority is None else priority,
+        max_attempts=base.max_attempts if max_attempts is None else max_attempts,
+        tenant=tenant,
+        timeout=chosen_timeout,
+        **options,
+    )
     return tracing.created(spec)
 
 

@@ -435,9 +435,9 @@ class JobSpec:
     payload_json: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        # enqueue_many makes one spec per job: the fields most specs leave unset are checked
-        # only when set, in the same order (the first error raised is the same).
-        # Each check's passing case inline; the call (and its message) only when it fails.
+        # enqueue_many makes one spec per job: each check's passing case is inline (the call,
+        # and its message, only when it fails), and the fields most specs leave unset are
+        # checked only when set, in the same order (the first error raised is the same).
         kind, queue, tenant = self.kind, self.queue, self.tenant
         if not (type(kind) is str and _is_valid_name(kind)):
             validate_name("kind", kind)
