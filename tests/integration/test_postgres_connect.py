@@ -306,3 +306,23 @@ async def test_a_caller_after_another_gets_the_connection_just_returned(pg_url: 
         assert len(used) == 1
     finally:
         await store.close()
+
+
+async def test_a_pool_connection_keeps_one_cursor_for_the_stores_statements(pg_url: str) -> None:
+    """The store's one-statement calls share their connection's kept cursor (no new cursor and
+    adaptation cache per statement), and a closed kept cursor is replaced, not reused."""
+    store = open_store(f"{pg_url}?pool_min=1&pool_max=1")
+    try:
+        pool = store._connections  # type: ignore[attr-defined]
+        async with pool.connection() as conn:
+            kept = conn.kept_cursor()
+            assert conn.kept_cursor() is kept
+            await kept.close()
+        assert await store.now()  # a statement through the store on the same connection
+        async with pool.connection() as again:
+            assert again is conn
+            fresh = again.kept_cursor()  # the one the store's statement made
+            assert fresh is not kept and not fresh.closed
+            assert await (await fresh.execute("SELECT 1")).fetchone() == (1,)
+    finally:
+        await store.close()

@@ -134,10 +134,27 @@ class Dialer:
             log.debug("%s: connection attempt %d failed: %s", self.what, failures, failure)
 
 
-def pool_connection_class(dialer: Dialer) -> type[psycopg.AsyncConnection[Any]]:
+class PoolConnection(psycopg.AsyncConnection[Any]):
+    """A connection of a store's pool: it keeps one cursor for the store's statements whose
+    rows are read at once. A new cursor per statement builds its adaptation cache again (the
+    dumpers of its parameters, the loaders of its columns): about a sixth of psycopg's client
+    time for a one-job enqueue, measured on the benchmark's cluster."""
+
+    _kept: psycopg.AsyncCursor[Any] | None = None
+
+    def kept_cursor(self) -> psycopg.AsyncCursor[Any]:
+        """The kept cursor. Its next ``execute`` replaces the rows of its last, so a caller
+        reads them before the connection runs anything else on it."""
+        kept = self._kept
+        if kept is None or kept.closed:
+            kept = self._kept = self.cursor()
+        return kept
+
+
+def pool_connection_class(dialer: Dialer) -> type[PoolConnection]:
     """The connection class of a pool whose new connections come through ``dialer``."""
 
-    class DialedConnection(psycopg.AsyncConnection[Any]):
+    class DialedConnection(PoolConnection):
         """A pool connection made through a Dialer: the pool's own retries double their delay
         without a cap (1, 2, 4, 8 s...), so after a long outage it would wait seconds past
         the server's return; the dialer keeps retrying within the reconnect cap instead."""
