@@ -21,6 +21,7 @@ from psycopg.rows import TupleRow
 
 from rota.domain.errors import StoreUnavailable
 from rota.domain.job import EnqueueResult, Job, JobSpec, JobState, state_mask
+from rota.store.postgres.connect import PoolConnection
 from rota.store.postgres.moved import again_if_moved, again_if_moved_sync
 from rota.store.postgres.queries import query
 from rota.store.postgres.rows import Row, array_or_null, returns_rows, row_to_job, us
@@ -471,12 +472,15 @@ def _relocks(statement: str) -> bool:
 async def _step(
     conn: psycopg.AsyncConnection[TupleRow], statement: str, params: dict[str, Any]
 ) -> psycopg.AsyncCursor[TupleRow]:
+    # A pool connection's kept cursor (drive_async reads each step's rows before the next);
+    # a caller's own connection gets a cursor of its own.
+    cursor = conn.kept_cursor() if isinstance(conn, PoolConnection) else conn.cursor()
     if not _relocks(statement):
-        return await conn.execute(statement, params)
+        return await cursor.execute(statement, params)
 
     async def in_savepoint() -> psycopg.AsyncCursor[TupleRow]:
         async with conn.transaction():
-            return await conn.execute(statement, params)
+            return await cursor.execute(statement, params)
 
     return await again_if_moved(in_savepoint)
 
