@@ -321,8 +321,9 @@ async def test_a_pool_connection_keeps_one_cursor_for_the_stores_statements(pg_u
         assert await store.now()  # a statement through the store on the same connection
         async with pool.connection() as again:
             assert again is conn
-            fresh = again.kept_cursor()  # the one the store's statement made
+            fresh = again.kept_cursor()
             assert fresh is not kept and not fresh.closed
+            assert fresh.pgresult is not None  # the store's statement ran on it
             assert await (await fresh.execute("SELECT 1")).fetchone() == (1,)
     finally:
         await store.close()
