@@ -138,7 +138,7 @@ class PoolConnection(psycopg.AsyncConnection[Any]):
     """A connection of a store's pool: it keeps one cursor for the store's statements whose
     rows are read at once. A new cursor per statement builds its adaptation cache again (the
     dumpers of its parameters, the loaders of its columns): about a sixth of psycopg's client
-    time for a one-job enqueue, measured on the benchmark's cluster."""
+    time for a one-job enqueue, measured on a cluster started as the benchmark starts it."""
 
     _kept: psycopg.AsyncCursor[Any] | None = None
 
