@@ -6,7 +6,7 @@ Each event is ``[name, time.time()]``:
 - ``notice``: a notification reached the worker's Python code (rota: the listener parsed its
   payload; PgQueuer: its listener queued the event);
 - ``sent`` / ``answered``: the claim statement was handed to the driver / its rows came back
-  (rota: psycopg's ``execute`` of ``rota_claim_all``, ``rota_claim_fresh`` or ``rota_claim``;
+  (rota: ``PoolConnection.run`` of ``rota_claim_all``, ``rota_claim_fresh`` or ``rota_claim``;
   PgQueuer: its driver's ``fetch`` inside ``Queries.dequeue``). Only calls that returned rows
   are kept.
 
@@ -38,9 +38,8 @@ def write(path: str) -> None:
 
 
 def _install_rota() -> None:
-    import psycopg
-
     from rota.store.postgres import listen
+    from rota.store.postgres.connect import PoolConnection
 
     parse = listen.due_at
 
@@ -50,19 +49,19 @@ def _install_rota() -> None:
 
     listen.due_at = due_at  # type: ignore[assignment]
 
-    execute = psycopg.AsyncConnection.execute
+    run = PoolConnection.run
 
-    async def traced(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
-        if not (isinstance(query, str) and "FROM rota_claim" in query):
-            return await execute(self, query, *args, **kwargs)
+    async def traced(self: Any, sql: str, params: Any) -> Any:
+        if "FROM rota_claim" not in sql:
+            return await run(self, sql, params)
         sent = time.time()
-        cursor = await execute(self, query, *args, **kwargs)
-        if cursor.rowcount:
+        rows = await run(self, sql, params)
+        if rows:
             EVENTS.append(["sent", sent])
             EVENTS.append(["answered", time.time()])
-        return cursor
+        return rows
 
-    psycopg.AsyncConnection.execute = traced  # type: ignore[method-assign]
+    PoolConnection.run = traced  # type: ignore[method-assign]
 
 
 def _install_pgqueuer() -> None:

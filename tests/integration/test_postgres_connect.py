@@ -308,8 +308,8 @@ async def test_a_caller_after_another_gets_the_connection_just_returned(pg_url: 
         await store.close()
 
 
-async def test_a_pool_connection_keeps_one_cursor_for_the_stores_statements(pg_url: str) -> None:
-    """The store's one-statement calls share their connection's kept cursor (no new cursor and
+async def test_a_pool_connection_keeps_one_cursor_for_the_steps_of_a_flow(pg_url: str) -> None:
+    """The steps of the store's flows share their connection's kept cursor (no new cursor and
     adaptation cache per statement), and a closed kept cursor is replaced, not reused."""
     store = open_store(f"{pg_url}?pool_min=1&pool_max=1")
     try:
@@ -318,12 +318,13 @@ async def test_a_pool_connection_keeps_one_cursor_for_the_stores_statements(pg_u
             kept = conn.kept_cursor()
             assert conn.kept_cursor() is kept
             await kept.close()
-        assert await store.now()  # a statement through the store on the same connection
+        # A keyed enqueue is a flow: looked up, inserted, in one transaction.
+        await store.enqueue([JobSpec(kind="k", unique_key="once")])
         async with pool.connection() as again:
             assert again is conn
             fresh = again.kept_cursor()
             assert fresh is not kept and not fresh.closed
-            assert fresh.pgresult is not None  # the store's statement ran on it
+            assert fresh.pgresult is not None  # the flow's steps ran on it
             assert await (await fresh.execute("SELECT 1")).fetchone() == (1,)
     finally:
         await store.close()

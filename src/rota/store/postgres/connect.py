@@ -8,7 +8,7 @@ import contextlib
 import logging
 import select
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Self, TypeVar
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit
@@ -22,6 +22,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from rota.domain.errors import ConnectionFailed, InvalidInput, StoreUnavailable
 from rota.domain.job import decode_json
 from rota.domain.retry import RECONNECT_BACKOFF
+from rota.store.postgres.direct import Direct, Row
 from rota.store.postgres.failures import address_of, again, connection_failed
 
 log = logging.getLogger("rota.store.postgres")
@@ -135,12 +136,24 @@ class Dialer:
 
 
 class PoolConnection(psycopg.AsyncConnection[Any]):
-    """A connection of a store's pool: it keeps one cursor for the store's statements whose
-    rows are read at once. A new cursor per statement builds its adaptation cache again (the
-    dumpers of its parameters, the loaders of its columns): about a sixth of psycopg's client
-    time for a one-job enqueue, measured on a cluster started as the benchmark starts it."""
+    """A connection of a store's pool. The store's one-statement calls go through ``run``
+    (direct.py): straight through libpq, prepared once per connection. Each step of a flow
+    (a transaction of several statements) runs on the connection's kept cursor: a new cursor
+    per statement would build its adaptation cache again (the dumpers of its parameters, the
+    loaders of its columns), about a sixth of psycopg's client time for a one-job enqueue,
+    measured on a cluster started as the benchmark starts it."""
 
+    _direct: Direct | None = None
     _kept: psycopg.AsyncCursor[Any] | None = None
+
+    async def run(self, sql: str, params: Mapping[str, Any]) -> list[Row]:
+        """``sql``, one statement that commits by itself, with ``params``: its rows, as
+        tuples (none for a statement that returns none). Errors are psycopg's, as a cursor
+        raises them. Not inside a transaction: use a cursor there."""
+        direct = self._direct
+        if direct is None:
+            direct = self._direct = Direct(self)
+        return await direct.run(sql, params)
 
     def kept_cursor(self) -> psycopg.AsyncCursor[Any]:
         """The kept cursor. Its next ``execute`` replaces the rows of its last, so a caller
