@@ -7,6 +7,9 @@ PYTEST_ARGS ?=
 SOAK_LOG := .soak.log
 SOAK_SHOWN := 500
 SOAK_TMP := .soak-tmp
+# Run after the soak, beside the rest of the tests (test: says why): about as long together.
+BESIDE := tests/chaos
+BESIDE_LOG := .beside.log
 
 .DEFAULT_GOAL := help
 
@@ -62,24 +65,36 @@ test-fast: setup ## Unit and contract tests (seconds)
 
 .PHONY: test
 test: setup ## The whole test suite (PostgreSQL tests skip with a hint when no server is found)
-	@# The soak (10 minutes under CI=true, skipped otherwise) runs beside everything else. A
-	@# pass prints one line; a failure prints its log (the last $(SOAK_SHOWN) lines) and keeps
-	@# it, with the workers' logs and history in its own temporary directory.
-	@rm -rf $(SOAK_TMP); \
-	$(BIN)/pytest -q -m soak -p no:cacheprovider --basetemp=$(SOAK_TMP) $(PYTEST_ARGS) \
-		> $(SOAK_LOG) 2>&1 & soak=$$!; \
-	$(BIN)/pytest -q -m "not soak" $(PYTEST_ARGS); rest=$$?; \
-	wait $$soak; soaked=$$?; \
-	if [ $$soaked -eq 0 ]; then \
+	@# Two lanes at once, as the tests mostly wait (on their processes, PostgreSQL, a browser):
+	@# one runs the soak (10 minutes under CI=true, skipped otherwise), then $(BESIDE); the
+	@# other everything else, about as long. A lane that passes prints one line; a failure
+	@# prints its log (the soak's last $(SOAK_SHOWN) lines, its workers' logs and history kept
+	@# in its own temporary directory). pytest's exit 5 (nothing collected, as under -k) passes.
+	@rm -rf $(SOAK_TMP) $(BESIDE_LOG); \
+	( $(BIN)/pytest -q -m soak -p no:cacheprovider --basetemp=$(SOAK_TMP) $(PYTEST_ARGS) \
+		> $(SOAK_LOG) 2>&1; soaked=$$?; \
+	  $(BIN)/pytest -q -m "not soak" -p no:cacheprovider $(BESIDE) $(PYTEST_ARGS) \
+		> $(BESIDE_LOG) 2>&1; beside=$$?; \
+	  exit $$(( (soaked != 0 && soaked != 5) + 2 * (beside != 0 && beside != 5) )) \
+	) & lane=$$!; \
+	$(BIN)/pytest -q -m "not soak" $(addprefix --ignore=,$(BESIDE)) $(PYTEST_ARGS); rest=$$?; \
+	[ $$rest -eq 5 ] && rest=0; \
+	wait $$lane; failed=$$?; \
+	if [ $$((failed & 1)) -eq 0 ]; then \
 		echo "== soak: $$(tail -n 1 $(SOAK_LOG))"; rm -rf $(SOAK_LOG) $(SOAK_TMP); \
 	else \
-		echo "== soak FAILED (exit $$soaked): the last $(SOAK_SHOWN) of its" \
-			"$$(wc -l < $(SOAK_LOG)) lines"; \
+		echo "== soak FAILED: the last $(SOAK_SHOWN) of its $$(wc -l < $(SOAK_LOG)) lines"; \
 		tail -n $(SOAK_SHOWN) $(SOAK_LOG); \
 		echo "== soak FAILED: whole log in $(CURDIR)/$(SOAK_LOG)," \
 			"worker logs and history under $(CURDIR)/$(SOAK_TMP)"; \
 	fi; \
-	test $$rest -eq 0 -a $$soaked -eq 0
+	if [ $$((failed & 2)) -eq 0 ]; then \
+		echo "== $(BESIDE): $$(tail -n 1 $(BESIDE_LOG))"; rm -f $(BESIDE_LOG); \
+	else \
+		echo "== $(BESIDE) FAILED:"; cat $(BESIDE_LOG); \
+		echo "== $(BESIDE) FAILED: log kept in $(CURDIR)/$(BESIDE_LOG)"; \
+	fi; \
+	test $$rest -eq 0 -a $$failed -eq 0
 
 .PHONY: ci
 ci: ## What CI runs on a clean clone (.ci/run): packages, PostgreSQL, lint, types, every test
