@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg import pq
 from psycopg.adapt import PyFormat, Transformer
+from psycopg.errors import error_from_result  # how a cursor raises a result's error
 
 if TYPE_CHECKING:
     from psycopg.abc import Buffer
@@ -102,12 +103,12 @@ class Direct:
         returns none). In autocommit the statement commits by itself."""
         statement = Statement.of(sql)
         tx = self._transformer
-        values = tx.dump_sequence([params[name] for name in statement.names], statement.formats)
-        types = tx.types or ()
-        formats = tx.formats
         conn = self._conn
         pgconn = conn.pgconn
-        async with conn.lock:
+        async with conn.lock:  # the transformer's state too, from the dump to the rows
+            values = tx.dump_sequence([params[name] for name in statement.names], statement.formats)
+            types = tx.types or ()
+            formats = tx.formats
             if (
                 conn.prepare_threshold is None
                 or pgconn.transaction_status != _IDLE
@@ -132,10 +133,10 @@ class Direct:
                     result = await self._run_prepared(
                         pgconn, statement.text, values, types, formats
                     )
-        if result.status != _TUPLES_OK:
-            return []
-        tx.set_pgresult(result)
-        return tx.load_rows(0, result.ntuples, tuple)
+            if result.status != _TUPLES_OK:
+                return []
+            tx.set_pgresult(result)
+            return tx.load_rows(0, result.ntuples, tuple)
 
     async def _run_prepared(
         self,
@@ -162,7 +163,7 @@ class Direct:
         for result in results:
             status = result.status
             if status == _FATAL_ERROR:
-                raise psycopg.errors.error_from_result(result, encoding=self._conn.info.encoding)
+                raise error_from_result(result, encoding=self._conn.info.encoding)
             if status != _TUPLES_OK and status != _COMMAND_OK:
                 raise psycopg.InternalError(
                     f"unexpected result status: {pq.ExecStatus(status).name}"
