@@ -147,9 +147,9 @@ class PoolConnection(psycopg.AsyncConnection[Any]):
     _kept: psycopg.AsyncCursor[Any] | None = None
 
     async def run(self, sql: str, params: Mapping[str, Any]) -> list[Row]:
-        """``sql``, one statement that commits by itself, with ``params``: its rows, as
-        tuples (none for a statement that returns none). Errors are psycopg's, as a cursor
-        raises them. Not inside a transaction: use a cursor there."""
+        """``sql`` (one statement) with ``params``: its rows, as tuples (none for a statement
+        that returns none). Errors are psycopg's, as a cursor raises them. Outside a
+        transaction it commits by itself; inside one it is sent unnamed (nothing prepared)."""
         direct = self._direct
         if direct is None:
             direct = self._direct = Direct(self)
