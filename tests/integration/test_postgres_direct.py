@@ -198,14 +198,14 @@ class Watcher:
     async def until_sleeping(self) -> None:
         assert self._watch is not None
         pid = self._conn.info.backend_pid
-        for _ in range(2_000):  # bounded: the statement was sent before this is called
+        # One round trip a look, no sleep: bounded, as the statement was sent before this.
+        for _ in range(20_000):
             cursor = await self._watch.execute(
                 "SELECT wait_event FROM pg_stat_activity WHERE pid = %s", [pid]
             )
             row = await cursor.fetchone()
             if row is not None and row[0] == "PgSleep":
                 return
-            await asyncio.sleep(0.005)
         raise AssertionError("the statement never started")
 
 

@@ -4,13 +4,13 @@ heartbeats, the plain enqueue) without psycopg's cursor machinery around them.
 A cursor's ``execute`` and ``fetchall`` cost about 40 µs of client CPU per statement more than
 the protocol itself needs (query conversion and bookkeeping per call, a future and callbacks
 per socket wait): measured on one connection, 3,000 one-job enqueues each way, shuffled,
-135 µs against 96. These statements are a small fixed set, each one statement that commits by
-itself, so what a cursor offers beyond that is not needed here: ``Statement`` converts a
-statement's ``%(name)s`` placeholders once, psycopg's own ``Transformer`` dumps the values and
-loads the rows (the same adapters, so the same Python values a cursor would return), and
-``run`` sends it prepared (unnamed when the connection prepares nothing, as behind a
-transaction pooler, or when a transaction is open) and waits on the socket itself. Errors are psycopg's own exceptions, raised
-from the result as a cursor raises them.
+135 µs against 96. These statements are a small fixed set, one statement each, so what a
+cursor offers beyond that is not needed here: ``Statement`` converts a statement's
+``%(name)s`` placeholders once, psycopg's own ``Transformer`` dumps the values and loads the
+rows (the same adapters, so the same Python values a cursor would return), and ``run`` sends
+it prepared (unnamed when the connection prepares nothing, as behind a transaction pooler, or
+when a transaction is open) and waits on the socket itself. Errors are psycopg's own
+exceptions, raised from the result as a cursor raises them.
 """
 
 from __future__ import annotations
