@@ -14,7 +14,6 @@ from typing import Any
 import psycopg
 import pytest
 
-from rota.store.postgres import direct
 from rota.store.postgres.connect import ADAPTERS, PoolConnection
 
 pytestmark = pytest.mark.postgres
@@ -207,11 +206,3 @@ class Watcher:
             if row is not None and row[0] == "PgSleep":
                 return
         raise AssertionError("the statement never started")
-
-
-def test_placeholders_become_numbered_parameters() -> None:
-    statement = direct.Statement.of("SELECT %(a)s, %(b)b, %(a)s, %(c)t, '%%'")
-    assert statement.text == b"SELECT $1, $2, $1, $3, '%'"
-    assert statement.names == ("a", "b", "c")
-    with pytest.raises(ValueError, match="two formats"):
-        direct.Statement.of("SELECT %(a)s, %(a)b")

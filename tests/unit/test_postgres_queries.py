@@ -6,7 +6,10 @@ from __future__ import annotations
 from dataclasses import fields
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from rota.domain.job import Job, JobState
+from rota.store.postgres import direct
 from rota.store.postgres.queries import JOB_COLUMNS, queries, query
 from rota.store.postgres.rows import row_to_job
 
@@ -31,3 +34,12 @@ def test_the_job_columns_are_job_s_fields_in_order_so_a_row_builds_a_job_positio
     job = row_to_job(tuple(values[column] for column in columns))
     assert job.state is JobState.RUNNING and job.timeout == timedelta(seconds=1.5)
     assert (job.kind, job.run_at, job.waiting_on) == ("<kind>", at, "<waiting_on>")
+
+
+def test_placeholders_become_numbered_parameters() -> None:
+    """How PoolConnection.run (direct.py) hands a statement to PostgreSQL."""
+    statement = direct.Statement.of("SELECT %(a)s, %(b)b, %(a)s, %(c)t, '%%'")
+    assert statement.text == b"SELECT $1, $2, $1, $3, '%'"
+    assert statement.names == ("a", "b", "c")
+    with pytest.raises(ValueError, match="two formats"):
+        direct.Statement.of("SELECT %(a)s, %(a)b")

@@ -1,10 +1,11 @@
 """One statement straight through libpq: the store's hottest statements (claims, completions,
 heartbeats, the plain enqueue) without psycopg's cursor machinery around them.
 
-A cursor's ``execute`` and ``fetchall`` cost about 40 µs of client CPU per statement more than
-the protocol itself needs (query conversion and bookkeeping per call, a future and callbacks
-per socket wait): measured on one connection, 3,000 one-job enqueues each way, shuffled,
-135 µs against 96. These statements are a small fixed set, one statement each, so what a
+A cursor's ``execute`` and ``fetchall`` cost client CPU per statement beyond what the protocol
+needs (query conversion and bookkeeping per call, a future and callbacks per socket wait):
+one-job ``App.enqueue`` took 130 µs of client CPU through the kept cursor and 90 sent this
+way, on a cluster started as the benchmark starts it (docs/benchmarks.md, its reading). These
+statements are a small fixed set, one statement each, so what a
 cursor offers beyond that is not needed here: ``Statement`` converts a statement's
 ``%(name)s`` placeholders once, psycopg's own ``Transformer`` dumps the values and loads the
 rows (the same adapters, so the same Python values a cursor would return), and ``run`` sends
@@ -16,7 +17,6 @@ exceptions, raised from the result as a cursor raises them.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import re
@@ -213,22 +213,17 @@ async def _ready(loop: asyncio.AbstractEventLoop, fileno: int, *, write: bool) -
     """Wait until ``fileno`` is readable (or, with ``write``, writable or readable); whether
     it is readable."""
     ready: asyncio.Future[bool] = loop.create_future()
-
-    def readable() -> None:
-        if not ready.done():
-            ready.set_result(True)
-
-    def writable() -> None:
-        if not ready.done():
-            ready.set_result(False)
-
-    loop.add_reader(fileno, readable)
+    loop.add_reader(fileno, _settle, ready, True)
     if write:
-        loop.add_writer(fileno, writable)
+        loop.add_writer(fileno, _settle, ready, False)
     try:
         return await ready
     finally:
         loop.remove_reader(fileno)
         if write:
-            with contextlib.suppress(Exception):
-                loop.remove_writer(fileno)
+            loop.remove_writer(fileno)
+
+
+def _settle(ready: asyncio.Future[bool], readable: bool) -> None:
+    if not ready.done():
+        ready.set_result(readable)
