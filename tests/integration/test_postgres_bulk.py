@@ -1,12 +1,14 @@
 """A bulk enqueue of specs made one by one (a generator) on PostgreSQL: written by COPY while
 the caller makes the rest, with ids reserved in blocks, and as atomic as any enqueue: a bad
 spec midway leaves nothing written, a keyed spec midway takes the keyed path in the same
-transaction."""
+transaction. Jobs due now are written without their instants (the columns' default), and a
+job due later among them still gets its own."""
 
 from __future__ import annotations
 
 import gc
 from collections.abc import Iterator
+from datetime import timedelta
 
 import psycopg
 import pytest
@@ -133,3 +135,39 @@ async def test_the_collector_rests_while_a_copy_block_is_made_and_no_longer(
         finally:
             gc.enable()
     assert len(rows(pg_url)) == 2 * MANY
+
+
+@pytest.mark.parametrize("made", ["list", "generator"])
+async def test_jobs_due_later_among_jobs_due_now_are_stored_as_returned(
+    pg_url: str, made: str
+) -> None:
+    """A COPY of jobs due now leaves run_at and created_at to the columns' default, the
+    transaction's now(): a chunk holding a job due later ends it, and the rest is written with
+    every instant. Each job is stored as the enqueue returned it, all created at one instant."""
+    later = pg_enqueue.COPY_CHUNK + 500
+
+    def specs() -> Iterator[JobSpec]:
+        for seq in range(3 * pg_enqueue.COPY_CHUNK):
+            delay = timedelta(minutes=5) if seq in (later, later + 1) else None
+            yield JobSpec(kind="k", payload={"seq": seq}, delay=delay)
+
+    async with App(pg_url) as app:
+        given = list(specs()) if made == "list" else specs()
+        results = await app.enqueue_many(given)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        stored = {
+            job_id: (run_at, created_at)
+            for job_id, run_at, created_at in conn.execute(
+                "SELECT id, run_at, created_at FROM rota_jobs"
+            ).fetchall()
+        }
+    assert len(stored) == len(results) == 3 * pg_enqueue.COPY_CHUNK
+    assert {r.job.id: (r.job.run_at, r.job.created_at) for r in results} == stored
+    [created] = {r.job.created_at for r in results}
+    delayed = {r.job.payload["seq"]: r.job.run_at for r in results if r.job.run_at != created}
+    assert delayed == {
+        later: created + timedelta(minutes=5),
+        later + 1: created + timedelta(minutes=5),
+    }
+    ids = [r.job.id for r in results]
+    assert ids == sorted(set(ids))

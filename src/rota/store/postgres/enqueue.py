@@ -267,43 +267,51 @@ def row_matches_key(row: Row, spec: JobSpec) -> bool:
     return bool(row[3] == spec.unique_key)
 
 
-def copy_line(job_id: int, spec: JobSpec, now: datetime, now_text: str) -> str:
+def copy_line(job_id: int, spec: JobSpec, now: datetime, now_text: str | None) -> str:
     """One row of COPY text for a keyless spec (no unique key, and no schedule and slot
     together; either alone is kept). Names are [A-Za-z0-9_.:-] by validation and
     compact JSON never holds a raw tab or newline, so only the JSON's backslashes need escaping
-    (a trace context is printable ASCII, so its JSON holds neither either)."""
+    (a trace context is printable ASCII, so its JSON holds neither either).
+
+    ``now_text`` None: the row is for "copy_jobs_now", without run_at and created_at (the
+    spec is due now, and both are the column's default)."""
     payload = spec.payload_json.replace("\\", "\\\\")
     traced = trace_context_json(spec)
+    expires = spec.expiry_at(now)
+    head = (spec.kind, spec.queue, payload, str(spec.priority))
+    attempts = str(spec.max_attempts)
     tenant = spec.tenant if spec.tenant is not None else COPY_NULL
     timeout = str(us(spec.timeout)) if spec.timeout is not None else COPY_NULL
-    due = now_text if spec.run_at is None and spec.delay is None else spec.due_at(now).isoformat()
-    expires = spec.expiry_at(now)
-    fields = (
-        str(job_id),
-        spec.kind,
-        spec.queue,
-        payload,
-        str(spec.priority),
-        due,
-        str(spec.max_attempts),
-        tenant,
-        timeout,
-        now_text,
+    tail = (
         traced.replace("\\", "\\\\") if traced is not None else COPY_NULL,
         expires.isoformat() if expires is not None else COPY_NULL,
         spec.schedule if spec.schedule is not None else COPY_NULL,
         spec.slot_at.isoformat() if spec.slot_at is not None else COPY_NULL,
     )
-    return "\t".join(fields) + "\n"
+    if now_text is None:
+        return "\t".join((str(job_id), *head, attempts, tenant, timeout, *tail)) + "\n"
+    due = now_text if spec.run_at is None and spec.delay is None else spec.due_at(now).isoformat()
+    return "\t".join((str(job_id), *head, due, attempts, tenant, timeout, now_text, *tail)) + "\n"
+
+
+def due_now(specs: Sequence[JobSpec]) -> bool:
+    """Whether every one of ``specs`` is due at the store's now (no run_at, no delay)."""
+    return all(spec.run_at is None and spec.delay is None for spec in specs)
 
 
 async def copy_jobs(
     conn: psycopg.AsyncConnection[TupleRow], specs: Sequence[JobSpec], now: datetime | None
 ) -> list[EnqueueResult]:
     """A large keyless batch by COPY, inside the caller's transaction: ids are reserved first,
-    so every job is known without reading the rows back."""
+    so every job is known without reading the rows back. One COPY unless a COPY of jobs due
+    now meets later ones (``_copy_rows``): the rest then takes a COPY of its own."""
     chunks = (specs[start : start + COPY_CHUNK] for start in range(0, len(specs), COPY_CHUNK))
-    results, _, _ = await _copy_block(conn, len(specs), next(chunks), chunks, now, keyless=True)
+    results: list[EnqueueResult] = []
+    first: Sequence[JobSpec] | None = next(chunks)
+    while first is not None:
+        left = len(specs) - len(results)
+        done, _, first = await _copy_block(conn, left, first, chunks, now, keyless=True)
+        results += done
     return results
 
 
@@ -316,8 +324,9 @@ async def stream_jobs(
     """``head`` (keyless specs) and then those ``rest`` yields, inside the caller's
     transaction: by COPY while they are keyless, each chunk sent as soon as it is made, so the
     server inserts one chunk while the caller makes the next. The count is not known ahead, so
-    ids are reserved in blocks that double (from ``len(head)`` to MAX_ID_BLOCK; the last
-    block's unused ids are left as a gap in the sequence). From the first keyed spec on, the
+    ids are reserved in blocks that double (from ``len(head)`` to MAX_ID_BLOCK; the unused
+    ids of the last block, or of one cut short by a job not due now, are left as a gap in the
+    sequence). From the first keyed spec on, the
     rest goes through the enqueue flow, in the same transaction."""
     chunks = _chunked(head, rest)
     results: list[EnqueueResult] = []
@@ -362,8 +371,11 @@ async def _copy_block(
     row = await cursor.fetchone()
     assert row is not None
     at, ids = row
+    # Without a clock given, ``at`` is the transaction's now(), the default of run_at and
+    # created_at (022): a block that starts with jobs due now leaves both out of its rows.
+    shape = "copy_jobs_now" if now is None and due_now(first) else "copy_jobs"
     with collector_paused():
-        return await _copy_rows(conn, cursor, count, ids, at, first, chunks, keyless=keyless)
+        return await _copy_rows(conn, cursor, shape, count, ids, at, first, chunks, keyless=keyless)
 
 
 @contextmanager
@@ -387,6 +399,7 @@ def collector_paused() -> Iterator[None]:
 async def _copy_rows(
     conn: psycopg.AsyncConnection[TupleRow],
     cursor: psycopg.AsyncCursor[TupleRow],
+    shape: str,
     count: int,
     ids: list[int],
     at: datetime,
@@ -395,13 +408,16 @@ async def _copy_rows(
     *,
     keyless: bool,
 ) -> tuple[list[EnqueueResult], list[JobSpec], Sequence[JobSpec] | None]:
-    at_text = at.isoformat()
+    """The rows of one COPY (see ``_copy_block``). ``shape``: "copy_jobs", or
+    "copy_jobs_now" (rows without run_at and created_at), whose COPY ends before a chunk
+    holding a job not due now: that chunk is returned as the one that did not fit."""
+    at_text = None if shape == "copy_jobs_now" else at.isoformat()
     results: list[EnqueueResult] = []
     tail: list[JobSpec] = []
     used = 0
     chunk: Sequence[JobSpec] | None = first
     copied = Copied()
-    async with cursor.copy(query("copy_jobs")) as copy:
+    async with cursor.copy(query(shape)) as copy:
         while chunk is not None:
             keyed = None if keyless else next((i for i, s in enumerate(chunk) if s.keyed), None)
             if keyed is not None:
@@ -422,7 +438,9 @@ async def _copy_rows(
             if tail:
                 break
             chunk = next(chunks, None)
-            if chunk is not None and used + len(chunk) > count:
+            if chunk is not None and (
+                used + len(chunk) > count or (at_text is None and not due_now(chunk))
+            ):
                 break
     if copied.counts:
         await conn.execute(query("copied"), copied.params())
