@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -105,6 +107,30 @@ def test_a_trace_context_is_kept_as_a_plain_copy_without_checking_the_rest_again
 def test_a_valid_spec_keeps_its_payload_text_canonical() -> None:
     spec = JobSpec(kind="email.send", payload={"b": 1, "a": ["ü", None, 2.5]})
     assert spec.payload_json == '{"b":1,"a":["ü",null,2.5]}'
+
+
+def test_the_written_constructor_takes_the_fields_in_their_order_with_their_defaults() -> None:
+    """JobSpec's __init__ is written out (it sets each slot through its own setter): it takes
+    every init field of the dataclass, in order, with the same defaults, as @dataclass
+    would; a field added to one and not the other fails here."""
+    parameters = list(inspect.signature(JobSpec.__init__).parameters.values())[1:]
+    init_fields = [f for f in dataclasses.fields(JobSpec) if f.init]
+    assert [p.name for p in parameters] == [f.name for f in init_fields]
+    for parameter, spec_field in zip(parameters, init_fields, strict=True):
+        if spec_field.name == "payload":  # default_factory=dict: a new {} for each spec
+            continue
+        expected = inspect.Parameter.empty
+        if spec_field.default is not dataclasses.MISSING:
+            expected = spec_field.default
+        assert parameter.default == expected, spec_field.name
+    first, second = JobSpec("k"), JobSpec("k")
+    assert first.payload == {} and first.payload is not second.payload
+    assert JobSpec("k", None).payload is None  # JSON null, not the default
+    every = {f.name: getattr(first, f.name) for f in init_fields}
+    assert JobSpec(**every) == first
+    assert dataclasses.replace(first, priority=3) == JobSpec("k", priority=3)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        first.priority = 1  # type: ignore[misc]
 
 
 def test_run_at_is_normalised_to_utc() -> None:
