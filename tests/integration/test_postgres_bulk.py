@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
@@ -171,3 +171,28 @@ async def test_jobs_due_later_among_jobs_due_now_are_stored_as_returned(
     }
     ids = [r.job.id for r in results]
     assert ids == sorted(set(ids))
+
+
+async def test_a_copy_of_jobs_due_now_stores_every_field(pg_url: str) -> None:
+    """The COPY of jobs due now (no clock given: the store's own) writes every other field
+    as the COPY with instants does: each job returned is the job stored."""
+    slot = datetime(2026, 1, 1, 3, tzinfo=UTC)
+    shapes = [
+        JobSpec("plain"),
+        JobSpec("full", payload={"n": [1, 2.5], "s": "a\\b"}, queue="mail", priority=3,
+                tenant="acme", timeout=timedelta(seconds=9), expire_after=timedelta(days=1),
+                max_attempts=4),
+        JobSpec("fired", schedule="nightly"),
+        JobSpec("slotted", slot_at=slot),
+        JobSpec("traced", trace_context={"traceparent": "00-" + "a" * 32 + "-" + "b" * 16 + "-01"}),
+    ]  # fmt: skip
+    specs = [shapes[i % len(shapes)] for i in range(pg_enqueue.COPY_THRESHOLD)]
+    async with App(pg_url) as app:
+        results = await app.enqueue_many(specs)
+        stored = {job.id: job for job in await app.store.get_many([r.job.id for r in results])}
+    assert [stored[result.job.id] for result in results] == [result.job for result in results]
+    full = results[1].job
+    assert (full.tenant, full.timeout, full.payload["s"]) == ("acme", timedelta(seconds=9), "a\\b")
+    assert full.expires_at == full.created_at + timedelta(days=1) == full.run_at + timedelta(days=1)
+    assert results[2].job.schedule == "nightly" and results[3].job.slot_at == slot
+    assert results[4].job.trace_context == shapes[4].trace_context
