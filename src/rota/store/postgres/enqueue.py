@@ -274,7 +274,7 @@ def copy_line(job_id: int, spec: JobSpec, now: datetime, now_text: str | None) -
     (a trace context is printable ASCII, so its JSON holds neither either).
 
     ``now_text`` None: the row is for "copy_jobs_now", without run_at and created_at (the
-    spec is due now, and both are the column's default)."""
+    spec is due now, and both take their column's default)."""
     payload = spec.payload_json.replace("\\", "\\\\")
     traced = trace_context_json(spec)
     expires = spec.expiry_at(now)
@@ -330,8 +330,8 @@ async def stream_jobs(
     server inserts one chunk while the caller makes the next. The count is not known ahead, so
     ids are reserved in blocks that double (from ``len(head)`` to MAX_ID_BLOCK; the unused
     ids of the last block, or of one cut short by a job not due now, are left as a gap in the
-    sequence). From the first keyed spec on, the
-    rest goes through the enqueue flow, in the same transaction."""
+    sequence). From the first keyed spec on, the rest goes through the enqueue flow, in the
+    same transaction."""
     chunks = _chunked(head, rest)
     results: list[EnqueueResult] = []
     block = len(head)
