@@ -137,18 +137,29 @@ async def test_the_collector_rests_while_a_copy_block_is_made_and_no_longer(
     assert len(rows(pg_url)) == 2 * MANY
 
 
+#: Which jobs of 3 chunks are due later (the rest due now), by seq: in a chunk midway (the
+#: COPY of jobs due now ends before it), in the first (a COPY with instants from the start;
+#: from a generator, the next block goes back to jobs due now), in the last, in every chunk.
+LATER = {
+    "midway": (pg_enqueue.COPY_CHUNK + 500, pg_enqueue.COPY_CHUNK + 501),
+    "first": (10,),
+    "last": (3 * pg_enqueue.COPY_CHUNK - 1,),
+    "each chunk": (5, pg_enqueue.COPY_CHUNK + 5, 2 * pg_enqueue.COPY_CHUNK + 5),
+}
+
+
 @pytest.mark.parametrize("made", ["list", "generator"])
+@pytest.mark.parametrize("later", LATER.values(), ids=LATER.keys())
 async def test_jobs_due_later_among_jobs_due_now_are_stored_as_returned(
-    pg_url: str, made: str
+    pg_url: str, made: str, later: tuple[int, ...]
 ) -> None:
     """A COPY of jobs due now leaves run_at and created_at to the columns' default, the
     transaction's now(): a chunk holding a job due later ends it, and the rest is written with
     every instant. Each job is stored as the enqueue returned it, all created at one instant."""
-    later = pg_enqueue.COPY_CHUNK + 500
 
     def specs() -> Iterator[JobSpec]:
         for seq in range(3 * pg_enqueue.COPY_CHUNK):
-            delay = timedelta(minutes=5) if seq in (later, later + 1) else None
+            delay = timedelta(minutes=5) if seq in later else None
             yield JobSpec(kind="k", payload={"seq": seq}, delay=delay)
 
     async with App(pg_url) as app:
@@ -165,10 +176,7 @@ async def test_jobs_due_later_among_jobs_due_now_are_stored_as_returned(
     assert {r.job.id: (r.job.run_at, r.job.created_at) for r in results} == stored
     [created] = {r.job.created_at for r in results}
     delayed = {r.job.payload["seq"]: r.job.run_at for r in results if r.job.run_at != created}
-    assert delayed == {
-        later: created + timedelta(minutes=5),
-        later + 1: created + timedelta(minutes=5),
-    }
+    assert delayed == {seq: created + timedelta(minutes=5) for seq in later}
     ids = [r.job.id for r in results]
     assert ids == sorted(set(ids))
 
