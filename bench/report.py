@@ -8,6 +8,7 @@ import os
 import platform
 import subprocess
 import time
+import timeit
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,21 @@ def machine() -> dict[str, str]:
         "kernel": f"Linux {platform.release()}",
         "Python": platform.python_version(),
     }
+
+
+#: The CPU check's workload: one call of it, timed over ``CPU_CHECK_CALLS`` calls, best of 5.
+CPU_CHECK = "dumps(payload)"
+CPU_CHECK_SETUP = "from json import dumps; payload = {'seq': 1234, 'kind': 'noop'}"
+CPU_CHECK_CALLS = 50_000
+
+
+def cpu_check() -> float:
+    """µs per call of a fixed Python workload (``json.dumps`` of a small dict), the best of 5
+    rounds: taken as a run starts and as it ends, it says how fast the machine ran Python
+    then. Machines of one kind differ from hour to hour (a shared host), and a run's figures
+    compare with another run's only as far as their checks agree."""
+    rounds = timeit.repeat(CPU_CHECK, setup=CPU_CHECK_SETUP, number=CPU_CHECK_CALLS, repeat=5)
+    return min(rounds) / CPU_CHECK_CALLS * 1e6
 
 
 def versions() -> dict[str, str]:
@@ -291,9 +307,12 @@ def write(
     started: float,
     seconds: float | None = None,
     measured: dict[str, str] | None = None,
+    host: dict[str, str] | None = None,
+    cpu: list[float] | None = None,
 ) -> None:
     """The report of ``bench``; ``measured``: the versions (and rota's commit) the run
-    recorded as it started, else those found now."""
+    recorded as it started, else those found now; ``host``: the machine it recorded, else
+    this one; ``cpu``: its CPU checks as it started and ended (``cpu_check``), if taken."""
     found = measured or versions()
     check = harness_check(bench)
     lines = [
@@ -331,7 +350,13 @@ def write(
         + (f", {seconds / 60:.0f} min" if seconds else "")
         + ")",
     ]
-    lines += [f"- **{key}:** {value}" for key, value in machine().items()]
+    lines += [f"- **{key}:** {value}" for key, value in (host or machine()).items()]
+    if cpu:
+        lines.append(
+            f"- **CPU check:** {cpu[0]:.2f} µs as the run started, {cpu[-1]:.2f} as it ended "
+            f"(`json.dumps` of a small dict, the best of 5 rounds of {CPU_CHECK_CALLS:,} calls; "
+            "lower is faster: two runs' figures compare only as far as their checks agree)"
+        )
     lines += [
         "- **Versions:** " + ", ".join(f"{k} {v}" for k, v in found.items()),
         "",
@@ -459,6 +484,8 @@ def rewrite_from_results(path: Path = ROOT / "bench" / "results" / "latest.json"
         started=data["started"],
         seconds=data["seconds"],
         measured=data.get("versions"),
+        host=data.get("machine"),
+        cpu=data.get("cpu_check"),
     )
 
 

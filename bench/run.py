@@ -121,6 +121,8 @@ async def main(args: argparse.Namespace, argv: list[str], cluster: Cluster | Non
     started = time.time()
     # What is measured, taken as the run starts (a commit made meanwhile is not what ran).
     measured = report.versions()
+    host = report.machine()
+    cpu = [report.cpu_check()]
     progress(f"rota benchmarks: {', '.join(args.scenarios)}; {settings.runs} run(s) each")
     failed = 0
     for name in args.scenarios:
@@ -140,6 +142,7 @@ async def main(args: argparse.Namespace, argv: list[str], cluster: Cluster | Non
         )
     for system in SYSTEMS:
         await drop_database(settings, f"rota_bench_{system}")
+    cpu.append(report.cpu_check())
     print("\n== Summary (median, min-max over runs)")
     for m in bench.measurements:
         print(f"  {m.scenario:10} {m.system:13} {m.metric:44} {summary_line(m)} {m.unit}")
@@ -162,6 +165,8 @@ async def main(args: argparse.Namespace, argv: list[str], cluster: Cluster | Non
                 "runs": settings.runs,
                 "systems": list(settings.systems),
                 "versions": measured,
+                "machine": host,
+                "cpu_check": cpu,
             },
             indent=1,
         )
@@ -173,6 +178,8 @@ async def main(args: argparse.Namespace, argv: list[str], cluster: Cluster | Non
             started=started,
             seconds=time.time() - started,
             measured=measured,
+            host=host,
+            cpu=cpu,
         )
         progress(f"\nwrote {report.MARKDOWN.relative_to(ROOT)} and {report.PLOT.relative_to(ROOT)}")
     if failed:
