@@ -405,6 +405,7 @@ _NO_PAYLOAD: Any = object()
 class JobSpec:
     """A request to run ``kind`` with ``payload``: validated on construction.
 
+    ``payload`` not given is an empty dict, a new one for each spec (None is JSON null).
     ``run_at`` (an aware instant) or ``delay`` (from the store's clock) sets when it is due;
     neither means now. Construction raises ``InvalidJob`` naming the field; nothing is written.
     """
