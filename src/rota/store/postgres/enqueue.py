@@ -415,7 +415,8 @@ async def _copy_rows(
     """The rows of one COPY (see ``_copy_block``). ``shape``: "copy_jobs", or
     "copy_jobs_now" (rows without run_at and created_at), whose COPY ends before a chunk
     holding a job not due now: that chunk is returned as the one that did not fit."""
-    at_text = None if shape == "copy_jobs_now" else at.isoformat()
+    instants_left_out = shape == "copy_jobs_now"
+    at_text = None if instants_left_out else at.isoformat()
     results: list[EnqueueResult] = []
     tail: list[JobSpec] = []
     used = 0
@@ -443,7 +444,7 @@ async def _copy_rows(
                 break
             chunk = next(chunks, None)
             if chunk is not None and (
-                used + len(chunk) > count or (at_text is None and not due_now(chunk))
+                used + len(chunk) > count or (instants_left_out and not due_now(chunk))
             ):
                 break
     if copied.counts:
