@@ -96,8 +96,53 @@ def markdown(results: dict[str, list[dict[str, Any]]], command: str) -> str:
     lines += [
         "",
         "Pickups split: " + ", ".join(f"{name} {n:,}" for name, n in counted.items()) + ".",
+        "",
+        *tail(results),
     ]
     return "\n".join(lines)
+
+
+#: The total's quantiles of the tail table, over every run's pickups together.
+TAIL_QUANTILES = (0.5, 0.98, 0.99, 0.995, 0.999)
+
+
+def tail(results: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """The slowest 1% of each system's pickups (every run's together), each put down to the
+    stage that took longest beyond that stage's median: which step makes the tail."""
+    lines = [
+        "The tail, every run's pickups together: the total's quantiles (ms), and the slowest "
+        "1% by the stage that exceeded its own median the most.",
+        "",
+        "| system | "
+        + " | ".join(f"p{100 * q:g}" for q in TAIL_QUANTILES)
+        + " | slowest 1% | "
+        + " | ".join(f"by the {name}" for name, _ in STAGES[:-1])
+        + " |",
+        "|---|" + "---|" * (len(TAIL_QUANTILES) + len(STAGES)),
+    ]
+    for name, runs in results.items():
+        pickups = [
+            row
+            for run in runs
+            for row in zip(*(run["stages"][stage] for stage, _ in STAGES), strict=True)
+        ]
+        if not pickups:
+            continue
+        totals = [row[-1] for row in pickups]
+        medians = [percentile([row[i] for row in pickups], 0.5) for i in range(len(STAGES) - 1)]
+        slowest = sorted(pickups, key=lambda row: row[-1])[-max(1, len(pickups) // 100) :]
+        by_stage = [0] * len(medians)
+        for row in slowest:
+            excess = [row[i] - medians[i] for i in range(len(medians))]
+            by_stage[excess.index(max(excess))] += 1
+        lines.append(
+            f"| {name} | "
+            + " | ".join(f"{percentile(totals, q):.2f}" for q in TAIL_QUANTILES)
+            + f" | {len(slowest)} | "
+            + " | ".join(str(n) for n in by_stage)
+            + " |"
+        )
+    return lines
 
 
 async def main(argv: list[str]) -> None:
