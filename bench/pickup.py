@@ -109,16 +109,18 @@ TAIL_QUANTILES = (0.5, 0.98, 0.99, 0.995, 0.999)
 def tail(results: dict[str, list[dict[str, Any]]]) -> list[str]:
     """The slowest 1% of each system's pickups (every run's together), each put down to the
     stage that took longest beyond that stage's median: which step makes the tail."""
+    header = [
+        "system",
+        *(f"p{100 * q:g}" for q in TAIL_QUANTILES),
+        "slowest 1%",
+        *(f"by the {name}" for name, _ in STAGES[:-1]),
+    ]
     lines = [
         "The tail, every run's pickups together: the total's quantiles (ms), and the slowest "
         "1% by the stage that exceeded its own median the most.",
         "",
-        "| system | "
-        + " | ".join(f"p{100 * q:g}" for q in TAIL_QUANTILES)
-        + " | slowest 1% | "
-        + " | ".join(f"by the {name}" for name, _ in STAGES[:-1])
-        + " |",
-        "|---|" + "---|" * (len(TAIL_QUANTILES) + len(STAGES)),
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
     ]
     for name, runs in results.items():
         pickups = [
