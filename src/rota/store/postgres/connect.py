@@ -145,6 +145,8 @@ class PoolConnection(psycopg.AsyncConnection[Any]):
 
     _direct: Direct | None = None
     _kept: psycopg.AsyncCursor[Any] | None = None
+    #: Whether ``Connections.warm_with``'s function ran on this connection.
+    warmed = False
 
     async def run(self, sql: str, params: Mapping[str, Any]) -> list[Row]:
         """``sql`` (one statement) with ``params``: its rows, as tuples (none for a statement
@@ -201,10 +203,17 @@ async def in_utc(conn: psycopg.AsyncConnection[Any]) -> None:
 
 
 def open_pool(
-    conninfo: str, kwargs: dict[str, Any], dialer: Dialer, *, min_size: int, max_size: int
+    conninfo: str,
+    kwargs: dict[str, Any],
+    dialer: Dialer,
+    *,
+    min_size: int,
+    max_size: int,
+    configure: Callable[[Any], Awaitable[None]] | None = None,
 ) -> AsyncConnectionPool[Any]:
-    """An unopened pool for ``conninfo`` that connects through ``dialer`` and never hands out a
-    connection the server already closed."""
+    """An unopened pool for ``conninfo`` that connects through ``dialer``, runs ``configure``
+    on each new connection before anyone borrows it, and never hands out a connection the
+    server already closed."""
     pool: AsyncConnectionPool[Any]
 
     async def check(conn: psycopg.AsyncConnection[Any]) -> None:
@@ -225,6 +234,7 @@ def open_pool(
         max_size=max_size,
         kwargs=kwargs,
         open=False,
+        configure=configure,
         check=check,
         # Callers wait this long for a connection during an outage, then get StoreUnavailable
         # (ConnectionFailed with the cause; an API answers 503) instead of hanging.
@@ -375,6 +385,7 @@ class Connections:
         self._dialer: Dialer | None = None
         #: Whether connections go through a transaction pooler; None until opened.
         self.pooled: bool | None = None
+        self._warm: Callable[[PoolConnection], Awaitable[None]] | None = None
 
     @property
     def is_open(self) -> bool:
@@ -425,9 +436,41 @@ class Connections:
             self._dialer,
             min_size=self._pool_min,
             max_size=self._pool_max,
+            configure=self._configure,
         )
         await pool.open(wait=False)
         self._pool = pool
+
+    def warm_with(self, warm: Callable[[PoolConnection], Awaitable[None]]) -> None:
+        """Run ``warm`` on every connection the pool opens from now on, before it is handed
+        out: the pool opens connections in the background as the load asks for more and as it
+        replaces old ones, so what a session does once (compiling a function, planning its
+        statement) is then done there rather than in the first call that needs it. Not
+        behind a transaction pooler, whose server sessions are not the client's."""
+        self._warm = warm
+
+    async def warm_idle(self) -> None:
+        """Run ``warm_with``'s function now on the connections the pool holds idle (those it
+        opened before, unless warmed since), all at once."""
+        pool = self._pool
+        if pool is None or self._warm is None or self.pooled:
+            return
+        idle = pool.get_stats().get("pool_available", 0)
+        async with contextlib.AsyncExitStack() as held:
+            conns = [await held.enter_async_context(self.connection()) for _ in range(idle)]
+            await asyncio.gather(*(self._configure(conn) for conn in conns))
+
+    async def _configure(self, conn: PoolConnection) -> None:
+        warm = self._warm
+        if warm is None or self.pooled or conn.warmed:
+            return
+        try:
+            await warm(conn)
+            conn.warmed = True
+        except psycopg.Error as error:
+            # Only a head start: the call it prepares for meets the same error, if any, and
+            # says so; a connection broken meanwhile is never handed out (the pool's check).
+            log.debug("could not warm a new connection: %s", error)
 
     async def open_patiently(self) -> None:
         """Open, however long the database takes to answer: for a watcher, which giving up

@@ -73,7 +73,7 @@ from rota.store.base import (
     encode_cursor,
 )
 from rota.store.postgres import audit, retention, schedules, upkeep
-from rota.store.postgres.connect import Borrowed, Connections, url_settings
+from rota.store.postgres.connect import Borrowed, Connections, PoolConnection, url_settings
 from rota.store.postgres.enqueue import (
     COPY_THRESHOLD,
     Flow,
@@ -121,9 +121,37 @@ MAX_WALK_GROUPS = 1000
 #: whose own queues stay idle pays the extra round trip once in that many claims.
 CROWDED_SKIP = 16
 _MIGRATION_LOCK = 0x726F7461  # "rota": the advisory lock that serialises migrators
+#: The claim's functions, in the order a claim may call them (_claim_rows).
+_CLAIM_CALLS = ("claim_all_call", "claim_fresh_call", "claim_call")
+#: A claim that takes nothing: no queue, no kind (an empty list, where None means any). Its
+#: functions run through every part of their plans and change no row.
+_CLAIM_NOTHING: dict[str, Any] = {
+    "now": None,
+    "queues": [],
+    "take": 1,
+    "lease": timedelta(seconds=1),
+    "worker": "",
+    "fair": True,
+    "after": "",
+    "max_groups": MAX_CLAIM_GROUPS,
+    "blocked_kinds": [],
+    "blocked_tenants": [],
+    "kinds": [],
+    "limited": False,
+}
 
 
 _COPY_NULL = "\\N"
+
+
+async def _warm_claims(conn: PoolConnection) -> None:
+    """Ready a connection the pool just opened for claims, once a store claims: the first call
+    of each claim function in a session compiles the function and plans its statement,
+    several milliseconds of the server's time each on the benchmark's cluster, which a claim
+    taking a job into an idle worker would otherwise wait for whenever it lands on a
+    connection the pool opened since."""
+    for name in _CLAIM_CALLS:
+        await conn.run(query(name), _CLAIM_NOTHING)
 
 
 class PostgresStore:
@@ -161,6 +189,9 @@ class PostgresStore:
         #: and no rota_claim_all found a crowd within the last CROWDED_SKIP claims.
         self._all_next = True
         self._fresh_left = 0
+        #: Whether this store claims (it did, or a worker registered through it): then every
+        #: connection its pool opens is warmed for claims (_warm_claims).
+        self._claims = False
 
     @classmethod
     def from_url(
@@ -403,6 +434,9 @@ class PostgresStore:
     ) -> list[Job]:
         if limit <= 0 or not queues or (kinds is not None and not kinds):
             return []
+        if not self._claims:
+            self._claims = True
+            self._connections.warm_with(_warm_claims)
         params = {
             "now": self._now(now),
             "queues": list(queues),
@@ -893,6 +927,10 @@ class PostgresStore:
     # ------------------------------------------------------------------ workers registry
 
     async def register_worker(self, info: WorkerInfo, *, now: datetime | None = None) -> None:
+        first = not self._claims
+        if first:  # a worker starts: it will claim through this store
+            self._claims = True
+            self._connections.warm_with(_warm_claims)
         await self._fetch(
             "register_worker",
             {
@@ -905,6 +943,8 @@ class PostgresStore:
                 "kinds": None if info.kinds is None else list(info.kinds),
             },
         )
+        if first:  # and those the pool opened before it registered, before its first claim
+            await self._connections.warm_idle()
 
     async def beat_worker(self, name: str, *, now: datetime | None = None) -> bool:
         return bool(await self._fetch("beat_worker", {"now": self._now(now), "name": name}))
