@@ -28,13 +28,16 @@ def sent_params(store: Any, *, run: bool = True) -> dict[str, dict[str, Any]]:
     run (``run``) or only captured. A claim's are under the names of the functions it called
     (``claim_all_call``, ``claim_fresh_call``, ``claim_call``); all take the same."""
     sent: dict[str, dict[str, Any]] = {}
-    fetch = store._fetch
 
-    async def capture(name: str, params: dict[str, Any]) -> list[Any]:
-        sent[name] = dict(params)
-        return await fetch(name, params) if run else []
+    def capturing(fetch: Any) -> Any:
+        async def capture(name: str, params: dict[str, Any]) -> list[Any]:
+            sent[name] = dict(params)
+            return await fetch(name, params) if run else []
 
-    store._fetch = capture
+        return capture
+
+    store._fetch = capturing(store._fetch)
+    store._fetch_claim = capturing(store._fetch_claim)
     return sent
 
 

@@ -268,6 +268,17 @@ class HotFirstPool(AsyncConnectionPool[Any]):
         if isinstance(idle, deque) and not idle:
             self._pool = _Stack()
 
+    def prefer(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Hand out ``conn`` next if it is idle: one kind of call keeps to one connection
+        while it is free, however the calls in between took and gave back others. Nothing
+        happens while the pool's own work holds its lock, nor with psycopg's stock order."""
+        idle = getattr(self, "_pool", None)
+        if not isinstance(idle, _Stack) or not idle or idle[-1] is conn or self._lock.locked():
+            return
+        with contextlib.suppress(ValueError):  # not idle: in use, or gone
+            idle.remove(conn)
+            idle.append(conn)
+
 
 def _heard_while_idle(conn: psycopg.AsyncConnection[Any]) -> bool:
     """Whether the server sent anything to an idle connection (a shutdown's goodbye, or end of
@@ -489,12 +500,14 @@ class Connections:
         self,
         on_error: Callable[[Exception], Awaitable[Exception | None]] | None = None,
         opener: Callable[[], Awaitable[None]] | None = None,
+        prefer: psycopg.AsyncConnection[Any] | None = None,
     ) -> Borrowed:
         """A pooled connection for one ``async with``; StoreUnavailable (ConnectionFailed with
         the cause, when no connection can be made) instead of psycopg's errors. ``on_error``
         may name another exception to raise for one raised inside the block; ``opener``
-        replaces ``open`` when the pool is not open yet."""
-        return Borrowed(self, on_error, opener)
+        replaces ``open`` when the pool is not open yet; ``prefer`` is the connection to
+        take if it is idle (``HotFirstPool.prefer``)."""
+        return Borrowed(self, on_error, opener, prefer)
 
     def _pool_timeout(self, error: PoolTimeout) -> StoreUnavailable:
         assert self._dialer is not None
@@ -519,17 +532,19 @@ class Borrowed:
     on exit, and says what went wrong in rota's terms. A class rather than a generator-based
     context manager: every store call goes through one, and this costs half as much."""
 
-    __slots__ = ("_conn", "_connections", "_on_error", "_opener", "_pool")
+    __slots__ = ("_conn", "_connections", "_on_error", "_opener", "_pool", "_prefer")
 
     def __init__(
         self,
         connections: Connections,
         on_error: Callable[[Exception], Awaitable[Exception | None]] | None,
         opener: Callable[[], Awaitable[None]] | None,
+        prefer: psycopg.AsyncConnection[Any] | None = None,
     ) -> None:
         self._connections = connections
         self._on_error = on_error
         self._opener = opener
+        self._prefer = prefer
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self._pool: AsyncConnectionPool[Any] | None = None
 
@@ -539,6 +554,8 @@ class Borrowed:
             await (self._opener or connections.open)()
         pool = self._pool = connections._pool
         assert pool is not None
+        if self._prefer is not None and isinstance(pool, HotFirstPool):
+            pool.prefer(self._prefer)
         try:
             self._conn = await pool.getconn()
         except PoolTimeout as error:

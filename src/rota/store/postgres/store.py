@@ -144,6 +144,17 @@ _CLAIM_NOTHING: dict[str, Any] = {
 _COPY_NULL = "\\N"
 
 
+async def _statement(conn: PoolConnection, name: str, params: dict[str, Any]) -> list[Row]:
+    """The rows of the statement ``name``: one statement that commits by itself, run again if
+    it met a moved job."""
+
+    async def run() -> list[Row]:
+        rows: list[Row] = await conn.run(query(name), params)
+        return rows
+
+    return await again_if_moved(run)
+
+
 async def _warm_claims(conn: PoolConnection) -> None:
     """Ready a connection the pool just opened for claims, once a store claims: the first call
     of each claim function in a session compiles the function and plans its statement,
@@ -192,6 +203,8 @@ class PostgresStore:
         #: Whether this store claims (it did, or a worker registered through it): then every
         #: connection its pool opens is warmed for claims (_warm_claims).
         self._claims = False
+        #: The connection the last claim ran on, which the next takes if it is free.
+        self._claimer: PoolConnection | None = None
 
     @classmethod
     def from_url(
@@ -252,13 +265,19 @@ class PostgresStore:
 
     async def _fetch(self, name: str, params: dict[str, Any]) -> list[Row]:
         async with self._connection() as conn:
+            return await _statement(conn, name, params)
 
-            async def run() -> list[Row]:
-                rows: list[Row] = await conn.run(query(name), params)
-                return rows
-
-            # One statement that commits by itself: run again if it met a moved job.
-            return await again_if_moved(run)
+    async def _fetch_claim(self, name: str, params: dict[str, Any]) -> list[Row]:
+        """``_fetch`` on the connection of the last claim when it is free: after a vacuum or
+        an analyse of a table a claim reads, each connection's next claim plans its statement
+        again (milliseconds, against a fraction of one for the claim itself), so claims that
+        keep to one connection pay for that once rather than once per connection they met."""
+        borrowed = self._connections.connection(
+            self._schema_errors, self._ensure_open, prefer=self._claimer
+        )
+        async with borrowed as conn:
+            self._claimer = conn
+            return await _statement(conn, name, params)
 
     async def _run_flow(self, flow: Flow, *, announce_schedules: bool = False) -> Any:
         async with self._connection() as conn, conn.transaction():
@@ -482,16 +501,16 @@ class PostgresStore:
         over has expired, rota_claim, which takes them over too."""
         rows: list[Row] | None = None
         if self._all_next and not self._fresh_left:
-            rows = await self._fetch("claim_all_call", params)
+            rows = await self._fetch_claim("claim_all_call", params)
             if _marked(rows, CROWDED_MARKER) and not _marked(rows, EXPIRED_MARKER):
                 self._fresh_left = CROWDED_SKIP
                 rows = None
         else:
             self._fresh_left = max(0, self._fresh_left - 1)
         if rows is None:
-            rows = await self._fetch("claim_fresh_call", params)
+            rows = await self._fetch_claim("claim_fresh_call", params)
         if _marked(rows, EXPIRED_MARKER):
-            rows = await self._fetch("claim_call", params)
+            rows = await self._fetch_claim("claim_call", params)
         return rows
 
     async def _claim_limited(self, params: dict[str, Any], limit: int) -> list[Job]:
@@ -927,10 +946,12 @@ class PostgresStore:
     # ------------------------------------------------------------------ workers registry
 
     async def register_worker(self, info: WorkerInfo, *, now: datetime | None = None) -> None:
-        first = not self._claims
-        if first:  # a worker starts: it will claim through this store
+        if not self._claims:  # a worker starts: it will claim through this store
             self._claims = True
             self._connections.warm_with(_warm_claims)
+            # The connections the pool opened before, too: done before the worker's row is
+            # written, which says it is about to claim.
+            await self._connections.warm_idle()
         await self._fetch(
             "register_worker",
             {
@@ -943,8 +964,6 @@ class PostgresStore:
                 "kinds": None if info.kinds is None else list(info.kinds),
             },
         )
-        if first:  # and those the pool opened before it registered, before its first claim
-            await self._connections.warm_idle()
 
     async def beat_worker(self, name: str, *, now: datetime | None = None) -> bool:
         return bool(await self._fetch("beat_worker", {"now": self._now(now), "name": name}))

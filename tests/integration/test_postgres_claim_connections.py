@@ -1,6 +1,8 @@
-"""Once a store claims, each connection its pool opens runs the claim's functions before anyone
-borrows it (so their first call in the session, which compiles and plans, is not a claim's),
-and that warm-up changes nothing: no job is taken, locked or counted, expired leases included."""
+"""A store's claims and its pool's connections. Once a store claims, each connection its pool
+opens runs the claim's functions before anyone borrows it (so their first call in the session,
+which compiles and plans, is not a claim's), and that warm-up changes nothing: no job is taken,
+locked or counted, expired leases included. A claim takes the connection of the last claim
+when it is free (so a statement planned again after a vacuum is planned on one connection)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import pytest
 
 from rota.domain.job import JobSpec, JobState
 from rota.store.base import WorkerInfo
-from rota.store.postgres.store import _CLAIM_CALLS, PostgresStore, _warm_claims
+from rota.store.postgres.store import PostgresStore, _warm_claims
 from rota.testing import FakeClock
 
 pytestmark = pytest.mark.postgres
@@ -75,7 +77,6 @@ async def test_the_warm_up_takes_locks_and_counts_nothing(pg_url: str) -> None:
             await _warm_claims(conn)
             await _warm_claims(conn)  # again: the functions now run their kept plans
         assert snapshot(pg_url) == before
-        assert len(_CLAIM_CALLS) == 3
 
         taken = await store.claim("w", queues=["mail", "sms"], limit=10, lease=LEASE)
         assert sorted(job.queue for job in taken) == ["mail", "mail", "sms"]
@@ -105,5 +106,36 @@ async def test_a_registering_worker_warms_the_connections_its_store_opened_befor
             for conn in conns:
                 rows = await conn.run("SELECT statement FROM pg_prepared_statements", {})
                 assert any("FROM rota_claim_all(" in row[0] for row in rows), rows
+    finally:
+        await store.close()
+
+
+async def test_a_claim_takes_the_connection_of_the_last_claim_when_it_is_free(
+    pg_url: str,
+) -> None:
+    store = PostgresStore.from_url(pg_url)
+    try:
+        await store.enqueue([JobSpec(kind="hook", queue="mail") for _ in range(2)])
+        assert len(await store.claim("w", queues=["mail"], limit=1, lease=LEASE)) == 1
+        claimer = store._claimer
+        assert claimer is not None
+        # Other calls take it and another, and give the other back last: the pool would hand
+        # that one out next.
+        first, second = store._connection(), store._connection()
+        one, two = await first.__aenter__(), await second.__aenter__()
+        assert one is claimer and two is not claimer
+        await first.__aexit__(None, None, None)
+        await second.__aexit__(None, None, None)
+        other = two
+        async with store._connection() as conn:
+            assert conn is other
+        assert len(await store.claim("w", queues=["mail"], limit=1, lease=LEASE)) == 1
+        assert store._claimer is claimer
+
+        # In use elsewhere, it is not waited for: the claim takes another.
+        async with store._connection() as held:
+            assert held is claimer
+            assert await store.claim("w", queues=["mail"], limit=1, lease=LEASE) == []
+            assert store._claimer is not claimer
     finally:
         await store.close()
