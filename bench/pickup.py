@@ -3,6 +3,7 @@ into one idle, warm worker), with each system's worker traced (``bench.pickup_tr
 
     python -m bench.pickup                 # 1,000 pickups per system per run, 3 runs (A B A B A B)
     python -m bench.pickup --jobs 300 --runs 1
+    python -m bench.pickup --server-cpu    # also each claim's CPU time in its server process
 
 On a throwaway cluster with the benchmark's production settings (``bench.cluster``). Each
 pickup, from the enqueue call's return (its commit) to the handler's first line, is split at
@@ -38,14 +39,18 @@ STAGES = (
 )
 
 
-async def one(settings: Settings, system: System, count: int) -> dict[str, Any]:
+async def one(
+    settings: Settings, system: System, count: int, *, server_cpu: bool = False
+) -> dict[str, Any]:
     trace = settings.workdir / f"{system.name}-{time.monotonic_ns()}.trace.json"
-    committed, started = await timed_pickups(
-        settings, system, count, extra={"BENCH_TRACE": str(trace)}
-    )
+    extra = {"BENCH_TRACE": str(trace)}
+    if server_cpu:
+        extra["BENCH_TRACE_SERVER_CPU"] = "1"
+    committed, started = await timed_pickups(settings, system, count, extra=extra)
     events: dict[str, list[float]] = {}
     for name, at in json.loads(trace.read_text()):
         events.setdefault(name, []).append(at)
+    cpu = events.pop("server_cpu", [])
     for times in events.values():
         times.sort()
     stages: dict[str, list[float]] = {name: [] for name, _ in STAGES}
@@ -62,7 +67,7 @@ async def one(settings: Settings, system: System, count: int) -> dict[str, Any]:
             strict=True,
         ):
             stages[name].append(1000 * ms)
-    return {"stages": stages, "count": count}
+    return {"stages": stages, "count": count, "server_cpu": cpu}
 
 
 def _last_before(times: list[float], instant: float | None) -> float | None:
@@ -98,8 +103,35 @@ def markdown(results: dict[str, list[dict[str, Any]]], command: str) -> str:
         "Pickups split: " + ", ".join(f"{name} {n:,}" for name, n in counted.items()) + ".",
         "",
         *tail(results),
+        *server_cpu(results),
     ]
     return "\n".join(lines)
+
+
+def server_cpu(results: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """With --server-cpu: the CPU time of the claim's server process per claim that took a job,
+    every run's claims together."""
+    cpus = {
+        name: sorted(x for run in runs for x in run["server_cpu"]) for name, runs in results.items()
+    }
+    if not any(cpus.values()):
+        return []
+    lines = [
+        "",
+        "The claim's server CPU (its server process's CPU time from just before the claim was "
+        "sent to just after its rows came back, µs; every run's claims that took a job):",
+        "",
+        "| system | claims | p50 | p90 | p99 | p99.5 | max |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, values in cpus.items():
+        if values:
+            lines.append(
+                f"| {name} | {len(values):,} | "
+                + " | ".join(f"{percentile(values, q):.0f}" for q in (0.5, 0.9, 0.99, 0.995))
+                + f" | {values[-1]:.0f} |"
+            )
+    return lines
 
 
 #: The total's quantiles of the tail table, over every run's pickups together.
@@ -151,6 +183,11 @@ async def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.pickup")
     parser.add_argument("--jobs", type=int, default=1_000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--server-cpu",
+        action="store_true",
+        help="also read each claim's CPU time in its server process (/proc; the server on this host)",
+    )
     args = parser.parse_args(argv)
     OUT.mkdir(parents=True, exist_ok=True)
     cluster = Cluster.start()
@@ -166,7 +203,9 @@ async def main(argv: list[str]) -> None:
                     progress(
                         f"run {index + 1} of {args.runs}: {system.name}, {args.jobs:,} pickups"
                     )
-                    results[system.name].append(await one(settings, system, args.jobs))
+                    results[system.name].append(
+                        await one(settings, system, args.jobs, server_cpu=args.server_cpu)
+                    )
         finally:
             for system in systems:
                 await system.close()

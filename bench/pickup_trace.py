@@ -9,6 +9,11 @@ Each event is ``[name, time.time()]``:
   (rota: ``PoolConnection.run`` of ``rota_claim_all``, ``rota_claim_fresh`` or ``rota_claim``;
   PgQueuer: its driver's ``fetch`` inside ``Queries.dequeue``). Only calls that returned rows
   are kept.
+- ``server_cpu`` (only with ``BENCH_TRACE_SERVER_CPU`` set; the value is in µs, not an
+  instant): the CPU time the claim's server process spent from just before the claim was
+  sent to just after its rows came back (``/proc/<pid>/schedstat``, so the server must run on
+  this host), for the same calls. Read outside the sent/answered instants, but inside the
+  pickup.
 
 The handler's first line is recorded by the ``record`` job itself (``bench.apps``). Patching
 is bench-only: it wraps the named functions and changes nothing they do.
@@ -17,6 +22,7 @@ is bench-only: it wraps the named functions and changes nothing they do.
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -37,6 +43,16 @@ def write(path: str) -> None:
     Path(path).write_text(json.dumps(EVENTS))
 
 
+#: Whether each claim's server CPU is read too (``server_cpu``).
+SERVER_CPU = bool(os.environ.get("BENCH_TRACE_SERVER_CPU"))
+
+
+def _cpu_ns(pid: int) -> int:
+    """CPU time the process ``pid`` has run, in ns (its schedstat's first field)."""
+    with open(f"/proc/{pid}/schedstat") as stat:
+        return int(stat.read().split()[0])
+
+
 def _install_rota() -> None:
     from rota.store.postgres import listen
     from rota.store.postgres.connect import PoolConnection
@@ -54,11 +70,14 @@ def _install_rota() -> None:
     async def traced(self: Any, sql: str, params: Any) -> Any:
         if "FROM rota_claim" not in sql:
             return await run(self, sql, params)
+        before = _cpu_ns(self.info.backend_pid) if SERVER_CPU else 0
         sent = time.time()
         rows = await run(self, sql, params)
         if rows:
             EVENTS.append(["sent", sent])
             EVENTS.append(["answered", time.time()])
+            if SERVER_CPU:
+                EVENTS.append(["server_cpu", (_cpu_ns(self.info.backend_pid) - before) / 1000])
         return rows
 
     PoolConnection.run = traced  # type: ignore[method-assign]
@@ -91,11 +110,15 @@ def _install_pgqueuer() -> None:
     async def traced_fetch(self: Any, query: str, *args: Any) -> Any:
         if not inside[0]:
             return await fetch(self, query, *args)
+        pid = self._connection.get_server_pid() if SERVER_CPU else 0
+        before = _cpu_ns(pid) if SERVER_CPU else 0
         sent = time.time()
         rows = await fetch(self, query, *args)
         if rows:
             EVENTS.append(["sent", sent])
             EVENTS.append(["answered", time.time()])
+            if SERVER_CPU:
+                EVENTS.append(["server_cpu", (_cpu_ns(pid) - before) / 1000])
         return rows
 
     Queries.dequeue = traced_dequeue  # type: ignore[method-assign]
