@@ -273,7 +273,10 @@ class HotFirstPool(AsyncConnectionPool[Any]):
         while it is free, however the calls in between took and gave back others. Nothing
         happens while the pool's own work holds its lock, nor with psycopg's stock order."""
         idle = getattr(self, "_pool", None)
-        if not isinstance(idle, _Stack) or not idle or idle[-1] is conn or self._lock.locked():
+        lock = getattr(self, "_lock", None)
+        if not isinstance(idle, _Stack) or not idle or idle[-1] is conn:
+            return
+        if not isinstance(lock, asyncio.Lock) or lock.locked():
             return
         with contextlib.suppress(ValueError):  # not idle: in use, or gone
             idle.remove(conn)
