@@ -113,6 +113,35 @@ postgres_schema = (
 )
 
 
+def _shadowing_segments(paths: list[str]) -> dict[str, set[str]]:
+    """For each path parameter, the literal segments other paths have in its place: with such a
+    value the request names another operation (``GET /api/jobs/counts`` reads the counts; it is
+    not job "counts" refused), so no check of this operation applies to it."""
+    split = [path.strip("/").split("/") for path in paths]
+    shadowing: dict[str, set[str]] = {}
+    for parts in split:
+        for index, part in enumerate(parts):
+            if part.startswith("{"):
+                shadowing.setdefault(part[1:-1], set()).update(
+                    other[index]
+                    for other in split
+                    if len(other) > index
+                    and other[:index] == parts[:index]
+                    and not other[index].startswith("{")
+                )
+    return shadowing
+
+
+_SHADOWING = _shadowing_segments(list(memory_schema.raw_schema["paths"]))
+
+
+@schemathesis.hook
+def filter_path_parameters(ctx: Any, path_parameters: dict[str, Any] | None) -> bool:
+    return not any(
+        str(value) in _SHADOWING.get(name, ()) for name, value in (path_parameters or {}).items()
+    )
+
+
 #: Refusals the document states in words (and, for unique_key, in a pattern) that the
 #: generator does not honour: text with NUL or control characters or lone surrogates (no
 #: JSON Schema says "no NUL anywhere in this nested value"), and cron expressions of the
