@@ -109,8 +109,8 @@ def markdown(results: dict[str, list[dict[str, Any]]], command: str) -> str:
 
 
 def server_cpu(results: dict[str, list[dict[str, Any]]]) -> list[str]:
-    """With --server-cpu: the CPU time of the claim's server process per claim that took a job,
-    every run's claims together."""
+    """With --server-cpu: the CPU time of the claim's server process per claim that returned
+    rows (the warm-up's included), every run's claims together."""
     cpus = {
         name: sorted(x for run in runs for x in run["server_cpu"]) for name, runs in results.items()
     }
@@ -119,7 +119,8 @@ def server_cpu(results: dict[str, list[dict[str, Any]]]) -> list[str]:
     lines = [
         "",
         "The claim's server CPU (its server process's CPU time from just before the claim was "
-        "sent to just after its rows came back, µs; every run's claims that took a job):",
+        "sent to just after its rows came back, µs; every run's claims that returned rows, "
+        "the warm-up's included):",
         "",
         "| system | claims | p50 | p90 | p99 | p99.5 | max |",
         "|---|---|---|---|---|---|---|",

@@ -12,8 +12,8 @@ Each event is ``[name, time.time()]``:
 - ``server_cpu`` (only with ``BENCH_TRACE_SERVER_CPU`` set; the value is in µs, not an
   instant): the CPU time the claim's server process spent from just before the claim was
   sent to just after its rows came back (``/proc/<pid>/schedstat``, so the server must run on
-  this host), for the same calls. Read outside the sent/answered instants, but inside the
-  pickup.
+  this host), for the same calls (those that returned rows). Read outside the sent/answered
+  instants, but inside the pickup.
 
 The handler's first line is recorded by the ``record`` job itself (``bench.apps``). Patching
 is bench-only: it wraps the named functions and changes nothing they do.
