@@ -95,6 +95,7 @@ from rota.store.postgres.queries import (
     CROWDED_MARKER,
     EXPIRED_MARKER,
     JOB_COLUMNS,
+    ROUTINES,
     migrations,
     query,
 )
@@ -121,8 +122,6 @@ MAX_WALK_GROUPS = 1000
 #: whose own queues stay idle pays the extra round trip once in that many claims.
 CROWDED_SKIP = 16
 _MIGRATION_LOCK = 0x726F7461  # "rota": the advisory lock that serialises migrators
-#: The claim's functions, in the order a claim may call them (_claim_rows).
-_CLAIM_CALLS = ("claim_all_call", "claim_fresh_call", "claim_call")
 #: A claim that takes nothing: no queue, no kind (an empty list, where None means any). Its
 #: functions run through every part of their plans and change no row.
 _CLAIM_NOTHING: dict[str, Any] = {
@@ -161,7 +160,7 @@ async def _warm_claims(conn: PoolConnection) -> None:
     several milliseconds of the server's time each on the benchmark's cluster, which a claim
     taking a job into an idle worker would otherwise wait for whenever it lands on a
     connection the pool opened since."""
-    for name in _CLAIM_CALLS:
+    for name in ROUTINES:  # the claim's functions
         await conn.run(query(name), _CLAIM_NOTHING)
 
 
