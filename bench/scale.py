@@ -3,8 +3,8 @@
 ``python -m bench.scale [--scale 1000000] [--batch 20000] [--runs 3] [--tenants 10000]``
 
 The drain of a fixed batch of due no-op jobs by one rota worker
-process (``bench.drains``, burst method, the drain settings of ``make bench``: concurrency
-500, claim_batch 250, fair claims on) and the enqueue rate (one bulk call of ``--batch`` jobs;
+process (``bench.drains``, burst method, the drain settings of ``make bench``:
+``Rota.drain_env``, fair claims on) and the enqueue rate (one bulk call of ``--batch`` jobs;
 single calls), each in a database of its own:
 
 - ``empty``: nothing else in the table; the batch's jobs have no tenant (one group);
@@ -494,7 +494,7 @@ def markdown(args: argparse.Namespace, figures: Figures, command: str, seconds: 
         + ", ".join(f"{k} {v}" for k, v in machine().items())
         + f"; load average at the end {load} (the machine is shared: absolute figures move, ratios less)",
         f"- Drain: {args.batch:,} due no-op jobs, burst into one warm rota worker process "
-        "(concurrency 500, claim_batch 250, fair claims on); enqueue: one bulk call of "
+        f"({Rota.drain_settings()}, fair claims on); enqueue: one bulk call of "
         f"{args.batch:,} jobs, and {args.singles} single calls; {args.runs} runs each, "
         "scenarios alternating; median (min-max); ratios against the empty table's median.",
         "- Tables: "
