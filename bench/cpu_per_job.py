@@ -1,12 +1,12 @@
 """Worker CPU per no-op job, in one process: ``python -m bench.cpu_per_job``.
 
 A small, reproducible measure of the worker's own cost, for comparing one change with the
-next in the same sitting. One rota worker runs in this process with the drain settings of
-``make bench`` (concurrency 500, claim_batch 250, fair claims on); it is started and warmed up
-with ``--warm`` jobs first. Then ``--jobs`` no-op jobs are enqueued in one bulk call into the
-idle worker, and the clock (this process's CPU time, every thread, user + system) runs from the
-enqueue's return to the last completion, as the worker's metrics count it (polled 50 times a
-second). The figure is the median of ``--rounds`` rounds, with the range.
+next in the same sitting. One rota worker runs in this process with the drain settings
+``make bench`` had until 2026-12-06 (concurrency 500, claim_batch 250, fair claims on); it
+is started and warmed up with ``--warm`` jobs first. Then ``--jobs`` no-op jobs are enqueued
+in one bulk call into the idle worker, and the clock (this process's CPU time, every thread,
+user + system) runs from the enqueue's return to the last completion, as the worker's metrics
+count it (polled 50 times a second). The figure is the median of ``--rounds`` rounds, with the range.
 
 CPU time is far less sensitive to a busy machine than wall time, but not immune: compare
 figures taken in the same sitting, and to compare two versions alternate their runs (A B A B:
