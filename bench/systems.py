@@ -100,9 +100,8 @@ class Rota(System):
     #: The worker settings of every drain (``bench.drains``), the scale and day benches too: a
     #: claim of 500 into 1,000 slots. Against 250 into 500 (the settings until 2026-12-06), in
     #: alternated 100,000-job bursts on the bench's cluster, it cut PostgreSQL's CPU per job by
-    #: a tenth (a claim and a completion per 500 jobs, not per 250) and drained about 5% faster
-    #: with two processes, as fast with one; half the slots busy still leaves a claim's worth
-    #: free, so a claim goes out while the last one's jobs finish.
+    #: a tenth and drained about 5% faster with two processes, as fast with one. 500 into 500
+    #: was faster with two processes and a fifth slower with one.
     drain_env = {"BENCH_CONCURRENCY": "1000", "BENCH_CLAIM_BATCH": "500"}
     running_sql = "SELECT count(*) FROM rota_jobs WHERE state = 'running'"
     table = "rota_jobs"

@@ -119,6 +119,7 @@ def test_jobs_show_says_why_a_crash_suspect_runs_alone(tmp_path: Path) -> None:
             ["worker", "--app", "examples.quickstart:app", "--unrunnable-grace", "soon"],
             "--unrunnable-grace",
         ),
+        (["worker", "--app", "examples.quickstart:app", "--claim-batch", "0"], "--claim-batch"),
         (["migrate", "--database-url", "mysql://x"], "unsupported database URL"),
     ],
 )
@@ -131,6 +132,44 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], messa
     assert out == ""
     code, out, _ = run("jobs", "list", "--json", db=db)
     assert json.loads(out)["jobs"] == [], "bad input wrote nothing"
+
+
+@pytest.mark.parametrize(("args", "expected"), [([], None), (["--claim-batch", "500"], 500)])
+def test_worker_claims_up_to_its_claim_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], expected: int | None
+) -> None:
+    """The flag reaches the worker's settings; without it, the library's default applies."""
+    from rota.app import App
+    from rota.cli import operate
+    from rota.runtime.worker import WorkerSettings
+
+    made: list[WorkerSettings] = []
+
+    async def run_worker(
+        self: App,
+        settings: None = None,
+        *,
+        handle_signals: bool,
+        ready: object,
+        metrics_port: object,
+        metrics_host: object,
+        **options: object,
+    ) -> None:
+        await self.open()
+        made.append(self.worker(settings, **options).settings)
+
+    def leave(code: int) -> None:
+        raise SystemExit(code)
+
+    monkeypatch.setattr(App, "run_worker", run_worker)
+    monkeypatch.setattr(operate.os, "_exit", leave)
+    db = migrated(tmp_path / "w.db")
+    result = CliRunner().invoke(
+        cli,
+        ["worker", "--app", "examples.quickstart:app", "--database-url", f"sqlite:///{db}", *args],
+    )
+    assert result.exit_code == 0, result.output
+    assert [settings.claim_batch for settings in made] == [expected or WorkerSettings().claim_batch]
 
 
 def test_migrate_check_reports_pending_then_up_to_date(tmp_path: Path) -> None:

@@ -50,6 +50,15 @@ from rota.observability.logging import printable
     help="Jobs run at once by this worker.",
 )
 @click.option(
+    "--claim-batch",
+    envvar="ROTA_CLAIM_BATCH",
+    type=click.IntRange(1, 10_000),
+    default=100,
+    show_default=True,
+    help="Most jobs one claim takes (never more than the free slots): larger batches cost the "
+    "database less per job when jobs are many and short.",
+)
+@click.option(
     "--queues",
     envvar="ROTA_QUEUES",
     metavar="A,B",
@@ -131,6 +140,7 @@ def worker(
     database_url: str | None,
     listen_database_url: str | None,
     concurrency: int,
+    claim_batch: int,
     queues: str | None,
     name: str | None,
     lease_seconds: float,
@@ -165,6 +175,7 @@ def worker(
         "name": name,
         "queues": split(queues),
         "concurrency": concurrency,
+        "claim_batch": claim_batch,
         "lease": lease_seconds,
         "heartbeat": heartbeat_seconds,
         "poll": poll_seconds,
