@@ -16,8 +16,8 @@ production, so nothing but the periods is scaled, and leases and heartbeats are 
 
 On a throwaway cluster configured as production (``bench/cluster.py``), ``--processes`` rota
 worker processes (``bench.worker``, no-op handlers, the drain settings of ``Rota.drain_env``)
-run the steady jobs and fire and run the schedules. The bench process enqueues the steady jobs in
-batches every 100 ms, paced by the clock, and reads the counts each simulated minute.
+run the steady jobs and fire and run the schedules. The bench process enqueues the steady jobs
+in batches every 100 ms, paced by the clock, and reads the counts each simulated minute.
 
 Printed per simulated hour and for the whole day: schedule lag (a schedule's job claimed, by
 the store's clock, after the run was due: its slot plus the schedule's fixed jitter offset),
