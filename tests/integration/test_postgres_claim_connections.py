@@ -126,9 +126,8 @@ async def test_a_claim_takes_the_connection_of_the_last_claim_when_it_is_free(
         assert one is claimer and two is not claimer
         await first.__aexit__(None, None, None)
         await second.__aexit__(None, None, None)
-        other = two
         async with store._connection() as conn:
-            assert conn is other
+            assert conn is two
         assert len(await store.claim("w", queues=["mail"], limit=1, lease=LEASE)) == 1
         assert store._claimer is claimer
 

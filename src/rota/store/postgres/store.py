@@ -245,8 +245,17 @@ class PostgresStore:
             self.pushes_schedule_changes = self._connections.listen_conninfo is not None
             self.pushes_finished = self.pushes_schedule_changes
 
-    def _connection(self) -> Borrowed:
-        return self._connections.connection(self._schema_errors, self._ensure_open)
+    def _start_claiming(self) -> bool:
+        """Note that this store claims, and from then on warm each connection its pool opens
+        for claims (_warm_claims); whether this call was the first to say so."""
+        if self._claims:
+            return False
+        self._claims = True
+        self._connections.warm_with(_warm_claims)
+        return True
+
+    def _connection(self, prefer: PoolConnection | None = None) -> Borrowed:
+        return self._connections.connection(self._schema_errors, self._ensure_open, prefer=prefer)
 
     async def _schema_errors(self, error: Exception) -> Exception | None:
         if isinstance(error, SCHEMA_ERRORS):
@@ -271,10 +280,7 @@ class PostgresStore:
         an analyse of a table a claim reads, each connection's next claim plans its statement
         again (milliseconds, against a fraction of one for the claim itself), so claims that
         keep to one connection pay for that once rather than once per connection they met."""
-        borrowed = self._connections.connection(
-            self._schema_errors, self._ensure_open, prefer=self._claimer
-        )
-        async with borrowed as conn:
+        async with self._connection(prefer=self._claimer) as conn:
             self._claimer = conn
             return await _statement(conn, name, params)
 
@@ -452,9 +458,7 @@ class PostgresStore:
     ) -> list[Job]:
         if limit <= 0 or not queues or (kinds is not None and not kinds):
             return []
-        if not self._claims:
-            self._claims = True
-            self._connections.warm_with(_warm_claims)
+        self._start_claiming()
         params = {
             "now": self._now(now),
             "queues": list(queues),
@@ -945,9 +949,7 @@ class PostgresStore:
     # ------------------------------------------------------------------ workers registry
 
     async def register_worker(self, info: WorkerInfo, *, now: datetime | None = None) -> None:
-        if not self._claims:  # a worker starts: it will claim through this store
-            self._claims = True
-            self._connections.warm_with(_warm_claims)
+        if self._start_claiming():  # a worker starts: it will claim through this store
             # The connections the pool opened before, too: done before the worker's row is
             # written, which says it is about to claim.
             await self._connections.warm_idle()
