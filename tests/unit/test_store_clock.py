@@ -215,3 +215,16 @@ def test_a_local_clock_that_slows_down_is_followed_at_the_next_reading() -> None
     clock.observe(20, 20, T0 + timedelta(seconds=store_s))
     assert clock.measured == pytest.approx(1.0)  # the median has not moved yet
     assert clock.rate == pytest.approx(5.0)  # but waits follow the slow clock already
+
+
+def test_readings_too_noisy_for_a_short_baseline_measure_over_a_longer_one() -> None:
+    """A machine starved of CPU, and a local clock running five times fast: every answer
+    takes 0.2 local seconds, so two readings a second of the store's apart (5 local seconds)
+    tell the rate to +-4 %, too coarse. Readings further apart make the same round trips a
+    finer measure, and the rate is measured all the same."""
+    clock = StoreClock(FakeClock(T0))
+    for step in range(100):  # a quarter of a local second apart, as before the first measure
+        local = step * 0.25
+        clock.observe(local, local + 0.2, T0 + timedelta(seconds=(local + 0.1) * 0.2))
+    assert clock.measured == pytest.approx(0.2, rel=0.02)
+    assert clock.rate == pytest.approx(0.2, rel=0.02)

@@ -15,6 +15,8 @@ from rota.domain.errors import StoreUnavailable
 from rota.domain.job import Outcome
 from rota.domain.lease import Lease
 from rota.runtime.completions import Completer
+from rota.runtime.executor import Stop
+from rota.runtime.worker import Worker
 from rota.store.memory import MemoryStore
 from rota.testing import FakeClock, drain
 from tests.unit.conftest import settings
@@ -335,9 +337,9 @@ async def test_lost_lease_cancels_the_handler_and_discards_its_result(
     assert (final.state, final.worker, final.attempt) == (JobState.SUCCEEDED, "other", 2)
 
 
-async def test_heartbeat_outage_past_the_lease_stops_the_handler(
-    app: App, clock: FakeClock
-) -> None:
+async def running_slow_job(app: App, heartbeat: timedelta) -> Worker:
+    """A worker (30 s lease, beating every ``heartbeat``) running one ``slow`` job, whose
+    handler waits until cancelled."""
     started = asyncio.Event()
 
     @app.job("slow")
@@ -346,9 +348,16 @@ async def test_heartbeat_outage_past_the_lease_stops_the_handler(
         await asyncio.Event().wait()
 
     await app.enqueue("slow")
-    worker = app.worker(settings(lease=timedelta(seconds=30), heartbeat=timedelta(seconds=10)))
+    worker = app.worker(settings(lease=timedelta(seconds=30), heartbeat=heartbeat))
     await worker.claim_tick()
     await started.wait()
+    return worker
+
+
+async def test_heartbeat_outage_past_the_lease_stops_the_handler(
+    app: App, clock: FakeClock
+) -> None:
+    worker = await running_slow_job(app, heartbeat=timedelta(seconds=10))
     original = app.store.heartbeat
 
     async def unreachable(*args: Any, **kwargs: Any) -> Any:
@@ -366,6 +375,72 @@ async def test_heartbeat_outage_past_the_lease_stops_the_handler(
         assert worker.held == []
     finally:
         app.store.heartbeat = original  # type: ignore[method-assign]
+
+
+async def test_a_heartbeat_slower_than_its_interval_still_renews_the_lease(
+    app: App, clock: FakeClock
+) -> None:
+    """On a machine starved of CPU every round trip is slow. A heartbeat that answers after
+    its interval, but well within the lease, renews the lease: the worker keeps waiting for it
+    beside the next one instead of throwing it away, and keeps its job."""
+    # A 40 ms heartbeat: the tick waits a quarter of it for an answer.
+    worker = await running_slow_job(app, heartbeat=timedelta(seconds=0.04))
+    original = app.store.heartbeat
+    answer = asyncio.Event()
+    calls = 0
+
+    async def slow_then_unreachable(*args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls > 1:
+            raise StoreUnavailable("connection refused")
+        await answer.wait()  # the first is slow: it answers after its interval
+        return await original(*args, **kwargs)
+
+    app.store.heartbeat = slow_then_unreachable  # type: ignore[method-assign]
+    clock.advance(timedelta(seconds=20))
+    with pytest.raises(StoreUnavailable, match="no answer within"):
+        await worker.heartbeater.tick()
+    answer.set()
+    # The next tick's heartbeat fails at once, while the slow one answers: it counts.
+    assert await worker.heartbeater.tick() == []
+    clock.advance(timedelta(seconds=15))  # 35 s after the claim, 15 s after the slow beat
+    with pytest.raises(StoreUnavailable, match="connection refused"):
+        await worker.heartbeater.tick()
+    assert [execution.stop for execution in worker._held.values()] == [None]
+    assert (await app.store.get(worker.held[0].id)).lease_until == clock.now() + timedelta(
+        seconds=15
+    )
+    worker.request_stop()
+    for execution in worker._held.values():
+        execution.interrupt(Stop.ABANDON)
+    await worker.wait_for_running()
+
+
+async def test_a_claim_answered_late_in_its_lease_is_heartbeaten_at_once(
+    app: App, clock: FakeClock
+) -> None:
+    """A claim whose answer took most of the lease (a starved machine) leaves its leases less
+    time than the heartbeat's interval: the heartbeat goes out now, not on its schedule."""
+
+    @app.job("quick")
+    async def handle(ctx: JobContext, payload: Any) -> None:
+        pass
+
+    await app.enqueue("quick")
+    worker = app.worker(settings(lease=timedelta(seconds=30), heartbeat=timedelta(seconds=10)))
+    original = app.store.claim
+
+    async def slow_claim(*args: Any, **kwargs: Any) -> Any:
+        jobs = await original(*args, **kwargs)
+        clock.advance(timedelta(seconds=23))  # the answer comes 23 s after it was sent
+        return jobs
+
+    app.store.claim = slow_claim  # type: ignore[method-assign]
+    assert not worker.heartbeater.nudged.is_set()
+    [_] = await worker.claim_tick()
+    assert worker.heartbeater.nudged.is_set()
+    await worker.wait_for_running()
 
 
 async def test_successful_completions_are_batched(app: App) -> None:

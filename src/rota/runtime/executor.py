@@ -87,6 +87,9 @@ class Execution:
     finished: Callable[[Execution], None] | None = None
     #: Whether ``Executor.run`` began (from then on it calls ``finished`` itself).
     entered: bool = False
+    #: When the request behind ``deadline`` was sent (the claim, then each renewal): an
+    #: answer to an earlier request says nothing newer.
+    renewed_at: float = float("-inf")
 
     @property
     def thread_running(self) -> bool:

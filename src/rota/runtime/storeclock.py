@@ -97,7 +97,7 @@ class StoreClock:
         self._latest = reading
         if not for_rate:
             return
-        self._readings.append(reading)
+        self._keep(reading)
         slopes = self._slopes()
         if not slopes:
             return
@@ -115,6 +115,20 @@ class StoreClock:
                 1 / measured,
                 measured,
             )
+
+    def _keep(self, reading: Reading) -> None:
+        """Keep ``reading`` for measuring, the readings spread at least a quarter of the
+        minimum baseline apart: of two closer than that, the more precise stays. Frequent
+        readings (a quarter interval apart until the first measure) would otherwise fill the
+        buffer with a span too short for the baselines that slow answers need."""
+        readings = self._readings
+        if len(readings) >= 2 and (
+            self._baseline(readings[-2], readings[-1]) < self._min_baseline_s / 4
+        ):
+            if reading.round_trip <= readings[-1].round_trip:
+                readings[-1] = reading
+            return
+        readings.append(reading)
 
     def local_s(self, store_s: float) -> float:
         """The local seconds that ``store_s`` seconds of the store's clock take."""
@@ -143,25 +157,22 @@ class StoreClock:
         return self.local_s((due_at - now).total_seconds())
 
     def _slopes(self) -> list[float]:
-        """Rates between readings far and precise enough apart, oldest first."""
+        """Rates between readings far and precise enough apart, oldest first: from each
+        reading, to the first later one that makes a precise enough slope with it (a longer
+        baseline makes the same round trips a smaller error, so a noisy pair is not the end of
+        it)."""
         readings = list(self._readings)
         slopes: list[float] = []
-        later = 0
         for index, old in enumerate(readings):
-            later = max(later, index + 1)
-            while later < len(readings) and self._baseline(old, readings[later]) < (
-                self._min_baseline_s
-            ):
-                later += 1
-            if later >= len(readings):
+            for new in readings[index + 1 :]:
+                baseline = self._baseline(old, new)
+                local = new.local - old.local
+                if baseline < self._min_baseline_s or local <= 0:
+                    continue
+                if (old.round_trip + new.round_trip) / 2 / local > self._tolerance / 2:
+                    continue  # too imprecise to tell a stray rate from a slow answer
+                slopes.append(baseline / local)
                 break
-            new = readings[later]
-            local = new.local - old.local
-            if local <= 0:
-                continue
-            if (old.round_trip + new.round_trip) / 2 / local > self._tolerance / 2:
-                continue  # too imprecise to tell a stray rate from a slow answer
-            slopes.append(self._baseline(old, new) / local)
         return slopes
 
     @staticmethod

@@ -36,6 +36,7 @@ from rota.observability.metrics import Metrics
 from rota.runtime.completions import Completer
 from rota.runtime.context import JobContext
 from rota.runtime.executor import Execution, Executor, Stop
+from rota.runtime.heartbeat import Heartbeater
 from rota.runtime.hooks import Hooks
 from rota.runtime.pruner import Pruner
 from rota.runtime.registry import Registry
@@ -285,6 +286,7 @@ class Worker:
             await self._drain()
         finally:
             self._stopped_services.set()
+            self.heartbeater.cancel()
             watch_task.cancel()
             for task in service_tasks:
                 task.cancel()
@@ -323,6 +325,8 @@ class Worker:
                 sent, self._clock.monotonic(), jobs[0].started_at, for_rate=False
             )
         deadline = sent + self._lease_margin()
+        if jobs and deadline - self._clock.monotonic() < self.heartbeater.interval_s():
+            self.heartbeater.hurry()
         if jobs:
             tracing.claimed(
                 jobs, worker=self.name, queues=self.queues, took_s=self._clock.monotonic() - sent
@@ -335,7 +339,7 @@ class Worker:
         for queue, count in per_queue.items():
             self.metrics.jobs_claimed.labels(queue).inc(count)
         for job in jobs:
-            self._start(job, deadline)
+            self._start(job, sent, deadline)
         return jobs
 
     async def run_until_idle(self, *, max_jobs: int | None = None) -> int:
@@ -384,9 +388,14 @@ class Worker:
             lease - min(self.settings.heartbeat.total_seconds(), lease * 0.2)
         )
 
-    def _start(self, job: Job, deadline: float) -> None:
+    def _start(self, job: Job, sent: float, deadline: float) -> None:
         execution = Execution(
-            job, JobContext(job, self.name), deadline, job.lease, finished=self._finished
+            job,
+            JobContext(job, self.name),
+            deadline,
+            job.lease,
+            finished=self._finished,
+            renewed_at=sent,
         )
         self._held[job.id] = execution
         if job.runs_alone:
@@ -622,115 +631,6 @@ async def _first(waiters: Sequence[Awaitable[object]], within_s: float | None = 
     finally:
         for task in tasks:
             task.cancel()
-
-
-class Heartbeater:
-    """Renews every held lease in one statement per interval; stops handlers that lost theirs.
-
-    A lease counts as lost when the store says so, and also when heartbeats have failed for
-    so long that the lease may have expired: then another worker may already be running the
-    job, so ours stops (any late write would be fenced anyway). Every answer is a reading of
-    the store's clock (with nothing held, the tick reads just that): the interval follows the
-    store's clock, and is a quarter of it until the rate has been measured once.
-    """
-
-    name = "heartbeat"
-
-    def __init__(self, worker: Worker) -> None:
-        self._worker = worker
-
-    def interval_s(self) -> float:
-        clock = self._worker.store_clock
-        interval = clock.local_s(self._worker.settings.heartbeat.total_seconds())
-        return interval if clock.measured is not None else interval / 4
-
-    async def read_clock(self) -> None:
-        """Read the store's clock (a heartbeat of no lease)."""
-        worker = self._worker
-        sent = worker._clock.monotonic()
-        beat = await bounded(
-            worker._store.heartbeat([], lease=worker.settings.lease),
-            self.interval_s(),
-            "a clock read",
-        )
-        worker.store_clock.observe(sent, worker._clock.monotonic(), beat.now)
-
-    async def tick(self) -> list[Job]:
-        """Renew all leases; return the jobs whose handlers it stopped (lease lost)."""
-        worker = self._worker
-        # First stop whatever may already belong to another worker: after a stall (a paused
-        # process, a blocked loop) the lease can be gone without the store having said so.
-        overdue = self._expire_overdue(list(worker._held.values()))
-        held = [execution for execution in worker._held.values() if execution.stop is None]
-        if not held:
-            if not overdue:  # a clock reading, unless this tick has jobs to report stopped
-                await self.read_clock()
-            return overdue
-        # Progress rides the beat: at most one write per job per interval, however often a
-        # handler reports.
-        progress = {
-            execution.job.id: report
-            for execution in held
-            if (report := execution.ctx.unsent_progress()) is not None
-        }
-        sent = worker._clock.monotonic()
-        try:
-            beat = await bounded(
-                worker._store.heartbeat(
-                    [execution.lease for execution in held],
-                    lease=worker.settings.lease,
-                    progress=progress or None,
-                ),
-                self.interval_s(),
-                "a heartbeat",
-            )
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            self._expire_overdue(held)
-            raise
-        worker.store_clock.observe(sent, worker._clock.monotonic(), beat.now)
-        lost_ids = {lease.job_id for lease in beat.lost}
-        lost_jobs: list[Job] = []
-        for execution in held:
-            if execution.job.id not in lost_ids:
-                report = progress.get(execution.job.id)
-                if report is not None:
-                    execution.ctx.progress_sent(report)
-                execution.deadline = sent + worker._lease_margin()
-                if execution.stop is None and execution.job.id in worker._held:
-                    worker._arm(execution)
-            elif execution.reporting or execution.job.id not in worker._held:
-                continue  # our own final write got there first: not a lost lease
-            else:
-                lost_jobs.append(execution.job)
-                execution.interrupt(Stop.LEASE_LOST)
-        if lost_jobs:
-            log.warning(
-                "lease lost for %d job(s) (%s): stopping their handlers",
-                len(lost_jobs),
-                ", ".join(str(job.id) for job in lost_jobs),
-            )
-        return overdue + lost_jobs
-
-    def _expire_overdue(self, held: list[Execution]) -> list[Job]:
-        now = self._worker._clock.monotonic()
-        return self.expire(
-            [e for e in held if e.deadline <= now and e.stop is None and not e.reporting]
-        )
-
-    def expire(self, overdue: list[Execution]) -> list[Job]:
-        """Stop handlers whose lease may already belong to another worker."""
-        for execution in overdue:
-            execution.interrupt(Stop.LEASE_LOST)
-        if overdue:
-            log.warning(
-                "lease may have run out for %d job(s) (%s): no successful heartbeat within the "
-                "lease; stopping their handlers",
-                len(overdue),
-                ", ".join(str(execution.job.id) for execution in overdue),
-            )
-        return [execution.job for execution in overdue]
 
 
 class Registration:

@@ -127,10 +127,13 @@ class Dialer:
         return await psycopg.AsyncConnection.connect(self.conninfo, **self.kwargs)
 
     def _note_failure(self, failure: ConnectionFailed, failures: int, *, background: bool) -> None:
-        changed = self.last_failure is None or str(self.last_failure) != str(failure)
+        first = self.last_failure is None
+        changed = first or str(self.last_failure) != str(failure)
         self.last_failure = failure
-        if background and changed:  # one warning per outage (and per change of its cause)
+        if background and first:  # one warning per outage
             log.warning("%s: cannot connect, retrying: %s", self.what, failure)
+        elif background and changed:  # a server going down says three things in a second
+            log.info("%s: still cannot connect, now: %s", self.what, failure)
         else:
             log.debug("%s: connection attempt %d failed: %s", self.what, failures, failure)
 
