@@ -4,6 +4,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
+# Test processes at once: twice the cores, since most tests wait on PostgreSQL or a process.
+XDIST ?= $(shell echo $$(( $$(nproc) * 2 )))
 SOAK_LOG := .soak.log
 SOAK_SHOWN := 500
 SOAK_TMP := .soak-tmp
@@ -61,7 +63,7 @@ check: setup lint typecheck test-fast ## Everything to run before a commit: lint
 
 .PHONY: test-fast
 test-fast: setup ## Unit and contract tests (seconds)
-	$(BIN)/pytest -q -x tests/unit tests/contract -m "not slow and not browser" $(PYTEST_ARGS)
+	$(BIN)/pytest -q -x -n $(XDIST) tests/unit tests/contract -m "not slow and not browser" $(PYTEST_ARGS)
 
 .PHONY: test
 test: setup ## The whole test suite (PostgreSQL tests skip with a hint when no server is found)
