@@ -52,7 +52,7 @@ def serve_child(directory: str, port: int) -> None:
     async def hold(ctx: JobContext, payload: Any) -> None:
         await asyncio.sleep(HOLD_SECONDS)
 
-    app.auto_migrate = True
+    app.database.auto_migrate = True
     timing = {"lease": DEMO_LEASE, "heartbeat": DEMO_HEARTBEAT, "rescue": DEMO_RESCUE, "poll": 0.2}
     settings = ApiSettings(heartbeat_interval_seconds=DEMO_HEARTBEAT.total_seconds())
     aborted = asyncio.run(

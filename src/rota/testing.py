@@ -112,7 +112,7 @@ async def drain(app: App, *, max_jobs: int | None = None, concurrency: int = 10)
     Returns how many jobs were started. Jobs that the handlers enqueue, and failed jobs whose
     retry is due at once, run too; jobs due later (a ``delay``, a retry's backoff, a
     ``Snooze``) wait until the clock reaches them and ``drain`` is called again. Schedules are
-    not fired here: ``await app.scheduler().tick()`` turns their due slots into jobs first.
+    not fired here: ``await app.schedules.scheduler().tick()`` turns their due slots into jobs first.
     The App opens on first use; pair it with ``isolated(app)`` or ``App("memory://",
     clock=FakeClock())``.
     """
@@ -129,7 +129,7 @@ def drain_sync(app: App, *, max_jobs: int | None = None, concurrency: int = 10) 
     Refused inside a running event loop, where ``await drain(app)`` is the way, and on
     PostgreSQL, whose connection pool belongs to the event loop that opened it.
     """
-    if app.scheme in ("postgresql", "postgres"):
+    if app.database.scheme in ("postgresql", "postgres"):
         raise InvalidInput("drain_sync() runs on memory:// and SQLite: use await drain(app)")
     try:
         asyncio.get_running_loop()
@@ -204,7 +204,7 @@ class Isolation:
 
     def _enter(self) -> FakeClock:
         app = self.app
-        saved = (app.database_url, app.clock, app.auto_migrate)
+        saved = (app.database_url, app.clock, app.database.auto_migrate)
         try:
             app.with_database(self.database_url).with_clock(self.clock)
         except InvalidInput:
@@ -212,14 +212,14 @@ class Isolation:
                 "isolated() needs an App whose store is not open: await app.close() first"
             ) from None
         # A fresh store has no schema yet, whatever the App does with its own database.
-        app.auto_migrate = True
+        app.database.auto_migrate = True
         self._saved.append(saved)
         return self.clock
 
     def _restore(self) -> None:
         database_url, clock, auto_migrate = self._saved.pop()
         self.app.with_database(database_url).with_clock(clock)
-        self.app.auto_migrate = auto_migrate
+        self.app.database.auto_migrate = auto_migrate
 
     def __enter__(self) -> FakeClock:
         if self.database_url.split(":", 1)[0].lower() in ("postgresql", "postgres"):

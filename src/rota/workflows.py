@@ -90,7 +90,7 @@ def run_of(graph: Workflow, jobs: list[Job]) -> WorkflowRun:
 
 def checking_kinds(builder: WorkflowBuilder, accepted: Collection[str] | None) -> WorkflowBuilder:
     """``builder`` whose graphs are refused (InvalidInput) when a job's kind is not in
-    ``accepted`` (None: any kind), as ``App.enqueue_workflow`` refuses them."""
+    ``accepted`` (None: any kind), as ``app.workflows.enqueue`` refuses them."""
 
     def build(run: ScheduledRun) -> Workflow:
         graph = builder(run)

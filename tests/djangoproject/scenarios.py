@@ -133,7 +133,7 @@ def ordered() -> dict[str, Any]:
     for name in ("low", "high", "middle"):
         backend().wait_result(ids[name], timeout=WAIT_S)
     deferred = tasks.add.get_result(ids["deferred"])
-    job = backend().app.get_sync(int(ids["deferred"]))
+    job = backend().app.jobs.get_sync(int(ids["deferred"]))
     return {
         "notes": list(Note.objects.order_by("id").values_list("text", flat=True)),
         "high": describe(tasks.record.get_result(ids["high"])),

@@ -73,7 +73,7 @@ async def test_a_view_enqueues_with_enqueue_sync_and_a_worker_runs_the_job(
 
     async with jobs_app(database_url, sent) as worker_jobs:  # a worker process's App
         assert await worker_jobs.worker(name="flask-test").run_until_idle() == 1
-        job = await worker_jobs.get(first.get_json()["job"])
+        job = await worker_jobs.jobs.get(first.get_json()["job"])
     assert job.state is JobState.SUCCEEDED
     assert sent == ["ada@example.com"]
 
@@ -94,7 +94,7 @@ async def test_a_view_enqueues_inside_its_own_transaction(pg_url: str) -> None:
     assert kept.status_code == 202 and refused.status_code == 400
 
     async with jobs_app(pg_url, []) as worker_jobs:
-        page = await worker_jobs.list_jobs(JobFilter(kind="welcome"))
+        page = await worker_jobs.jobs.list(JobFilter(kind="welcome"))
     assert [job.payload for job in page.jobs] == [{"to": "ada@example.com"}]
     with psycopg.connect(pg_url) as conn:
         rows = conn.execute("SELECT email FROM signups").fetchall()

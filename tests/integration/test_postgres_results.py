@@ -149,6 +149,6 @@ def test_result_sync_waits_on_postgresql_from_synchronous_code(pg_url: str) -> N
                 await other.close()
 
         asyncio.run(finish())
-        assert app.result_sync(job.id, timeout=60) == {"sync": True}
+        assert app.results.get_sync(job.id, timeout=60) == {"sync": True}
     finally:
         asyncio.run(app.close())

@@ -28,7 +28,7 @@ from rota.api import ApiSettings, create_app
 from rota.client import Client
 from rota.domain.job import JobSpec, JobState
 from rota.store import Store, open_store
-from rota.store.replica import open_replica
+from rota.store.postgres.replica import open_replica
 from tests.support.migrate import migrate_url
 from tests.support.postgres import Cluster, pg_bin, with_database
 from tests.support.processes import eventually

@@ -28,7 +28,7 @@ async def test_a_schedule_created_elsewhere_fires_without_waiting_out_the_sleep(
 
     async with app:
         assert app.store.pushes_schedule_changes
-        firer = app.scheduler()
+        firer = app.schedules.scheduler()
         await firer.tick()  # no schedule yet: it would now sleep its longest
         assert firer.interval_s() == PUSHED_MAX_WAIT.total_seconds()
         worker = asyncio.create_task(app.run_worker(concurrency=2))

@@ -40,7 +40,7 @@ class Harness:
 
     async def job_exists(self, job_id: int) -> bool:
         try:
-            await self.app.get(job_id)
+            await self.app.jobs.get(job_id)
         except JobNotFound:
             return False
         return True
@@ -128,7 +128,7 @@ async def test_a_committed_transaction_makes_the_job_claimable_and_it_runs(
     assert await harness.signups() == ["ada@example.com"]
     assert await harness.run_worker_until_idle() == 1
     assert harness.ran == [result.job.id]
-    assert (await app.get(result.job.id)).state is JobState.SUCCEEDED
+    assert (await app.jobs.get(result.job.id)).state is JobState.SUCCEEDED
 
 
 async def test_a_transaction_begun_by_the_applications_own_write_rolls_back_the_job(
@@ -174,7 +174,7 @@ async def test_a_duplicate_unique_key_in_the_callers_transaction_resolves_to_the
     assert (duplicate.duplicate, duplicate.job.id) == (True, existing.job.id)
     assert (fresh.duplicate, again.duplicate, again.job.id) == (False, True, fresh.job.id)
     assert await app.store.count_jobs(JobFilter()) == 2
-    assert (await app.get(existing.job.id)).payload == {"n": 1}
+    assert (await app.jobs.get(existing.job.id)).payload == {"n": 1}
     assert await harness.signups() == ["ada@example.com"]
 
 
@@ -213,7 +213,7 @@ async def test_enqueue_sync_on_a_committed_connection_runs_the_job(harness: Harn
     assert await harness.signups() == ["ada@example.com"]
     assert await harness.run_worker_until_idle() == 1
     assert harness.ran == [job_id]
-    assert (await harness.app.get(job_id)).state is JobState.SUCCEEDED
+    assert (await harness.app.jobs.get(job_id)).state is JobState.SUCCEEDED
 
 
 async def test_enqueue_sync_resolves_a_duplicate_unique_key_in_the_transaction(
@@ -276,14 +276,14 @@ async def test_a_whole_workflow_joins_the_callers_transaction_or_none_of_it(
     graph = chain(app.spec("welcome_email", {"n": 1}), app.spec("welcome_email", {"n": 2}))
     async with await psycopg.AsyncConnection.connect(harness.url) as conn:
         async with conn.transaction():
-            run = await app.enqueue_workflow(graph, connection=conn)
+            run = await app.workflows.enqueue(graph, connection=conn)
             assert not await harness.job_exists(run.job_ids[0])
-        dropped = await app.enqueue_workflow(graph, connection=conn)
+        dropped = await app.workflows.enqueue(graph, connection=conn)
         await conn.rollback()
     assert [await harness.job_exists(job_id) for job_id in dropped.job_ids] == [False, False]
     assert await harness.run_worker_until_idle() == 2
     assert harness.ran == run.job_ids
-    assert (await app.workflow(run.id)).is_finished
+    assert (await app.workflows.get(run.id)).is_finished
 
 
 async def test_enqueue_sync_after_a_parent_on_the_callers_connection(harness: Harness) -> None:
@@ -306,14 +306,14 @@ async def test_enqueue_sync_after_a_parent_on_the_callers_connection(harness: Ha
         depends_on=[parent.job.id],
     )
     assert not await harness.job_exists(dropped_id)
-    child = await harness.app.get(child_id)
+    child = await harness.app.jobs.get(child_id)
     assert (child.state, child.waiting_on, child.workflow) == (
         JobState.WAITING,
         1,
         parent.job.id,
     )
-    await harness.app.cancel(parent.job.id)
-    assert (await harness.app.get(child_id)).state is JobState.PENDING  # "run" anyway
+    await harness.app.jobs.cancel(parent.job.id)
+    assert (await harness.app.jobs.get(child_id)).state is JobState.PENDING  # "run" anyway
 
 
 async def test_enqueue_workflow_sync_on_the_callers_connection(harness: Harness) -> None:
@@ -321,7 +321,7 @@ async def test_enqueue_workflow_sync_on_the_callers_connection(harness: Harness)
 
     def in_a_view(commit: bool) -> list[int]:
         with psycopg.connect(harness.url) as conn:
-            run = app.enqueue_workflow_sync(
+            run = app.workflows.enqueue_sync(
                 chord(
                     [app.spec("welcome_email"), app.spec("welcome_email")],
                     app.spec("welcome_email"),

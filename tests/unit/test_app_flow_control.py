@@ -22,14 +22,14 @@ async def app(clock: FakeClock) -> AsyncIterator[App]:
 
 
 async def test_set_limit_reads_like_the_rule_it_sets(app: App) -> None:
-    assert await app.set_limit(kind="pdf", concurrency=3) == Limit(
+    assert await app.limits.set(kind="pdf", concurrency=3) == Limit(
         LimitScope.KIND, "pdf", concurrency=3
     )
-    await app.set_limit(tenant="*", concurrency=2)
-    await app.set_limit(kind="api", rate=100, per=timedelta(minutes=1))
-    await app.set_limit(tenant="acme", rate=10, per=30, concurrency=5)  # per in seconds
+    await app.limits.set(tenant="*", concurrency=2)
+    await app.limits.set(kind="api", rate=100, per=timedelta(minutes=1))
+    await app.limits.set(tenant="acme", rate=10, per=30, concurrency=5)  # per in seconds
 
-    limits = {info.limit.ident: info.limit for info in await app.limits()}
+    limits = {info.limit.ident: info.limit for info in await app.limits.list()}
     assert limits[(LimitScope.TENANT, "*")].concurrency == 2
     assert limits[(LimitScope.KIND, "api")].period == timedelta(minutes=1)
     acme = limits[(LimitScope.TENANT, "acme")]
@@ -56,39 +56,39 @@ async def test_a_bad_limit_raises_invalid_input_and_writes_nothing(
     app: App, options: dict[str, Any], message: str
 ) -> None:
     with pytest.raises(InvalidInput, match=re.escape(message)):
-        await app.set_limit(**options)
-    assert await app.limits() == []
+        await app.limits.set(**options)
+    assert await app.limits.list() == []
 
 
 async def test_delete_limit_says_whether_there_was_one(app: App) -> None:
-    await app.set_limit(tenant="*", concurrency=1)
+    await app.limits.set(tenant="*", concurrency=1)
 
-    assert await app.delete_limit(tenant="*") is True
-    assert await app.delete_limit(tenant="*") is False
+    assert await app.limits.delete(tenant="*") is True
+    assert await app.limits.delete(tenant="*") is False
     with pytest.raises(InvalidInput, match="exactly one"):
-        await app.delete_limit()
+        await app.limits.delete()
     with pytest.raises(InvalidInput, match="limit scope"):
-        await app.client.delete_limit("worker", "w1")
+        await app.database.client.delete_limit("worker", "w1")
 
 
 async def test_pause_shows_in_queues_and_stops_claims_until_resumed(app: App) -> None:
     await app.enqueue("email", queue="mail")
     await app.enqueue("email", queue="mail", tenant="acme")
-    await app.set_limit(queue="mail", concurrency=5)
+    await app.limits.set(queue="mail", concurrency=5)
 
-    info = await app.pause_queue("mail")
+    info = await app.queues.pause("mail")
     assert (info.name, info.paused) == ("mail", True)
     assert await app.store.claim("w", queues=["mail"], limit=5, lease=timedelta(seconds=30)) == []
-    [mail] = await app.queues()
+    [mail] = await app.queues.list()
     assert isinstance(mail, rota.QueueStatus)
     assert (mail.paused, mail.count(JobState.PENDING), mail.exact) == (True, 2, True)
     assert mail.limit is not None and mail.limit.limit.concurrency == 5
 
-    await app.resume_queue("mail")
+    await app.queues.resume("mail")
     claimed = await app.store.claim("w", queues=["mail"], limit=5, lease=timedelta(seconds=30))
     assert len(claimed) == 2
-    assert await app.running_by_tenant() == {"acme": 1}
-    [mail] = await app.queues()
+    assert await app.limits.running_by_tenant() == {"acme": 1}
+    [mail] = await app.queues.list()
     assert (mail.paused, mail.count(JobState.RUNNING), mail.limit and mail.limit.running) == (
         False,
         2,
@@ -98,5 +98,5 @@ async def test_pause_shows_in_queues_and_stops_claims_until_resumed(app: App) ->
 
 async def test_a_bad_queue_name_is_refused(app: App) -> None:
     with pytest.raises(InvalidInput, match="queue:"):
-        await app.pause_queue("bad name")
-    assert await app.queues() == []
+        await app.queues.pause("bad name")
+    assert await app.queues.list() == []

@@ -43,7 +43,7 @@ async def test_enqueue_and_enqueue_many_refuse_a_kind_without_handler() -> None:
             await app.enqueue_many([app.spec("invoice"), JobSpec(kind="invioce")])
         with pytest.raises(InvalidInput, match="unknown kind"):
             app.spec("invioce")
-        assert (await app.list_jobs(JobFilter())).jobs == [], "nothing was written"
+        assert (await app.jobs.list(JobFilter())).jobs == [], "nothing was written"
         [ok] = await app.enqueue_many([JobSpec(kind="email")])
         assert ok.job.kind == "email"
 
@@ -79,7 +79,9 @@ def test_the_unknown_kind_message_lists_a_bounded_number_of_kinds() -> None:
 
 async def test_the_api_refuses_with_the_same_rule_and_message() -> None:
     async with billing_app() as app:
-        api = create_app(app.client, settings=ApiSettings(), kinds=app.registry.accepted_kinds())
+        api = create_app(
+            app.database.client, settings=ApiSettings(), kinds=app.registry.accepted_kinds()
+        )
         async with httpx.AsyncClient(
             transport=httpx.ASGITransport(app=api), base_url="http://127.0.0.1"
         ) as client:

@@ -52,7 +52,7 @@ async def test_a_bad_report_raises_in_the_handler_and_fails_the_attempt(app: App
 
     job = (await app.enqueue("bad")).job
     await drain(app)
-    failed = await app.get(job.id)
+    failed = await app.jobs.get(job.id)
     assert failed.state is JobState.DEAD
     assert failed.last_error == "InvalidInput: progress must be between 0 and 1"
 
@@ -72,7 +72,7 @@ async def test_a_sync_handler_reports_from_its_thread(app: App) -> None:
     await worker.claim_tick()
     await asyncio.to_thread(reported.wait, 60)
     await worker.heartbeater.tick()
-    running = await app.get(job.id)
+    running = await app.jobs.get(job.id)
     assert (running.progress, running.progress_message) == (0.25, "a quarter")
     finish.set()
     await worker.wait_for_running()
@@ -107,9 +107,9 @@ async def test_a_report_a_failed_heartbeat_did_not_carry_rides_the_next_one(
         await reported.wait()
         with pytest.raises(StoreUnavailable):
             await worker.heartbeater.tick()
-        assert (await app.get(job.id)).progress is None
+        assert (await app.jobs.get(job.id)).progress is None
         await worker.heartbeater.tick()
-        assert (await app.get(job.id)).progress == 0.5
+        assert (await app.jobs.get(job.id)).progress == 0.5
         await worker.heartbeater.tick()  # nothing new to say: a plain renewal
         assert [beat is not None for beat in beats] == [True, True, False]
         finish.set()

@@ -69,7 +69,7 @@ async def app(clock: FakeClock) -> AsyncIterator[App]:
 
 async def test_result_returns_what_the_handler_returned(app: App) -> None:
     job = (await app.enqueue("double", {"n": 21})).job
-    waiting = asyncio.create_task(app.result(job.id, timeout=60))
+    waiting = asyncio.create_task(app.results.get(job.id, timeout=60))
     await drain(app)
     assert await waiting == {"answer": 42}
 
@@ -77,14 +77,14 @@ async def test_result_returns_what_the_handler_returned(app: App) -> None:
 async def test_a_finished_job_s_result_is_returned_even_with_no_time_left(app: App) -> None:
     job = (await app.enqueue("double", {"n": 1})).job
     await drain(app)
-    assert await app.result(job.id, timeout=0) == {"answer": 2}
+    assert await app.results.get(job.id, timeout=0) == {"answer": 2}
 
 
 async def test_a_dead_job_raises_job_failed_with_its_last_error(app: App) -> None:
     job = (await app.enqueue("broken")).job
     await drain(app)
     with pytest.raises(JobFailed) as failed:
-        await app.result(job.id, timeout=5)
+        await app.results.get(job.id, timeout=5)
     assert failed.value.job_id == job.id
     assert failed.value.error == "Permanent: the printer is on fire"
     assert "the printer is on fire" in str(failed.value)
@@ -92,8 +92,8 @@ async def test_a_dead_job_raises_job_failed_with_its_last_error(app: App) -> Non
 
 async def test_a_cancelled_job_raises_job_cancelled(app: App) -> None:
     job = (await app.enqueue("double", {"n": 1})).job
-    waiting = asyncio.create_task(app.result(job.id))
-    await app.cancel(job.id)
+    waiting = asyncio.create_task(app.results.get(job.id))
+    await app.jobs.cancel(job.id)
     with pytest.raises(JobCancelled) as cancelled:
         await waiting
     assert cancelled.value.job_id == job.id
@@ -106,29 +106,29 @@ async def test_a_wait_past_its_timeout_raises_result_timeout_and_the_job_carries
 ) -> None:
     job = (await app.enqueue("double", {"n": 1})).job
     with pytest.raises(ResultTimeout) as timed_out:
-        await app.result(job.id, timeout=0)
+        await app.results.get(job.id, timeout=0)
     assert isinstance(timed_out.value, TimeoutError)
     assert timed_out.value.job_ids == [job.id]
-    assert (await app.get(job.id)).state is JobState.PENDING
+    assert (await app.jobs.get(job.id)).state is JobState.PENDING
     await drain(app)
-    assert await app.result(job.id, timeout=0) == {"answer": 2}
+    assert await app.results.get(job.id, timeout=0) == {"answer": 2}
 
 
 async def test_waiting_on_an_unknown_job_raises_job_not_found(app: App) -> None:
     with pytest.raises(JobNotFound):
-        await app.result(999_999, timeout=1)
+        await app.results.get(999_999, timeout=1)
 
 
 async def test_a_negative_timeout_is_refused(app: App) -> None:
     with pytest.raises(InvalidInput):
-        await app.result(1, timeout=-1)
+        await app.results.get(1, timeout=-1)
 
 
 async def test_results_come_in_the_order_asked_with_one_lookup_per_wake_up(app: App) -> None:
     store = app.store
     assert isinstance(store, CountingStore)
     ids = [(await app.enqueue("double", {"n": n})).job.id for n in range(20)]
-    waiting = asyncio.create_task(app.results(list(reversed(ids)), timeout=60))
+    waiting = asyncio.create_task(app.results.gather(list(reversed(ids)), timeout=60))
     await drain(app)
     assert await waiting == [{"answer": 2 * n} for n in reversed(range(20))]
     # Each lookup asked about every job still outstanding at once, and lookups happen once
@@ -143,7 +143,7 @@ async def test_results_of_finished_jobs_take_a_single_lookup(app: App) -> None:
     ids = [(await app.enqueue("double", {"n": n})).job.id for n in range(50)]
     await drain(app)
     store.lookups.clear()
-    assert await app.results(ids, timeout=0) == [{"answer": 2 * n} for n in range(50)]
+    assert await app.results.gather(ids, timeout=0) == [{"answer": 2 * n} for n in range(50)]
     assert store.lookups == [sorted(ids)]
 
 
@@ -152,7 +152,7 @@ async def test_results_raise_for_a_job_that_failed(app: App) -> None:
     bad = (await app.enqueue("broken")).job
     await drain(app)
     with pytest.raises(JobFailed) as failed:
-        await app.results([good.id, bad.id], timeout=5)
+        await app.results.gather([good.id, bad.id], timeout=5)
     assert failed.value.job_id == bad.id
 
 
@@ -160,9 +160,9 @@ async def test_as_completed_yields_each_job_as_it_finishes(app: App) -> None:
     first = (await app.enqueue("double", {"n": 1})).job
     second = (await app.enqueue("broken")).job
     third = (await app.enqueue("double", {"n": 3})).job
-    await app.cancel(third.id)
+    await app.jobs.cancel(third.id)
     seen: list[tuple[int, JobState, Any]] = []
-    async for job in app.as_completed([first.id, second.id, third.id], timeout=60):
+    async for job in app.results.as_completed([first.id, second.id, third.id], timeout=60):
         seen.append((job.id, job.state, job.result))
         if len(seen) == 1:
             await drain(app)  # the other two finish while the caller is busy
@@ -191,7 +191,7 @@ async def test_sqlite_waits_poll_until_the_job_finishes(tmp_path: Path) -> None:
     _define(app)
     async with app:
         job = (await app.enqueue("sync-double", {"n": 4})).job
-        waiting = asyncio.create_task(app.result(job.id, timeout=60))
+        waiting = asyncio.create_task(app.results.get(job.id, timeout=60))
         await drain(app)
         assert await waiting == 8
 
@@ -202,13 +202,13 @@ def test_result_sync_waits_from_synchronous_code(tmp_path: Path) -> None:
     try:
         job = app.enqueue_sync("double", {"n": 7}).job
         with pytest.raises(ResultTimeout):
-            app.result_sync(job.id, timeout=0)
+            app.results.get_sync(job.id, timeout=0)
         drain_sync(app)
-        assert app.result_sync(job.id, timeout=5) == {"answer": 14}
+        assert app.results.get_sync(job.id, timeout=5) == {"answer": 14}
         failing = app.enqueue_sync("broken").job
         drain_sync(app)
         with pytest.raises(JobFailed):
-            app.result_sync(failing.id, timeout=5)
+            app.results.get_sync(failing.id, timeout=5)
     finally:
         asyncio.run(app.close())
 

@@ -238,7 +238,7 @@ def test_app_schedule_options_override_the_kind_defaults() -> None:
     assert (spec.queue, spec.priority, spec.tenant, spec.max_attempts) == ("urgent", -1, "acme", 2)
     assert (spec.misfire, spec.misfire_limit, spec.overlap) == (Misfire.ALL, 10, Overlap.ALLOW)
     assert spec.grace == timedelta(seconds=5) and spec.payload == {"to": "ops"}
-    assert app.schedules == [spec]
+    assert list(app.schedules) == [spec]
 
 
 @pytest.mark.parametrize(
@@ -271,7 +271,7 @@ def test_app_schedule_is_validated_at_definition_naming_the_field(
         app.schedule("s", kind="k", **options)
 
     assert raised.value.field == field
-    assert app.schedules == []
+    assert list(app.schedules) == []
 
 
 def test_a_schedule_name_is_defined_once() -> None:
@@ -295,9 +295,9 @@ async def test_a_worker_upserts_the_app_schedules_and_runs_their_jobs(clock: Fak
         seen.append((ctx.job.schedule, payload))
 
     async with app:
-        await app.scheduler().tick()
+        await app.schedules.scheduler().tick()
         assert await drain(app) == 1
-        page = await app.list_jobs(JobFilter(schedule="tick"))
+        page = await app.jobs.list(JobFilter(schedule="tick"))
 
     assert seen == [("tick", {"n": 1})]
     assert [(job.slot_at, job.state) for job in page.jobs] == [(START, JobState.SUCCEEDED)]
@@ -356,7 +356,7 @@ async def test_a_nudge_makes_the_service_loop_tick_at_once(store: MemoryStore) -
 async def test_firers_sleep_long_only_where_schedule_changes_are_pushed() -> None:
     async with rota.App("memory://") as app:
         assert not app.store.pushes_schedule_changes
-        assert app.scheduler().interval_s() <= MAX_WAIT.total_seconds()
+        assert app.schedules.scheduler().interval_s() <= MAX_WAIT.total_seconds()
 
 
 # ---------------------------------------------------------------------- workflow schedules
@@ -382,7 +382,7 @@ async def test_a_workflow_schedule_runs_its_whole_graph_once_per_slot(clock: Fak
 
     assert [spec.workflow for spec in app.schedules] == [True]
     async with app:
-        firer = app.scheduler()
+        firer = app.schedules.scheduler()
         await firer.tick()
         await firer.tick()  # the same slot again: nothing new
         assert await drain(app) == 4
@@ -411,7 +411,7 @@ async def test_a_failing_workflow_builder_logs_the_slot_and_the_schedule_goes_on
 
     async with app:
         metrics = app.metrics
-        firer = app.scheduler()
+        firer = app.schedules.scheduler()
         with caplog.at_level(logging.ERROR, logger="rota.scheduler"):
             [firing] = await firer.tick()
         assert firing.jobs == ()

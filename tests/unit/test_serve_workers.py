@@ -28,7 +28,7 @@ async def test_a_blocked_api_loop_does_not_cost_a_lease(tmp_path: Any) -> None:
 
     await app.open()
     crew = WorkerThread(
-        app,
+        app.workers,
         names=["serve-test-1", "serve-test-2"],
         options={"lease": LEASE, "heartbeat": LEASE / 6, "rescue": LEASE / 6, "poll": 0.05},
     )
@@ -41,11 +41,11 @@ async def test_a_blocked_api_loop_does_not_cost_a_lease(tmp_path: Any) -> None:
 
         async def finished() -> None:
             # The job finishes on another thread: poll the store, bounded by wait_for below.
-            while (await app.get(job.id)).state is not JobState.SUCCEEDED:  # noqa: ASYNC110
+            while (await app.jobs.get(job.id)).state is not JobState.SUCCEEDED:  # noqa: ASYNC110
                 await asyncio.sleep(0.05)
 
         await asyncio.wait_for(finished(), timeout=30)
-        attempts = await app.client.attempts(job.id)
+        attempts = await app.jobs.attempts(job.id)
         assert [(a.attempt, a.outcome.value) for a in attempts] == [(1, "succeeded")]
     finally:
         crew.request_stop()
@@ -56,7 +56,7 @@ async def test_a_blocked_api_loop_does_not_cost_a_lease(tmp_path: Any) -> None:
 async def test_a_stop_requested_before_the_workers_exist_still_stops_them(tmp_path: Any) -> None:
     app = App("memory://")
     await app.open()
-    crew = WorkerThread(app, names=["early-1", "early-2"], options={"poll": 0.05})
+    crew = WorkerThread(app.workers, names=["early-1", "early-2"], options={"poll": 0.05})
     crew.request_stop()
     crew.start()
     assert await asyncio.wait_for(crew.wait(), timeout=30) is False

@@ -47,7 +47,7 @@ async def test_isolated_points_the_app_at_a_fresh_store_and_back(tmp_path: Path)
     assert (app.database_url, app.clock) == (real_url, None)
     assert not (tmp_path / "real.db").exists()
     async with isolated(app):
-        assert (await app.list_jobs()).jobs == []
+        assert (await app.jobs.list()).jobs == []
 
 
 def test_isolated_works_test_after_test_in_one_process(tmp_path: Path) -> None:
@@ -67,7 +67,7 @@ async def test_the_fake_clock_decides_when_a_delayed_job_is_due(tmp_path: Path) 
         assert await drain(app) == 0
         clock.advance(60)
         assert await drain(app) == 1
-        assert (await app.get(job.id)).state is JobState.SUCCEEDED
+        assert (await app.jobs.get(job.id)).state is JobState.SUCCEEDED
 
 
 async def test_isolated_takes_a_given_clock_and_an_sqlite_url(tmp_path: Path) -> None:
@@ -127,7 +127,7 @@ async def test_a_closed_app_opens_afresh() -> None:
     app = App("memory://")
     await app.enqueue("k")
     await app.close()
-    assert (await app.list_jobs()).jobs == []
+    assert (await app.jobs.list()).jobs == []
     await app.close()
 
 
@@ -158,8 +158,8 @@ async def test_run_job_reports_each_outcome_without_touching_the_app_store(
         assert (failed.state, failed.attempt, failed.max_attempts) == (JobState.PENDING, 1, 2)
         assert failed.last_error == "RuntimeError: upstream returned 503"
         assert (snoozed.state, snoozed.attempt) == (JobState.PENDING, 0)
-        assert (await app.get(waiting.id)).state is JobState.PENDING
-        assert [job.id for job in (await app.list_jobs()).jobs] == [waiting.id]
+        assert (await app.jobs.get(waiting.id)).state is JobState.PENDING
+        assert [job.id for job in (await app.jobs.list()).jobs] == [waiting.id]
 
 
 async def test_run_job_validates_like_enqueue(tmp_path: Path) -> None:
@@ -177,5 +177,5 @@ def test_a_sync_drain_runs_jobs_enqueued_from_sync_code(tmp_path: Path) -> None:
         assert drain_sync(app) == 1
         clock.advance(10)
         assert drain_sync(app) == 1
-        states = asyncio.run(app.list_jobs()).jobs
+        states = asyncio.run(app.jobs.list()).jobs
         assert [job.state for job in states] == [JobState.SUCCEEDED, JobState.SUCCEEDED]

@@ -239,7 +239,7 @@ def test_without_opentelemetry_installed_jobs_run_and_nothing_of_it_is_imported(
                 job = (await app.enqueue("email", {"to": "ada"})).job
                 assert job.trace_context is None
                 assert await app.worker().run_until_idle() == 1
-                assert (await app.get(job.id)).state.value == "succeeded"
+                assert (await app.jobs.get(job.id)).state.value == "succeeded"
 
         asyncio.run(main())
         assert ran == [{"to": "ada"}]

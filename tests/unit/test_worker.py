@@ -40,8 +40,8 @@ async def test_async_and_sync_handlers_both_succeed(app: App) -> None:
     s = await app.enqueue("sync-kind", {"n": 2})
     assert await drain(app) == 2
     assert sorted(seen) == [("async", {"n": 1}, 1), ("sync", {"n": 2}, 1)]
-    assert (await app.get(a.job.id)).state is JobState.SUCCEEDED
-    assert (await app.get(s.job.id)).state is JobState.SUCCEEDED
+    assert (await app.jobs.get(a.job.id)).state is JobState.SUCCEEDED
+    assert (await app.jobs.get(s.job.id)).state is JobState.SUCCEEDED
 
 
 async def test_handler_sees_its_fencing_token_and_worker(app: App) -> None:
@@ -66,13 +66,13 @@ async def test_error_retries_with_the_kinds_backoff_then_dead(app: App, clock: F
 
     job = (await app.enqueue("flaky")).job
     await drain(app)
-    failed = await app.get(job.id)
+    failed = await app.jobs.get(job.id)
     assert (failed.state, failed.attempt) == (JobState.PENDING, 1)
     assert failed.run_at == clock.now() + timedelta(seconds=10)
     assert failed.last_error == "RuntimeError: upstream returned 503"
     clock.advance(timedelta(seconds=10))
     await drain(app)
-    dead = await app.get(job.id)
+    dead = await app.jobs.get(job.id)
     assert (dead.state, dead.attempt) == (JobState.DEAD, 2)
     history = await app.store.attempts(job.id)
     assert [a.outcome for a in history] == [Outcome.FAILED, Outcome.FAILED]
@@ -87,7 +87,7 @@ async def test_permanent_error_is_dead_at_once(app: App) -> None:
 
     job = (await app.enqueue("p")).job
     await drain(app)
-    dead = await app.get(job.id)
+    dead = await app.jobs.get(job.id)
     assert (dead.state, dead.attempt, dead.last_error) == (
         JobState.DEAD,
         1,
@@ -106,12 +106,12 @@ async def test_snooze_runs_later_and_gives_the_attempt_back(app: App, clock: Fak
 
     job = (await app.enqueue("s")).job
     await drain(app)
-    snoozed = await app.get(job.id)
+    snoozed = await app.jobs.get(job.id)
     assert (snoozed.state, snoozed.attempt) == (JobState.PENDING, 0)
     assert snoozed.run_at == clock.now() + timedelta(minutes=5)
     clock.advance(timedelta(minutes=5))
     await drain(app)
-    assert (await app.get(job.id)).state is JobState.SUCCEEDED
+    assert (await app.jobs.get(job.id)).state is JobState.SUCCEEDED
     assert calls == [1, 1]
 
 
@@ -121,7 +121,7 @@ async def test_a_kind_the_worker_does_not_run_is_left_for_a_worker_that_does(
     """A rolling deploy: the job of a kind only newer code knows waits for newer code."""
     job = (await app.enqueue("added-in-the-next-release", max_attempts=5)).job
     assert await drain(app) == 0
-    left = await app.get(job.id)
+    left = await app.jobs.get(job.id)
     assert (left.state, left.attempt, left.last_error) == (JobState.PENDING, 0, None)
 
     @app.job("added-in-the-next-release")
@@ -129,7 +129,7 @@ async def test_a_kind_the_worker_does_not_run_is_left_for_a_worker_that_does(
         pass
 
     assert await drain(app) == 1
-    assert (await app.get(job.id)).state is JobState.SUCCEEDED
+    assert (await app.jobs.get(job.id)).state is JobState.SUCCEEDED
 
 
 async def test_a_worker_registers_the_kinds_it_runs(app: App) -> None:
@@ -156,7 +156,7 @@ async def test_timeout_fails_the_attempt_and_cancels_the_handler(app: App) -> No
     job = (await app.enqueue("hangs")).job
     await drain(app)
     assert cancelled.is_set()
-    dead = await app.get(job.id)
+    dead = await app.jobs.get(job.id)
     assert (dead.state, dead.last_error) == (JobState.DEAD, "timed out after 0.01s")
 
 
@@ -167,7 +167,7 @@ async def test_a_handlers_own_timeout_error_is_an_ordinary_failure(app: App) -> 
 
     job = (await app.enqueue("raises-timeout")).job
     await drain(app)
-    assert (await app.get(job.id)).last_error == "TimeoutError: the API did not answer"
+    assert (await app.jobs.get(job.id)).last_error == "TimeoutError: the API did not answer"
 
 
 class Unprintable(RuntimeError):
@@ -221,13 +221,13 @@ async def test_an_exception_that_cannot_be_printed_is_recorded_like_any_failure(
     job = (await app.enqueue("broken")).job
     dead = (await app.enqueue("broken-for-good")).job
     await drain(app)
-    retried = await app.get(job.id)
+    retried = await app.jobs.get(job.id)
     assert (retried.state, retried.attempt) == (JobState.PENDING, 1), "failed, not left running"
     assert retried.last_error == "Unprintable: unprintable error"
     assert retried.run_at == clock.now() + timedelta(seconds=10)
     clock.advance(timedelta(seconds=10))
     await drain(app)
-    again = await app.get(job.id)
+    again = await app.jobs.get(job.id)
     assert (again.state, again.attempt) == (JobState.PENDING, 2)
     assert again.last_error == "Unformattable: unprintable error"
     first, second = await app.store.attempts(job.id)
@@ -236,7 +236,7 @@ async def test_an_exception_that_cannot_be_printed_is_recorded_like_any_failure(
     assert second.traceback is not None
     assert "in fail" in second.traceback, "the frames are kept"
     assert second.traceback.endswith("Unformattable: unprintable error\n")
-    permanent = await app.get(dead.id)
+    permanent = await app.jobs.get(dead.id)
     assert (permanent.state, permanent.attempt, permanent.last_error) == (
         JobState.DEAD,
         1,
@@ -278,12 +278,12 @@ async def test_cancel_reaches_a_running_handler_within_one_heartbeat(app: App) -
     worker = app.worker(settings())
     await worker.claim_tick()
     await started.wait()
-    await app.cancel(job.id)
+    await app.jobs.cancel(job.id)
     lost = await worker.heartbeater.tick()
     assert [j.id for j in lost] == [job.id]
     await worker.wait_for_running()
     assert stopped.is_set()
-    assert (await app.get(job.id)).state is JobState.CANCELLED
+    assert (await app.jobs.get(job.id)).state is JobState.CANCELLED
 
 
 async def test_a_job_stopped_before_its_task_first_ran_frees_its_slot(
@@ -333,7 +333,7 @@ async def test_lost_lease_cancels_the_handler_and_discards_its_result(
     await paused.wait_for_running()
     assert ctxs[0].is_cancelled
     await app.store.complete(taken.lease)
-    final = await app.get(job.id)
+    final = await app.jobs.get(job.id)
     assert (final.state, final.worker, final.attempt) == (JobState.SUCCEEDED, "other", 2)
 
 
@@ -542,8 +542,8 @@ async def test_graceful_stop_finishes_fast_jobs_and_releases_slow_ones(
     worker.request_stop()
     let_fast_finish.set()
     await running
-    assert (await app.get(f.id)).state is JobState.SUCCEEDED
-    released = await app.get(s.id)
+    assert (await app.jobs.get(f.id)).state is JobState.SUCCEEDED
+    released = await app.jobs.get(s.id)
     assert (released.state, released.attempt, released.run_at) == (
         JobState.PENDING,
         0,
@@ -567,7 +567,7 @@ async def test_second_stop_abandons_jobs_to_lease_expiry(app: App) -> None:
     worker.request_stop()
     worker.request_stop()
     await running
-    abandoned = await app.get(job.id)
+    abandoned = await app.jobs.get(job.id)
     assert (abandoned.state, abandoned.attempt) == (JobState.RUNNING, 1)
 
 
@@ -684,9 +684,9 @@ async def test_the_pruner_deletes_only_jobs_finished_before_the_retention(
     await drain(app)
     assert await Pruner(app.store, retention=timedelta(days=7)).tick() == 1
     with pytest.raises(JobNotFound):
-        await app.get(old.id)
-    assert (await app.get(recent.id)).state is JobState.SUCCEEDED
-    assert (await app.get(waiting.id)).state is JobState.PENDING
+        await app.jobs.get(old.id)
+    assert (await app.jobs.get(recent.id)).state is JobState.SUCCEEDED
+    assert (await app.jobs.get(waiting.id)).state is JobState.PENDING
 
 
 async def test_the_pruner_deletes_audit_entries_past_their_own_retention(

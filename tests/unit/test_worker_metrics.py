@@ -63,7 +63,7 @@ async def test_a_worker_serves_its_process_metrics_and_no_store_gauges() -> None
         async with asyncio.timeout(30):
             for job_id in (ok, dead):
                 # The worker runs them on this loop: poll the store, bounded by the timeout.
-                while not (await app.get(job_id)).is_terminal:  # noqa: ASYNC110
+                while not (await app.jobs.get(job_id)).is_terminal:  # noqa: ASYNC110
                     await asyncio.sleep(0.01)
             await worker.wait_for_running()  # counted once its task has ended
         text = await asyncio.to_thread(scrape, port)

@@ -34,7 +34,7 @@ async def test_the_rescuer_cancels_jobs_that_expired_before_they_started(
         result = await worker.rescuer.tick()
     assert result.expired == [stale.id]
     assert "1 job(s) cancelled as expired" in caplog.text
-    expired = await app.get(stale.id)
+    expired = await app.jobs.get(stale.id)
     assert (expired.state, expired.last_error) == (JobState.CANCELLED, "expired")
     await worker.run_until_idle()
     assert ran == [fresh.id]
@@ -85,7 +85,7 @@ async def test_middleware_wraps_every_handler_first_registered_outermost(app: Ap
         "outer in async", "inner in async", "inner out async", "outer out async",
         "outer in sync", "inner in sync", "inner out sync", "outer out sync",
     ]  # fmt: skip
-    assert (await app.get(s.id)).state is JobState.SUCCEEDED
+    assert (await app.jobs.get(s.id)).state is JobState.SUCCEEDED
 
 
 async def test_a_middleware_may_turn_an_error_into_a_success(app: App) -> None:
@@ -102,7 +102,7 @@ async def test_a_middleware_may_turn_an_error_into_a_success(app: App) -> None:
 
     job = (await app.enqueue("flaky")).job
     await app.worker(settings()).run_until_idle()
-    assert (await app.get(job.id)).state is JobState.SUCCEEDED
+    assert (await app.jobs.get(job.id)).state is JobState.SUCCEEDED
 
 
 def test_a_middleware_must_be_async() -> None:
@@ -173,7 +173,7 @@ async def test_a_failing_hook_is_logged_in_one_line_and_the_outcome_stands(
     job = (await app.enqueue("noop")).job
     with caplog.at_level(logging.WARNING, logger="rota.worker"):
         await app.worker(settings()).run_until_idle()
-    assert (await app.get(job.id)).state is JobState.SUCCEEDED
+    assert (await app.jobs.get(job.id)).state is JobState.SUCCEEDED
     assert after == [job.id]
     [record] = [r for r in caplog.records if "hook" in r.getMessage()]
     assert record.getMessage() == (
@@ -224,7 +224,7 @@ async def test_a_middleware_that_swallows_a_lost_lease_cannot_complete_the_job(
         app.store.heartbeat = original  # type: ignore[method-assign]
     # The store still shows the lease (nobody took the job yet), so a completion would have
     # been accepted: the worker wrote nothing, as for any lost lease.
-    after = await app.get(job.id)
+    after = await app.jobs.get(job.id)
     assert (after.state, after.attempt) == (JobState.RUNNING, 1)
     assert successes == []
     assert worker.metrics.leases_lost.labels("slow")._value.get() == 1
@@ -253,7 +253,7 @@ async def test_a_middleware_that_swallows_the_shutdown_still_releases_the_job(
     await started.wait()
     worker.request_stop()
     await running
-    released = await app.get(job.id)
+    released = await app.jobs.get(job.id)
     assert (released.state, released.attempt) == (JobState.PENDING, 0)
 
 
@@ -285,4 +285,4 @@ async def test_a_hook_outliving_the_lease_deadline_is_not_taken_for_a_lost_lease
         await worker.wait_for_running()
     assert finished == [job.id]
     assert "lease" not in caplog.text
-    assert (await app.get(job.id)).state is JobState.SUCCEEDED
+    assert (await app.jobs.get(job.id)).state is JobState.SUCCEEDED

@@ -20,7 +20,7 @@ async def make_suspect(app: App, clock: FakeClock, kind: str) -> int:
     await app.store.claim("died", queues=["default"], limit=1, lease=timedelta(seconds=5))
     clock.advance(timedelta(seconds=6))
     assert (await app.store.rescue()).requeued == [job.id]
-    assert (await app.get(job.id)).is_suspect
+    assert (await app.jobs.get(job.id)).is_suspect
     return job.id
 
 
@@ -64,7 +64,7 @@ async def test_a_suspect_waits_for_the_worker_to_empty_then_runs_alone(
     await worker.wait_for_running()
     assert held_while_running == [1]
     assert [lease.job_id for lease in begun] == [suspect_id]
-    assert (await app.get(suspect_id)).state is JobState.SUCCEEDED
+    assert (await app.jobs.get(suspect_id)).state is JobState.SUCCEEDED
     [last] = await worker.claim_tick()  # claims resume once the suspect is done
     assert last.kind == "slow"
     release.set()
@@ -100,5 +100,5 @@ async def test_a_suspect_released_before_it_started_gets_its_attempt_back(
     assert len(worker.held) == 2
     worker.request_stop()
     await running
-    released = await app.get(suspect_id)
+    released = await app.jobs.get(suspect_id)
     assert (released.state, released.attempt, released.crashes) == (JobState.PENDING, 1, 1)

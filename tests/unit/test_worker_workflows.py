@@ -29,7 +29,7 @@ async def test_a_chain_runs_through_without_waiting_for_a_poll(tmp_path: Path) -
 
     async with app:
         await app.store.migrate()
-        run = await app.enqueue_workflow(
+        run = await app.workflows.enqueue(
             rota.chain(*(app.spec("step", {"n": n}) for n in range(5)))
         )
         worker = app.worker(WorkerSettings(name="w", poll=timedelta(hours=1)))
@@ -40,7 +40,7 @@ async def test_a_chain_runs_through_without_waiting_for_a_poll(tmp_path: Path) -
             worker.request_stop()
             await running
         assert ran == [0, 1, 2, 3, 4]
-        assert (await app.workflow(run.id)).count(rota.JobState.SUCCEEDED) == 5
+        assert (await app.workflows.get(run.id)).count(rota.JobState.SUCCEEDED) == 5
 
 
 def test_sync_code_enqueues_after_parents_and_whole_workflows(tmp_path: Path) -> None:
@@ -53,7 +53,7 @@ def test_sync_code_enqueues_after_parents_and_whole_workflows(tmp_path: Path) ->
         return payload
 
     try:
-        run = app.enqueue_workflow_sync(
+        run = app.workflows.enqueue_sync(
             rota.chord([app.spec("step", {"n": 1}), app.spec("step", {"n": 2})], app.spec("step"))
         )
         assert [job.state for job in run.jobs] == [
@@ -78,8 +78,8 @@ def test_sync_code_enqueues_after_parents_and_whole_workflows(tmp_path: Path) ->
         with pytest.raises(rota.InvalidJob, match="depends_on"):
             app.enqueue_sync("step", depends_on=[])
         with pytest.raises(rota.InvalidInput, match="unknown kind"):
-            app.enqueue_workflow_sync(rota.chain(rota.JobSpec("nope")))
+            app.workflows.enqueue_sync(rota.chain(rota.JobSpec("nope")))
         assert drain_sync(app) == 4
-        assert app.result_sync(after.job.id, timeout=5) == {"n": 3}
+        assert app.results.get_sync(after.job.id, timeout=5) == {"n": 3}
     finally:
         asyncio.run(app.close())

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from rota.cli import Target, cli, json_option, page_options, uses_database, with_client
+from rota.cli.group import Target, cli, json_option, page_options, uses_database, with_client
 from rota.cli.terminal import console, shown, table
 from rota.config import parse_duration, parse_instant
 from rota.domain.audit import AuditAction, AuditEntry, AuditFilter

@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from rota.cli import Target, cli_user, uses_database, with_client
+from rota.cli.group import Target, cli_user, uses_database, with_client
 from rota.cli.jobs import jobs, name_filter
 from rota.cli.terminal import progress
 from rota.client import Client

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 import click
 
-from rota.cli import (
+from rota.cli.group import (
     Target,
     cli,
     heartbeat_option,

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from rota.cli import (
+from rota.cli.group import (
     Target,
     cli,
     database_option,
@@ -170,7 +170,7 @@ def worker(
     if database_url:
         app.with_database(database_url)
     if listen_database_url:
-        app.listen_database_url = listen_database_url
+        app.database.listen_database_url = listen_database_url
     options: dict[str, Any] = {
         "name": name,
         "queues": split(queues),

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from rota.cli import Target, cli, json_option, uses_database, with_client, with_operator
+from rota.cli.group import Target, cli, json_option, uses_database, with_client, with_operator
 from rota.cli.terminal import console, shown, table
 from rota.client import QueueStatus, limit_selected, limit_spec
 from rota.config import parse_duration

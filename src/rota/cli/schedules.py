@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 
 import click
 
-from rota.cli import Target, cli, json_option, uses_database, with_client, with_operator
+from rota.cli.group import Target, cli, json_option, uses_database, with_client, with_operator
 from rota.cli.terminal import console, shown, table
 from rota.config import parse_duration, parse_json
 from rota.domain.errors import InvalidInput

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from rota.cli import cli, listen_option, run_workers
+from rota.cli.group import cli, listen_option, run_workers
 from rota.config import DEFAULT_DATABASE_URL, load_app, parse_retention
 from rota.domain.errors import InvalidInput
 from rota.runtime.crew import WorkerThread
@@ -184,8 +184,8 @@ def serve(
         if source is not click.core.ParameterSource.DEFAULT:
             app.with_database(database_url)
     if listen_database_url:
-        app.listen_database_url = listen_database_url
-    app.auto_migrate = True  # serve applies migrations on start
+        app.database.listen_database_url = listen_database_url
+    app.database.auto_migrate = True  # serve applies migrations on start
     if read_database_url:
         check_read_url(app.database_url, read_database_url)
     heartbeat = timing.get("heartbeat")
@@ -253,18 +253,18 @@ async def _serve(
     from rota.api.connections import default_limits, guarded_protocol, quiet_accept_errors
     from rota.runtime.signals import stop_signals
     from rota.runtime.worker import default_worker_name
-    from rota.store.replica import open_replica
+    from rota.store.postgres.replica import open_replica
 
     await app.open()
     replica = open_replica(app.store, read_url) if read_url else None
     api = create_app(
-        app.client,
+        app.database.client,
         settings=settings,
         metrics=app.metrics,
         kinds=app.registry.kinds() or None,
         demo=demo,
         replica=replica,
-        workflows=app.workflow_builders(),
+        workflows=app.schedules.workflow_builders(),
     )
 
     class QuietServer(uvicorn.Server):
@@ -288,7 +288,7 @@ async def _serve(
         )
     )
     crew = WorkerThread(
-        app,
+        app.workers,
         names=[f"{default_worker_name()}-{index + 1}" for index in range(workers)],
         options={"concurrency": concurrency, "shutdown_timeout": shutdown_timeout, **timing},
     )

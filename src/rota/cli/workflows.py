@@ -6,7 +6,7 @@ import json
 
 import click
 
-from rota.cli import Target, cli, json_option, uses_database, with_client, with_operator
+from rota.cli.group import Target, cli, json_option, uses_database, with_client, with_operator
 from rota.cli.jobs import job_json
 from rota.cli.terminal import console, table
 

@@ -72,11 +72,11 @@ class Dashboard:
             async with self._lock:
                 if self._api is None or self._store is not store:
                     self._api = create_app(
-                        self._app.client,
+                        self._app.database.client,
                         settings=self._settings,
                         metrics=self._app.metrics,
                         kinds=self._app.registry.kinds() or None,
-                        workflows=self._app.workflow_builders(),
+                        workflows=self._app.schedules.workflow_builders(),
                     )
                     self._store = store
         return self._api
@@ -105,7 +105,7 @@ def lifespan(app: App, *, workers: int = 0, **worker_options: Any) -> Lifespan:
         await app.open()
         base = default_worker_name()
         names = [f"{base}-{index + 1}" for index in range(workers)]
-        crew = WorkerThread(app, names=names, options=worker_options) if workers else None
+        crew = WorkerThread(app.workers, names=names, options=worker_options) if workers else None
         try:
             if crew is not None:
                 crew.start()

@@ -306,22 +306,22 @@ class RotaBackend(BaseTaskBackend):
         that is not a task of this backend."""
         job_id = _job_id(result_id)
         try:
-            job = self.app.get_sync(job_id)
+            job = self.app.jobs.get_sync(job_id)
         except JobNotFound:
             raise TaskResultDoesNotExist(result_id) from None
         task = self._task(job.kind)
         arguments = _arguments(job.payload)
         if task is None or arguments is None:
             raise TaskResultDoesNotExist(f"job {result_id} is not a task of {self.alias!r}")
-        return self._result(task, job, arguments, self.app.attempts_sync(job_id))
+        return self._result(task, job, arguments, self.app.jobs.attempts_sync(job_id))
 
     def wait_result(self, result_id: str, *, timeout: float | None = None) -> TaskResult[Any]:
-        """Block until the task has finished (rota's ``result_sync``: woken by a notification
+        """Block until the task has finished (rota's ``app.results.get_sync``: woken by a notification
         on PostgreSQL, polled on SQLite) and return its result; rota's ResultTimeout (a
         TimeoutError) after ``timeout`` seconds. Not part of Django's API."""
         job_id = _job_id(result_id)
         try:
-            self.app.result_sync(job_id, timeout=timeout)
+            self.app.results.get_sync(job_id, timeout=timeout)
         except (JobFailed, JobCancelled):
             pass
         except JobNotFound:

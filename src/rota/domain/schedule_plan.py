@@ -13,12 +13,20 @@ from collections import deque
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from cronsim import CronSim
 
-if TYPE_CHECKING:
-    from rota.domain.schedule import Rule
+
+class Slots(Protocol):
+    """What a plan needs of a rule (``rota.domain.schedule.Rule``): its slots, one by one,
+    and its interval when it has one (a grid it can step along without asking each slot)."""
+
+    @property
+    def interval(self) -> timedelta | None: ...
+
+    def next_after(self, instant: datetime) -> datetime: ...
+
 
 #: The most slots one plan fires, so a long pause cannot flood the queue or the planner.
 MAX_MISFIRE_LIMIT = 1000
@@ -45,7 +53,7 @@ class Plan:
 
 
 def plan(
-    rule: Rule,
+    rule: Slots,
     next_slot: datetime,
     now: datetime,
     *,
@@ -107,7 +115,7 @@ def _aware(name: str, value: datetime) -> datetime:
     return value.astimezone(UTC)
 
 
-def _latest_slots(rule: Rule, first: datetime, upto: datetime, limit: int) -> list[datetime]:
+def _latest_slots(rule: Slots, first: datetime, upto: datetime, limit: int) -> list[datetime]:
     """The latest ``limit`` slots in [first, upto], oldest first; ``first`` counts as a slot."""
     interval = rule.interval
     if interval is not None:
@@ -152,7 +160,7 @@ def _latest_slots(rule: Rule, first: datetime, upto: datetime, limit: int) -> li
 
 
 def _walk(
-    rule: Rule, after: datetime, upto: datetime, limit: int, budget: int
+    rule: Slots, after: datetime, upto: datetime, limit: int, budget: int
 ) -> tuple[list[datetime], datetime, bool]:
     """Slots in (after, upto], at most ``budget`` of them, keeping the latest ``limit``.
 

@@ -72,7 +72,7 @@ class Edge:
 
 @dataclass(slots=True)
 class Workflow:
-    """A graph of jobs written in one atomic call (``App.enqueue_workflow``).
+    """A graph of jobs written in one atomic call (``app.workflows.enqueue``).
 
     ``add`` a spec with the parents it runs ``after`` (nodes added before it, or ids of jobs
     that exist); a node can only name nodes added earlier, so a graph has no cycle by

@@ -19,12 +19,13 @@ from rota.store import Store
 
 
 class WorkerSource(Protocol):
-    """What WorkerThread needs of an App: its store, a store for another loop, workers."""
+    """What WorkerThread needs of an App's workers (``app.workers``): the App's store, a
+    store for another loop, and workers."""
 
     @property
     def store(self) -> Store: ...
 
-    def open_worker_store(self) -> Store: ...
+    def open_store(self) -> Store: ...
 
     def worker(self, *, store: Store | None = ..., **options: Any) -> Worker: ...
 
@@ -83,7 +84,7 @@ class WorkerThread:
             loop.close()
 
     async def _main(self) -> bool:
-        store = self._app.open_worker_store()
+        store = self._app.open_store()
         try:
             pool = [
                 self._app.worker(store=store, name=name, **self._options) for name in self._names

@@ -16,18 +16,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from datetime import timedelta
+from typing import Any
 
+from rota.domain.clock import Clock
 from rota.domain.errors import StoreUnavailable
 from rota.domain.job import Job, Progress
 from rota.runtime.executor import Execution, Stop
 from rota.runtime.services import bounded
-from rota.store.base import Beat
-
-if TYPE_CHECKING:
-    from rota.runtime.worker import Worker
+from rota.runtime.storeclock import StoreClock
+from rota.store.base import Beat, Store
 
 log = logging.getLogger("rota.worker")
 
@@ -59,8 +59,29 @@ class Heartbeater:
 
     name = "heartbeat"
 
-    def __init__(self, worker: Worker) -> None:
-        self._worker = worker
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        store_clock: StoreClock,
+        *,
+        lease: timedelta,
+        heartbeat: timedelta,
+        held: Mapping[int, Execution],
+        arm: Callable[[Execution], None],
+        lease_margin: Callable[[], float],
+    ) -> None:
+        """``held`` is the worker's live map of the jobs it holds; ``arm`` sets a held job's
+        lease alarm to its deadline; ``lease_margin`` is how long after a request was sent
+        its lease is surely ours, in local seconds."""
+        self._store = store
+        self._clock = clock
+        self._store_clock = store_clock
+        self._lease = lease
+        self._heartbeat = heartbeat
+        self._held = held
+        self._arm = arm
+        self._lease_margin = lease_margin
         self._in_flight: list[_Attempt] = []
         #: Set by ``hurry``: the service loop ticks at once instead of waiting out its interval.
         self.nudged = asyncio.Event()
@@ -71,33 +92,29 @@ class Heartbeater:
         self.nudged.set()
 
     def interval_s(self) -> float:
-        clock = self._worker.store_clock
-        interval = clock.local_s(self._worker.settings.heartbeat.total_seconds())
+        clock = self._store_clock
+        interval = clock.local_s(self._heartbeat.total_seconds())
         return interval if clock.measured is not None else interval / 4
 
     async def read_clock(self) -> None:
         """Read the store's clock (a heartbeat of no lease). Bounded by the lease, not the
         interval: a slow answer is an imprecise reading, which the rate measure weighs as
         such, and still says where the store's clock stands."""
-        worker = self._worker
-        sent = worker._clock.monotonic()
+        sent = self._clock.monotonic()
         beat = await bounded(
-            worker._store.heartbeat([], lease=worker.settings.lease),
-            worker._lease_margin(),
-            "a clock read",
+            self._store.heartbeat([], lease=self._lease), self._lease_margin(), "a clock read"
         )
-        worker.store_clock.observe(sent, worker._clock.monotonic(), beat.now)
+        self._store_clock.observe(sent, self._clock.monotonic(), beat.now)
 
     async def tick(self) -> list[Job]:
         """Renew all leases; return the jobs whose handlers it stopped (lease lost).
 
         StoreUnavailable (or the store's error) when no heartbeat answered within the
         interval: the ones sent stay in flight, and any answer that comes still renews."""
-        worker = self._worker
         # First stop whatever may already belong to another worker: after a stall (a paused
         # process, a blocked loop) the lease can be gone without the store having said so.
-        overdue = self._expire_overdue(list(worker._held.values()))
-        held = [execution for execution in worker._held.values() if execution.stop is None]
+        overdue = self._expire_overdue(list(self._held.values()))
+        held = [execution for execution in self._held.values() if execution.stop is None]
         if not held:
             self.cancel()
             if not overdue:  # a clock reading, unless this tick has jobs to report stopped
@@ -149,12 +166,11 @@ class Heartbeater:
         return [execution.job for execution in overdue]
 
     def _send(self, held: list[Execution], progress: Mapping[int, Progress]) -> None:
-        worker = self._worker
-        attempt = _Attempt(worker._clock.monotonic(), held, progress)
+        attempt = _Attempt(self._clock.monotonic(), held, progress)
         attempt.task = asyncio.ensure_future(
-            worker._store.heartbeat(
+            self._store.heartbeat(
                 [execution.lease for execution in held],
-                lease=worker.settings.lease,
+                lease=self._lease,
                 progress=dict(progress) or None,
             )
         )
@@ -175,12 +191,11 @@ class Heartbeater:
         beat = task.result()
         # Another answer makes the rest redundant: they would renew from earlier instants.
         self.cancel()
-        worker = self._worker
-        worker.store_clock.observe(attempt.sent, worker._clock.monotonic(), beat.now)
+        self._store_clock.observe(attempt.sent, self._clock.monotonic(), beat.now)
         lost_ids = {lease.job_id for lease in beat.lost}
-        deadline = attempt.sent + worker._lease_margin()
+        deadline = attempt.sent + self._lease_margin()
         for execution in attempt.held:
-            if worker._held.get(execution.job.id) is not execution:
+            if self._held.get(execution.job.id) is not execution:
                 continue  # finished meanwhile: nothing to renew or stop
             if execution.job.id not in lost_ids:
                 report = attempt.progress.get(execution.job.id)
@@ -190,7 +205,7 @@ class Heartbeater:
                     execution.renewed_at = attempt.sent
                     execution.deadline = deadline
                     if execution.stop is None:
-                        worker._arm(execution)
+                        self._arm(execution)
             elif not execution.reporting and execution.stop is None:
                 # (A job reporting its outcome: our own final write got there first.)
                 attempt.lost.append(execution.job)
@@ -203,7 +218,7 @@ class Heartbeater:
             )
 
     def _expire_overdue(self, held: list[Execution]) -> list[Job]:
-        now = self._worker._clock.monotonic()
+        now = self._clock.monotonic()
         return self.expire(
             [e for e in held if e.deadline <= now and e.stop is None and not e.reporting]
         )

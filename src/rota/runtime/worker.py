@@ -170,7 +170,16 @@ class Worker:
             on_parent_finished=lambda: self._wake_soon(None),
         )
         self._resume_claims_at = 0.0
-        self.heartbeater = Heartbeater(self)
+        self.heartbeater = Heartbeater(
+            store,
+            self._clock,
+            self.store_clock,
+            lease=self.settings.lease,
+            heartbeat=self.settings.heartbeat,
+            held=self._held,
+            arm=self._arm,
+            lease_margin=self._lease_margin,
+        )
         self.rescuer = Rescuer(
             store,
             interval=self.settings.rescue,

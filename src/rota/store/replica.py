@@ -1,6 +1,6 @@
 """Read replicas: a copy of the store that serves reads and may trail it (PostgreSQL only).
 
-A streaming replica answers the read verbs (``get``, ``list_jobs``, ``counts``...) with the
+A streaming replica (``rota.store.postgres.replica.open_replica``) answers the read verbs (``get``, ``list_jobs``, ``counts``...) with the
 primary's data as of a moment ago; every write, claim and read-your-write stays on the primary.
 Only PostgreSQL has replicas: memory and SQLite are one process's or one machine's store.
 """
@@ -51,28 +51,17 @@ class ReadReplica(Protocol):
 
 def check_read_url(database_url: str, read_url: str) -> None:
     """InvalidInput unless ``read_url`` can be a replica of ``database_url``: both PostgreSQL."""
-    _check_read(read_url)
+    check_read(read_url)
     if _scheme(database_url) not in _POSTGRES:
-        raise InvalidInput(_PRIMARY_NEEDED)
-
-
-def open_replica(primary: Store, read_url: str) -> ReadReplica:
-    """The read replica at ``read_url`` of the PostgreSQL store ``primary`` (it connects on
-    first use); InvalidInput unless both are PostgreSQL."""
-    from rota.store.postgres.replica import PostgresReplica
-    from rota.store.postgres.store import PostgresStore
-
-    _check_read(read_url)
-    if not isinstance(primary, PostgresStore):
-        raise InvalidInput(_PRIMARY_NEEDED)
-    return PostgresReplica(primary, PostgresStore.from_url(read_url))
+        raise InvalidInput(PRIMARY_NEEDED)
 
 
 _POSTGRES = ("postgresql", "postgres")
-_PRIMARY_NEEDED = "a read replica needs the database itself on PostgreSQL"
+PRIMARY_NEEDED = "a read replica needs the database itself on PostgreSQL"
 
 
-def _check_read(read_url: str) -> None:
+def check_read(read_url: str) -> None:
+    """InvalidInput unless ``read_url`` is a PostgreSQL URL."""
     if _scheme(read_url) not in _POSTGRES:
         raise InvalidInput(
             "a read database must be a PostgreSQL replica (postgresql://...), "

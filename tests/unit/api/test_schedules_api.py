@@ -384,8 +384,8 @@ async def test_run_now_on_a_workflow_schedule_writes_its_graph_where_the_app_def
     def nightly(run: rota.ScheduledRun) -> rota.Workflow:
         return rota.chain(app.spec("part", {"n": 1}), app.spec("part", {"n": 2}))
 
-    await store.upsert_schedule(app.schedules[0])
-    served = make_app(workflows=app.workflow_builders())
+    await store.upsert_schedule(next(iter(app.schedules)))
+    served = make_app(workflows=app.schedules.workflow_builders())
     async with asgi_client(served) as api:
         run = await api.post("/api/schedules/nightly/run")
     assert run.status_code == 200, run.text

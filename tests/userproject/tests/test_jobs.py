@@ -12,7 +12,7 @@ from rota.testing import FakeClock, drain, drain_sync, run_job
 async def test_the_fixture_is_the_module_level_app_on_a_fresh_store(rota_app: rota.App) -> None:
     assert rota_app is app
     assert rota_app.database_url == "memory://"
-    assert (await rota_app.list_jobs()).jobs == []
+    assert (await rota_app.jobs.list()).jobs == []
 
 
 async def test_signing_up_twice_sends_one_welcome(rota_app: rota.App) -> None:
@@ -22,11 +22,11 @@ async def test_signing_up_twice_sends_one_welcome(rota_app: rota.App) -> None:
 
     assert await drain(rota_app) == 1
     assert OUTBOX == ["welcome ada@example.com"]
-    assert (await rota_app.get(first.job.id)).state is rota.JobState.SUCCEEDED
+    assert (await rota_app.jobs.get(first.job.id)).state is rota.JobState.SUCCEEDED
 
 
 async def test_each_test_starts_from_an_empty_store(rota_app: rota.App) -> None:
-    assert (await rota_app.list_jobs()).jobs == []
+    assert (await rota_app.jobs.list()).jobs == []
     assert (await sign_up("ada@example.com")).duplicate is False
 
 
@@ -43,7 +43,7 @@ async def test_the_digest_fires_at_eight_in_berlin(
 ) -> None:
     # FakeClock starts at 2026-01-01 12:00 UTC: the next 08:00 in Berlin is 07:00 UTC tomorrow.
     await rota_app.open()
-    scheduler = rota_app.scheduler()
+    scheduler = rota_app.schedules.scheduler()
     await scheduler.tick()
     assert await drain(rota_app) == 0
     rota_clock.advance(timedelta(hours=19))

@@ -12,15 +12,25 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from rota.domain.errors import InvalidInput
 from rota.store.base import Store
 from rota.store.postgres.store import PostgresStore
-from rota.store.replica import ReplicaLag
+from rota.store.replica import PRIMARY_NEEDED, ReadReplica, ReplicaLag, check_read
 
 _PRIMARY_POSITION = "SELECT now(), pg_current_wal_lsn()::text"
 _REPLAYED = (
     "SELECT pg_is_in_recovery(), pg_last_wal_replay_lsn() >= %(lsn)s::pg_lsn, "
     "pg_last_xact_replay_timestamp()"
 )
+
+
+def open_replica(primary: Store, read_url: str) -> ReadReplica:
+    """The read replica at ``read_url`` of the PostgreSQL store ``primary`` (it connects on
+    first use); InvalidInput unless both are PostgreSQL."""
+    check_read(read_url)
+    if not isinstance(primary, PostgresStore):
+        raise InvalidInput(PRIMARY_NEEDED)
+    return PostgresReplica(primary, PostgresStore.from_url(read_url))
 
 
 class PostgresReplica:
