@@ -171,6 +171,13 @@ REGRESSION_ARGS ?=
 bench-regression: setup ## Drain, enqueue and claim cost at earlier commits and at HEAD, side by side (prints)
 	$(PY) -m bench.regression $(REGRESSION_ARGS)
 
+# DURABLE_ARGS: e.g. --runs 5 --jobs 5000, --quick (a check), --no-write.
+DURABLE_ARGS ?=
+
+.PHONY: bench-durable
+bench-durable: setup-bench ## 10-step durable jobs per second beside DBOS (into bench/durable.md)
+	$(PY) -m bench.durable $(DURABLE_ARGS)
+
 .PHONY: bench-workflows
 bench-workflows: setup ## A 10,000-parent fan-in and a 1,000-job chain beside plain jobs (prints)
 	$(PY) -m bench.workflows

@@ -177,3 +177,19 @@ def procrastinate_app(dsn: str, pool_size: int) -> Any:
         await asyncio.sleep(sleep_s())
 
     return app
+
+
+# ---------------------------------------------------------------------- durable jobs
+
+
+async def _step(number: int) -> int:
+    return number
+
+
+@rota_app.job("ten_steps")
+async def rota_ten_steps(ctx: Any, payload: Any) -> int:
+    """A durable job of ten no-op steps: one checkpoint each (``bench.durable``)."""
+    total = 0
+    for number in range(10):
+        total += int(await ctx.step(f"s{number}", _step, number))
+    return total

@@ -39,6 +39,8 @@ SERVE_LOAD = ROOT / "bench" / "serve_load.md"
 WORKFLOWS = ROOT / "bench" / "workflows.md"
 #: A day of the seeds' estimate, compressed (``bench.day``), spliced in the same way.
 DAY = ROOT / "bench" / "day.md"
+#: Durable jobs of 10 steps beside DBOS (``bench.durable``), spliced in the same way.
+DURABLE = ROOT / "bench" / "durable.md"
 NAMES = {"rota": "rota", "pgqueuer": "PgQueuer", "procrastinate": "Procrastinate"}
 #: Settings that only say where this run's cluster happened to live.
 _PER_RUN = {"port", "unix_socket_directories", "data_directory", "config_file", "hba_file"}
@@ -403,7 +405,17 @@ def write(
     if bench.skipped:
         lines += ["", "## Skipped", ""]
         lines += [f"- **{scenario}**: {why}" for scenario, why in bench.skipped]
-    for write_up in (READING, PROFILE, PICKUP, DASHBOARD_SCALE, SCALE, DAY, SERVE_LOAD, WORKFLOWS):
+    for write_up in (
+        READING,
+        PROFILE,
+        PICKUP,
+        DASHBOARD_SCALE,
+        SCALE,
+        DAY,
+        SERVE_LOAD,
+        WORKFLOWS,
+        DURABLE,
+    ):
         if write_up.exists():
             lines += ["", write_up.read_text().strip()]
     lines += ["", "![Throughput and latency per system](benchmarks.png)", ""]

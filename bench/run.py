@@ -49,6 +49,7 @@ SCENARIOS = (
     "sqlite",
     "fairness",
     "dashboard",
+    "durable",
 )
 RESULTS = ROOT / "bench" / "results" / "latest.json"
 

@@ -1,4 +1,4 @@
-"""One worker process of one system, as ``python -m bench.worker rota|pgqueuer|procrastinate``.
+"""One worker process of one system, as ``python -m bench.worker rota|pgqueuer|procrastinate|dbos``.
 
 Started and stopped (SIGTERM) by the harness. Settings come from the environment:
 ``BENCH_DSN``, ``BENCH_CONCURRENCY``, ``BENCH_CLAIM_BATCH`` (rota), ``BENCH_BATCH_SIZE``
@@ -75,6 +75,23 @@ async def run_procrastinate() -> None:
         await app.run_worker_async(concurrency=concurrency, install_signal_handlers=True)
 
 
+def run_dbos() -> None:
+    """DBOS launched in this process, dequeuing its queue until SIGTERM (bench.durable)."""
+    import signal
+    import threading
+
+    from bench import dbos_app
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    dbos_app.launch(apps.DSN)
+    apps.mark_ready()
+    stop.wait()
+    from dbos import DBOS
+
+    DBOS.destroy(workflow_completion_timeout_sec=5)
+
+
 def main() -> None:
     system = sys.argv[1]
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
@@ -91,6 +108,8 @@ def main() -> None:
         run_pgqueuer()
     elif system == "procrastinate":
         asyncio.run(run_procrastinate())
+    elif system == "dbos":
+        run_dbos()
     else:
         raise SystemExit(f"unknown system {system!r}")
     record = os.environ.get("BENCH_RECORD")

@@ -6,6 +6,7 @@ leases and heartbeats, are fenced out by a token when stale, and retry failures 
 
 from rota.app import App
 from rota.client import QueueStatus
+from rota.domain.durable import SignalResult, Step
 from rota.domain.errors import (
     ConnectionFailed,
     InvalidInput,
@@ -24,7 +25,9 @@ from rota.domain.errors import (
     ScheduleNotFound,
     Snooze,
     StateConflict,
+    StepFailed,
     StoreUnavailable,
+    WaitTimeout,
     WorkflowNotFound,
 )
 from rota.domain.flow import Limit, LimitScope
@@ -82,9 +85,13 @@ __all__ = [
     "ScheduleNotFound",
     "ScheduleSpec",
     "ScheduledRun",
+    "SignalResult",
     "Snooze",
     "StateConflict",
+    "Step",
+    "StepFailed",
     "StoreUnavailable",
+    "WaitTimeout",
     "Worker",
     "WorkerSettings",
     "Workflow",

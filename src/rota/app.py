@@ -1,7 +1,7 @@
 """App: the one object application code holds. It defines kinds and schedules, enqueues and
 runs workers itself, and composes one object per further concept (``rota.verbs``):
-``app.jobs``, ``app.results``, ``app.workflows``, ``app.queues``, ``app.limits`` and
-``app.schedules``."""
+``app.jobs``, ``app.results``, ``app.workflows``, ``app.queues``, ``app.limits``,
+``app.schedules`` and ``app.signals``."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from rota.domain.clock import Clock
+from rota.domain.durable import SignalResult
 from rota.domain.errors import InvalidInput
 from rota.domain.job import (
     DEFAULT_MAX_ATTEMPTS,
@@ -33,6 +34,7 @@ from rota.verbs.jobs import Jobs
 from rota.verbs.queues import Limits, Queues
 from rota.verbs.results import Results
 from rota.verbs.schedules import Schedules
+from rota.verbs.signals import Signals
 from rota.verbs.workers import Workers
 from rota.verbs.workflows import Workflows
 
@@ -45,7 +47,7 @@ class App:
     """Define kinds with ``@app.job`` and schedules with ``app.schedule``, enqueue with
     ``await app.enqueue``, run workers with ``await app.run_worker()`` (each also fires the
     schedules). Usable as ``async with App(url) as app: ...``. Jobs are read and acted on
-    through ``app.jobs``, their return values through ``app.results``; see ``rota.verbs``.
+    through ``app.jobs``, results through ``app.results``, signals through ``app.signal``.
 
     The store opens on first use. Schema migrations are applied automatically for memory and
     SQLite; on PostgreSQL run ``rota migrate`` (or pass ``auto_migrate=True``), and the App
@@ -87,6 +89,7 @@ class App:
         self.queues = Queues(binding)  #: pause, resume and list queues
         self.limits = Limits(binding)  #: concurrency and rate limits, cluster-wide
         self.schedules = Schedules(binding, self.metrics)  #: those defined in code; the firer
+        self.signals = Signals(binding, self.metrics)  #: events for durable jobs' waits
         #: Builds and runs workers; ``app.workers.add_service(factory)`` adds to each.
         self.workers = Workers(
             binding, hooks=self.hooks, metrics=self.metrics, schedules=self.schedules
@@ -121,16 +124,14 @@ class App:
         return register
 
     def middleware(self, middleware: M) -> M:
-        """Register ``async def middleware(ctx, call_next)`` around every handler execution
-        (``return await call_next()`` runs the rest); the first registered is outermost. It
-        cannot keep a stopped job running. See docs/concepts/hooks.md."""
+        """Register ``async def middleware(ctx, call_next)`` around every handler run (the first
+        is outermost; it cannot keep a stopped job running). See docs/concepts/hooks.md."""
         self.hooks.add_middleware(middleware)
         return middleware
 
     def on_success(self, hook: K) -> K:
         """Register ``hook(ctx, result)`` (async or plain ``def``), run in the worker after a
-        job's success was recorded. A hook that raises is logged in one line; the outcome
-        stands."""
+        job's success was recorded. A hook that raises is logged in one line; nothing else."""
         self.hooks.add("success", hook)
         return hook
 
@@ -229,10 +230,8 @@ class App:
 
     def with_clock(self, clock: Clock | None) -> App:
         """Drive this App's store and workers by ``clock`` (before it opens); returns self.
-
         Tests pass a ``rota.testing.FakeClock`` to an App defined at module level; None goes
-        back to the store's own clock. Raises InvalidInput once the store is open.
-        """
+        back to the store's own clock. Raises InvalidInput once the store is open."""
         self.database.use_clock(clock)
         return self
 
@@ -360,6 +359,10 @@ class App:
         return self._enqueuer.enqueue_sync(
             spec, connection=connection, depends_on=depends_on, on_parent_failure=on_parent_failure
         )
+
+    async def signal(self, key: str, data: Any = None, **options: Any) -> SignalResult:
+        """Send ``data`` to the job waiting for ``key`` (``ctx.wait_for``): app.signals.send."""
+        return await self.signals.send(key, data, **options)
 
     # ------------------------------------------------------------------ workers
 

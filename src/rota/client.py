@@ -7,6 +7,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from rota.domain.durable import (
+    DEFAULT_SIGNAL_EXPIRY,
+    SignalResult,
+    Step,
+    check_duration,
+    check_signal_key,
+)
 from rota.domain.errors import InvalidInput, InvalidJob
 from rota.domain.flow import EVERY_TENANT, Limit, LimitScope, validate_queue
 from rota.domain.job import (
@@ -18,6 +25,7 @@ from rota.domain.job import (
     JobEdit,
     JobSpec,
     JobState,
+    encode_result,
     validate_name,
 )
 from rota.observability import tracing
@@ -105,6 +113,28 @@ class Client:
 
     async def attempts(self, job_id: int) -> list[Attempt]:
         return await self.store.attempts(job_id)
+
+    async def steps(self, job_id: int) -> list[Step]:
+        """A durable job's records (steps, sleeps, waits), in the order they began."""
+        return await self.store.steps(job_id)
+
+    async def signal(
+        self, key: str, data: Any = None, *, expire_after: timedelta | float | None = None
+    ) -> SignalResult:
+        """Send ``data`` (JSON, at most 64 KiB) to the job waiting for ``key``
+        (``ctx.wait_for``); with none waiting it is kept for ``expire_after`` (a day by
+        default) for the next wait. InvalidInput (nothing sent) for a bad key or data."""
+        check_signal_key(key)
+        expire = (
+            DEFAULT_SIGNAL_EXPIRY
+            if expire_after is None
+            else check_duration(expire_after, "expire_after")
+        )
+        try:
+            text = encode_result(data)
+        except InvalidJob as error:
+            raise InvalidInput(f"signal data: {error.reason}") from None
+        return await self.store.signal(key, text, expire_after=expire)
 
     async def list_jobs(
         self, filter: JobFilter | None = None, *, cursor: str | None = None, limit: int = 50

@@ -12,12 +12,13 @@ action itself stands.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from rota import workflows
 from rota.client import Client
 from rota.domain.audit import AuditAction, AuditRecord, check_identity
+from rota.domain.durable import SignalResult
 from rota.domain.flow import Limit, LimitScope
 from rota.domain.job import EnqueueResult, Job
 from rota.domain.schedule import ScheduleSpec
@@ -149,6 +150,20 @@ class Operator:
         count = await workflows.cancel_workflow(self.store, workflow_id)
         await self._record(AuditAction.WORKFLOW_CANCEL, f"workflow:{workflow_id}", count=count)
         return count
+
+    async def signal(
+        self, key: str, data: Any = None, *, expire_after: timedelta | float | None = None
+    ) -> SignalResult:
+        """Send a signal (``Client.signal``); the entry names the job it reached (count 1)
+        or says it was kept (count 0)."""
+        result = await self.client.signal(key, data, expire_after=expire_after)
+        await self._record(
+            AuditAction.SIGNAL_SEND,
+            f"signal:{key}",
+            detail={"delivered_to": result.delivered_to},
+            count=1 if result.delivered else 0,
+        )
+        return result
 
     # ------------------------------------------------------------------ flow control
 

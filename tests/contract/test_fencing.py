@@ -7,21 +7,11 @@ from datetime import timedelta
 import pytest
 
 from rota.domain.errors import LeaseLost
-from rota.domain.job import Job, JobSpec, JobState, Outcome
+from rota.domain.job import JobSpec, JobState, Outcome
 from rota.domain.lease import Lease
 from rota.store import Beat, Store
 from rota.testing import FakeClock
-from tests.contract.helpers import LEASE, add, claim_one
-
-
-async def _reclaimed(store: Store, clock: FakeClock) -> tuple[Job, Job]:
-    """A job claimed by A, whose lease expired and which B then claimed."""
-    await add(store)
-    a = await claim_one(store, "A", lease=timedelta(seconds=5))
-    clock.advance(timedelta(seconds=6))
-    b = await claim_one(store, "B")
-    assert a is not None and b is not None
-    return a, b
+from tests.contract.helpers import LEASE, add, claim_one, reclaimed
 
 
 @pytest.mark.parametrize(
@@ -31,7 +21,7 @@ async def _reclaimed(store: Store, clock: FakeClock) -> tuple[Job, Job]:
 async def test_stale_worker_write_is_fenced_and_changes_nothing(
     store: Store, clock: FakeClock, stale_write: str
 ) -> None:
-    a, b = await _reclaimed(store, clock)
+    a, b = await reclaimed(store, clock)
     before = await store.get(b.id)
     if stale_write == "complete":
         with pytest.raises(LeaseLost):

@@ -11,32 +11,15 @@ from typing import Any, TypeVar
 import pytest
 
 from rota.domain.errors import JobNotFound
-from rota.domain.job import MAX_RESULT_BYTES, Job, JobState, Progress
+from rota.domain.job import MAX_RESULT_BYTES, JobState, Progress
 from rota.runtime.context import JobContext
 from rota.runtime.registry import Registry
 from rota.runtime.worker import Worker, WorkerSettings
 from rota.store import Store
 from rota.testing import FakeClock
-from tests.contract.helpers import LEASE, add, claim_one
+from tests.contract.helpers import LEASE, add, claim_one, claimed, reclaimed
 
 H = TypeVar("H", bound=Callable[..., Any])
-
-
-async def _claimed(store: Store, worker: str = "w") -> Job:
-    await add(store)
-    job = await claim_one(store, worker)
-    assert job is not None
-    return job
-
-
-async def _reclaimed(store: Store, clock: FakeClock) -> tuple[Job, Job]:
-    """A job claimed by A, whose lease expired and which B then claimed."""
-    await add(store)
-    a = await claim_one(store, "A", lease=timedelta(seconds=5))
-    clock.advance(timedelta(seconds=6))
-    b = await claim_one(store, "B")
-    assert a is not None and b is not None
-    return a, b
 
 
 def _handles(registry: Registry, kind: str, **options: Any) -> Callable[[H], H]:
@@ -55,7 +38,7 @@ def _worker(store: Store, registry: Registry, clock: FakeClock) -> Worker:
 
 
 async def test_completion_stores_the_result_with_the_success(store: Store) -> None:
-    job = await _claimed(store)
+    job = await claimed(store)
     assert await store.complete_many([job.lease], results=['{"answer":42,"n":[1,2.5]}']) == []
     done = await store.get(job.id)
     assert done.state is JobState.SUCCEEDED
@@ -63,7 +46,7 @@ async def test_completion_stores_the_result_with_the_success(store: Store) -> No
 
 
 async def test_a_completion_without_a_result_stores_nothing(store: Store) -> None:
-    first, second = await _claimed(store), await _claimed(store)
+    first, second = await claimed(store), await claimed(store)
     await store.complete(first.lease)
     assert await store.complete_many([second.lease], results=[None]) == []
     assert (await store.get(first.id)).result is None
@@ -71,9 +54,9 @@ async def test_a_completion_without_a_result_stores_nothing(store: Store) -> Non
 
 
 async def test_each_result_of_a_batch_goes_to_its_own_job(store: Store, clock: FakeClock) -> None:
-    stale, current = await _reclaimed(store, clock)
-    plain = await _claimed(store)
-    other = await _claimed(store)
+    stale, current = await reclaimed(store, clock)
+    plain = await claimed(store)
+    other = await claimed(store)
     lost = await store.complete_many(
         [stale.lease, plain.lease, other.lease], results=['"late"', None, '["other"]']
     )
@@ -84,7 +67,7 @@ async def test_each_result_of_a_batch_goes_to_its_own_job(store: Store, clock: F
 
 
 async def test_a_stale_lease_completion_writes_no_result(store: Store, clock: FakeClock) -> None:
-    a, b = await _reclaimed(store, clock)
+    a, b = await reclaimed(store, clock)
     assert await store.complete_many([a.lease], results=['{"from":"A"}']) == [a.lease]
     assert (await store.get(b.id)).result is None
     assert await store.complete_many([b.lease], results=['{"from":"B"}']) == []
@@ -99,7 +82,7 @@ async def test_get_many_returns_the_jobs_that_exist(store: Store) -> None:
 
 
 async def test_expecting_jobs_changes_nothing_about_them(store: Store, clock: FakeClock) -> None:
-    job = await _claimed(store)
+    job = await claimed(store)
     await store.expect_finished([job.id, job.id, 10_000_000])
     await store.expect_finished([job.id])
     before = await store.get(job.id)
@@ -112,7 +95,7 @@ async def test_expecting_jobs_changes_nothing_about_them(store: Store, clock: Fa
 
 
 async def test_retention_prunes_the_result_with_its_job(store: Store, clock: FakeClock) -> None:
-    job = await _claimed(store)
+    job = await claimed(store)
     await store.complete_many([job.lease], results=['{"big":"' + "x" * 1000 + '"}'])
     clock.advance(timedelta(days=8))
     assert await store.prune(older_than=clock.now() - timedelta(days=7)) == 1
@@ -177,8 +160,8 @@ async def test_a_result_that_cannot_be_stored_fails_the_job_permanently(
 
 
 async def test_a_heartbeat_carries_progress_onto_the_job(store: Store) -> None:
-    job = await _claimed(store)
-    other = await _claimed(store)
+    job = await claimed(store)
+    other = await claimed(store)
     beat = await store.heartbeat(
         [job.lease, other.lease],
         lease=LEASE,
@@ -195,7 +178,7 @@ async def test_a_heartbeat_carries_progress_onto_the_job(store: Store) -> None:
 
 
 async def test_a_stale_lease_s_progress_is_dropped(store: Store, clock: FakeClock) -> None:
-    a, b = await _reclaimed(store, clock)
+    a, b = await reclaimed(store, clock)
     beat = await store.heartbeat([a.lease], lease=LEASE, progress={a.id: Progress(0.9, "stale")})
     assert beat.lost == [a.lease]
     after = await store.get(b.id)

@@ -20,6 +20,7 @@ from rota.api.routes_misc import misc_router
 from rota.api.routes_pages import login_page, pages_router
 from rota.api.routes_queues import queues_router
 from rota.api.routes_schedules import schedules_router
+from rota.api.routes_signals import SignalCreate, signals_router
 from rota.api.routes_workflows import workflows_router
 from rota.api.schedule_models import ScheduleCreate, ScheduleEdit
 from rota.api.schemas import JobCreate, JobFilterBody, JobReschedule
@@ -39,6 +40,7 @@ _REQUEST_MODELS = (
     ScheduleCreate,
     ScheduleEdit,
     LimitCreate,
+    SignalCreate,
 )
 
 
@@ -82,6 +84,7 @@ def create_app(
     app.include_router(schedules_router(ctx))
     app.include_router(queues_router(ctx))
     app.include_router(workflows_router(ctx))
+    app.include_router(signals_router(ctx))
     app.include_router(audit_router(ctx))
     app.include_router(misc_router(ctx))
     app.include_router(pages_router(ctx))

@@ -14,6 +14,7 @@ from rota import workflows
 from rota.api.blockers import blocked_by
 from rota.api.body import read_json_object
 from rota.api.context import ApiContext
+from rota.api.durable_models import step_out, suspension_out
 from rota.api.filters import filter_from_body, filter_from_query, restrict
 from rota.api.paging import IdCursor, PageLimit
 from rota.api.schedule_models import ScheduleOut, create_every_schedule
@@ -36,6 +37,7 @@ from rota.api.schemas import (
     job_summary,
 )
 from rota.client import Client
+from rota.domain.durable import Step, suspension
 from rota.domain.errors import InvalidJob
 from rota.domain.job import (
     FINISHED_STATES,
@@ -278,16 +280,24 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
     )
     async def get_job(job_id: JobId) -> JobDetail:
         """One job with every attempt (worker, token, outcome, error, traceback), and why it
-        is not running when it is waiting or pending."""
+        is not running when it is waiting or pending; a durable job's steps (state,
+        attempts, duration, a preview of each result), and when it sleeps until or what
+        it waits for."""
 
-        async def read(source: Client) -> tuple[Job, list[Attempt]]:
-            return await source.get(job_id), await source.attempts(job_id)
+        async def read(source: Client) -> tuple[Job, list[Attempt], list[Step]]:
+            job = await source.get(job_id)
+            return job, await source.attempts(job_id), await source.steps(job_id)
 
-        job, attempts = await ctx.read_one(read)
+        job, attempts, steps = await ctx.read_one(read)
         now = await ctx.now()
         [why] = await blocked_by(ctx, [job], now)
         return JobDetail(
-            **job_out(job), now=now, attempts=[attempt_out(a) for a in attempts], blocked_by=why
+            **job_out(job),
+            now=now,
+            attempts=[attempt_out(a) for a in attempts],
+            blocked_by=why,
+            steps=[step_out(step) for step in steps],
+            suspended=suspension_out(suspension(job, steps)),
         )
 
     @router.post(

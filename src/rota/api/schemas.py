@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from annotated_types import Ge, Le
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from rota.api.durable_models import StepOut, SuspensionOut
 from rota.api.errors import ApiError
 from rota.domain import blame
 from rota.domain.job import (
@@ -471,11 +472,15 @@ class AttemptOut(BaseModel):
 
 
 class JobDetail(JobOut):
-    """A job with every attempt, oldest first, and the store's ``now`` for relative times."""
+    """A job with every attempt, oldest first, and the store's ``now`` for relative times; a
+    durable job's steps, sleeps and waits too, and why it is not running when it sleeps or
+    waits (``suspended``)."""
 
     now: datetime
     attempts: list[AttemptOut]
     blocked_by: list[BlockerOut] = _blocked_by()
+    steps: list[StepOut] = Field(default_factory=list)
+    suspended: SuspensionOut | None = None
 
 
 class JobList(BaseModel):

@@ -28,6 +28,7 @@ from rota.cli import operate as _operate
 from rota.cli import queues as _queues
 from rota.cli import schedules as _schedules
 from rota.cli import serve as _serve
+from rota.cli import signals as _signals
 from rota.cli import workflows as _workflows
 from rota.cli.group import cli, fail, refuse_undecodable
 from rota.domain.errors import (
@@ -42,7 +43,7 @@ from rota.domain.errors import (
 from rota.observability.logging import printable
 
 __all__ = ["cli", "main"]
-_ = (_audit, _bulk, _jobs, _operate, _queues, _schedules, _serve, _workflows)
+_ = (_audit, _bulk, _jobs, _operate, _queues, _schedules, _serve, _signals, _workflows)
 
 
 def main() -> None:

@@ -249,18 +249,33 @@ def jobs_list(
 @uses_database(creates=False)
 @json_option
 def jobs_show(job_id: int, target: Target, as_json: bool) -> None:
-    """Show a job with every attempt."""
+    """Show a job with every attempt, and a durable job's steps, sleeps and waits."""
+    from rota.cli.signals import step_json, step_line, suspension_json, suspension_line
+    from rota.domain.durable import Step, suspension
 
-    async def go(client: Any) -> tuple[Job, list[Attempt]]:
-        return await client.get(job_id), await client.attempts(job_id)
+    async def go(client: Any) -> tuple[Job, list[Attempt], list[Step]]:
+        job = await client.get(job_id)
+        return job, await client.attempts(job_id), await client.steps(job_id)
 
-    job, attempts = with_client(target, go)
+    job, attempts, steps = with_client(target, go)
+    suspended = suspension(job, steps)
     if as_json:
-        click.echo(json.dumps({**job_json(job), "attempts": [attempt_json(a) for a in attempts]}))
+        click.echo(
+            json.dumps(
+                {
+                    **job_json(job),
+                    "attempts": [attempt_json(a) for a in attempts],
+                    "steps": [step_json(step) for step in steps],
+                    "suspended": suspension_json(suspended),
+                }
+            )
+        )
         return
     for key, value in job_json(job).items():
         if key not in ("payload", "result", "progress", "progress_message"):
             click.echo(f"{key:>13}: {shown(value)}")
+    if suspended is not None:
+        click.echo(f"{'suspended':>13}: {suspension_line(suspended)}")
     if job.progress is not None:
         message = f" {job.progress_message}" if job.progress_message else ""
         click.echo(f"{'progress':>13}: {shown(f'{job.progress:.0%}{message}')}")
@@ -278,6 +293,8 @@ def jobs_show(job_id: int, target: Target, as_json: bool) -> None:
         if attempt.traceback:
             lines = shown(attempt.traceback.rstrip(), keep="\n").splitlines()
             click.echo("\n".join(f"  {line}" for line in lines))
+    for index, step in enumerate(steps, 1):
+        click.echo(step_line(index, step))
 
 
 @jobs.command("retry")

@@ -47,6 +47,8 @@ class AuditAction(StrEnum):
     SCHEDULE_DELETE = "schedule.delete"
     SCHEDULE_RUN = "schedule.run"
     WORKFLOW_CANCEL = "workflow.cancel"
+    #: An event sent to a key durable jobs wait for (``ctx.wait_for``).
+    SIGNAL_SEND = "signal.send"
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,12 +17,14 @@
     ├── JobFailed                            awaited job ended dead (``.error``: its last error)
     ├── JobCancelled                         awaited job was cancelled
     ├── ResultTimeout (also TimeoutError)    awaited job did not finish in time; it carries on
+    ├── WaitTimeout (also TimeoutError)      ``ctx.wait_for``'s deadline passed with no signal
     ├── LeaseLost                            a fenced write found another token (or none)
     ├── StoreUnavailable                     the store cannot be reached right now
     │   └── ConnectionFailed                 no connection could be made; says why in one line
     └── MigrationsPending                    the schema is older than this code
 
     Permanent (Exception)     raised by a handler: fail now, no retry
+    └── StepFailed            raised by ``ctx.step``: a step used up its own max_attempts
     Snooze (Exception)        raised by a handler: run again after a delay, attempt given back
     Abandon (Exception)       raised by a handler: act as if its worker died (demos, tests)
 
@@ -160,6 +162,17 @@ class LeaseLost(RotaError):
         self.token = token
 
 
+class WaitTimeout(RotaError, TimeoutError):
+    """``ctx.wait_for(key, timeout=...)`` reached its deadline before a signal came. Raised in
+    the handler, which may catch it; every later run of the job raises it again at that wait
+    (the timeout is recorded like a step's result)."""
+
+    def __init__(self, key: str, name: str) -> None:
+        super().__init__(f"no signal for {key!r} came before the deadline of wait {name!r}")
+        self.key = key
+        self.name = name
+
+
 class StoreUnavailable(RotaError):
     """The store could not be reached; the operation may be retried later."""
 
@@ -186,6 +199,17 @@ class MigrationsPending(RotaError):
 
 class Permanent(Exception):
     """Raise from a handler when retrying cannot help: the job goes dead at once."""
+
+
+class StepFailed(Permanent):
+    """Raised by ``ctx.step`` when a step with its own ``max_attempts`` failed for the last
+    time: the job goes dead unless the handler catches it. ``__cause__`` is the step's last
+    error."""
+
+    def __init__(self, name: str, attempts: int, error: str) -> None:
+        super().__init__(f"step {name!r} failed {attempts} time(s); last error: {error}")
+        self.name = name
+        self.attempts = attempts
 
 
 class Snooze(Exception):

@@ -146,6 +146,8 @@ class Outcome(StrEnum):
     SNOOZED = "snoozed"  #: the handler asked to run later; the attempt was given back
     RELEASED = "released"  #: the worker shut down and handed the job back
     LEASE_EXPIRED = "lease_expired"  #: the worker went silent past its lease
+    SLEPT = "slept"  #: the handler began a durable sleep; the attempt was given back
+    WAITED = "waited"  #: the handler began waiting for a signal; the attempt was given back
     CANCELLED = "cancelled"
 
 

@@ -57,8 +57,46 @@ class Metrics:
             "Attempts finished by this process, by kind and outcome.",
             ["kind", "outcome"],
         )
-        for family in (self.job_duration, self.schedule_lag, self.running, self.jobs_finished):
+        # Durable jobs (rota.runtime.durable): per step on the worker's loop, like the above.
+        self.steps = Counters(
+            "rota_steps",
+            "Steps of durable jobs by kind and outcome: succeeded (run and checkpointed), "
+            "failed, replayed (answered from its checkpoint without running).",
+            ["kind", "outcome"],
+        )
+        self.step_duration = Histograms(
+            "rota_step_duration_seconds",
+            "Time a step ran before its checkpoint, by kind.",
+            ["kind"],
+            buckets=DURATION_BUCKETS,
+        )
+        self.sleeps = Counters(
+            "rota_sleeps", "Durable sleeps begun (the job let go of its worker), by kind.", ["kind"]
+        )
+        self.waits = Counters(
+            "rota_waits",
+            "Waits for signals by kind and outcome: received, timed_out, suspended (the job "
+            "let go of its worker until a signal or its deadline).",
+            ["kind", "outcome"],
+        )
+        for family in (
+            self.job_duration,
+            self.schedule_lag,
+            self.running,
+            self.jobs_finished,
+            self.steps,
+            self.step_duration,
+            self.sleeps,
+            self.waits,
+        ):
             r.register(family)
+        self.signals = Counter(
+            "rota_signals_sent_total",
+            "Signals sent by this process: delivered (to a waiting job) or kept (for a wait "
+            "to come, until they expire).",
+            ["outcome"],
+            registry=r,
+        )
         self.claims = Counter(
             "rota_claims_total",
             "Claim attempts by result: claimed (jobs taken), empty, error.",
@@ -117,6 +155,11 @@ class Metrics:
             self.jobs_finished,
             self.schedules_fired,
             self.clock_rate,
+            self.steps,
+            self.step_duration,
+            self.sleeps,
+            self.waits,
+            self.signals,
         )
 
     @property

@@ -18,7 +18,11 @@ the message, its queue the destination; rota's own attributes are ``messaging.ro
   spans the handler makes) in one trace, which is what users look for. Attributes: queue, job
   id, kind, attempt, worker and outcome (``succeeded``, ``failed``, ``snoozed``,
   ``lease_expired`` or ``interrupted``: stopped from outside by a lost lease, a cancel or a
-  shutdown); a failure records the exception, ``error.type`` and an error status.
+  shutdown; ``slept`` or ``waited`` when a durable job let go of its worker); a failure
+  records the exception, ``error.type`` and an error status.
+- ``step {name}`` (INTERNAL) around each step of a durable job that runs (a step answered
+  from its checkpoint leaves no span), a child of its execution's span, with the step's name
+  and its outcome (``succeeded`` or ``failed``).
 
 Nothing happens, and nothing of OpenTelemetry is imported, unless the application itself
 imported ``opentelemetry.trace`` and set a tracer provider (``use_tracer_provider`` gives
@@ -36,6 +40,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from rota.domain.clock import SystemClock
+from rota.domain.durable import Settled
 from rota.domain.errors import Abandon, InvalidJob, Snooze
 from rota.domain.job import Job, JobSpec
 
@@ -55,6 +60,7 @@ CLIENT_ID = "messaging.client.id"
 JOB_KIND = "messaging.rota.job.kind"
 JOB_ATTEMPT = "messaging.rota.job.attempt"
 JOB_OUTCOME = "messaging.rota.job.outcome"
+STEP_NAME = "messaging.rota.step.name"
 ERROR_TYPE = "error.type"
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -186,10 +192,45 @@ async def _executing(tracer: Any, awaitable: Awaitable[T], job: Job, worker: str
         return result
 
 
+def step(awaitable: Awaitable[T], job: Job, name: str) -> Awaitable[T]:
+    """``awaitable`` (a step's run) inside a ``step`` span, or itself when not tracing."""
+    tracer = _tracer()
+    if tracer is None:
+        return awaitable
+    return _stepping(tracer, awaitable, job, name)
+
+
+async def _stepping(tracer: Any, awaitable: Awaitable[T], job: Job, name: str) -> T:
+    from opentelemetry import trace
+
+    span = tracer.start_span(
+        f"step {name}",
+        attributes={
+            MESSAGING_SYSTEM: SYSTEM,
+            MESSAGE_ID: str(job.id),
+            JOB_KIND: job.kind,
+            JOB_ATTEMPT: job.attempt,
+            STEP_NAME: name,
+        },
+    )
+    with trace.use_span(
+        span, end_on_exit=True, record_exception=False, set_status_on_exception=False
+    ):
+        try:
+            result = await awaitable
+        except BaseException as error:
+            _ended_by(span, error)
+            raise
+        span.set_attribute(JOB_OUTCOME, "succeeded")
+        return result
+
+
 def _ended_by(span: Any, error: BaseException) -> None:
     from opentelemetry.trace import Status, StatusCode
 
-    if isinstance(error, Snooze):
+    if isinstance(error, Settled):
+        span.set_attribute(JOB_OUTCOME, error.outcome.value)
+    elif isinstance(error, Snooze):
         span.set_attribute(JOB_OUTCOME, "snoozed")
     elif isinstance(error, Abandon):
         span.set_attribute(JOB_OUTCOME, "lease_expired")

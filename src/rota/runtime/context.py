@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from datetime import datetime, timedelta
 from typing import Any
 
+from rota.domain.durable import check_duration
+from rota.domain.errors import InvalidInput
 from rota.domain.job import Job, Progress
 from rota.domain.lease import Lease
+from rota.domain.retry import RetryPolicy
+from rota.runtime.durable import DurableRun, DurableRuntime, sleep_until_of
 
 
 class JobContext:
@@ -23,13 +30,34 @@ class JobContext:
     heartbeat carries the latest report, fenced like the heartbeat itself.
 
     ``ctx.parent_results`` holds, for a job of a workflow, each parent's result by job id.
+
+    Durable jobs (docs/concepts/durable.md): ``await ctx.step(name, fn, *args)`` runs ``fn``
+    once and checkpoints its JSON result under the lease, so later runs of the job return it
+    without running it (C11); ``await ctx.sleep(timedelta(hours=6))`` and
+    ``ctx.sleep_until(when)`` let go of the worker until then; ``await ctx.wait_for(key,
+    timeout=...)`` until a signal to ``key`` (``app.signal``) or the timeout (WaitTimeout);
+    ``async with ctx.transaction() as conn:`` writes to the same database, committed with the
+    step's checkpoint or the job's completion only while the lease holds (C12). Sync handlers
+    use ``step_sync``, ``sleep_sync`` and ``wait_for_sync``.
     """
 
-    __slots__ = ("_event", "_flag", "_progress", "_sent", "job", "parent_results", "worker")
+    __slots__ = (
+        "_durable",
+        "_event",
+        "_flag",
+        "_progress",
+        "_run",
+        "_sent",
+        "job",
+        "parent_results",
+        "worker",
+    )
 
-    def __init__(self, job: Job, worker: str) -> None:
+    def __init__(self, job: Job, worker: str, durable: DurableRuntime | None = None) -> None:
         self.job = job
         self.worker = worker
+        self._durable = durable
+        self._run: DurableRun | None = None
         #: What each parent of a workflow job returned, by parent job id (None: it returned
         #: None); empty outside workflows. Read by the worker before the handler starts.
         self.parent_results: dict[int, Any] = {}
@@ -93,6 +121,115 @@ class JobContext:
     def progress_sent(self, report: Progress) -> None:
         """Record that a heartbeat wrote ``report`` (the heartbeat calls this)."""
         self._sent = report
+
+    # ------------------------------------------------------------------ durable jobs
+
+    def durable_run(self) -> DurableRun | None:
+        """The durable side of this execution, if the handler used it (the worker reads it)."""
+        return self._run
+
+    def _durable_run(self) -> DurableRun:
+        run = self._run
+        if run is None:
+            if self._durable is None:
+                raise InvalidInput("steps, sleeps and waits run inside a worker's handler")
+            run = self._run = DurableRun(self._durable, self)
+        return run
+
+    async def step(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        *args: Any,
+        max_attempts: int | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> Any:
+        """Run ``fn(*args)`` (async or plain; a plain one runs in a thread) as step ``name``
+        and return its value. When it returns, its value (JSON, at most 64 KiB) is
+        checkpointed under the lease: every later run of this job returns the stored value
+        without running ``fn`` (C11). ``name`` must be unique within the job.
+
+        When ``fn`` raises, the failure is recorded on the step and the error reaches the
+        handler (uncaught, the job retries with its backoff within its attempts). With
+        ``max_attempts``, the step has attempts of its own: it is retried with ``retry`` (the
+        kind's policy by default) without using the job's, and raises ``StepFailed`` (the job
+        dead, unless caught) once they are used up. LeaseLost: the lease was lost, nothing
+        was checkpointed; stop."""
+        return await self._durable_run().step(
+            name, fn, args, max_attempts=max_attempts, retry=retry
+        )
+
+    def step_sync(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        *args: Any,
+        max_attempts: int | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> Any:
+        """``step`` for sync handlers: ``fn`` runs in the handler's thread."""
+        return self._durable_run().step_sync(name, fn, args, max_attempts=max_attempts, retry=retry)
+
+    def step_key(self, name: str) -> str:
+        """A stable idempotency key for step ``name`` of this job (the same on every run),
+        for outside APIs that deduplicate requests."""
+        return self._durable_run().step_key(name)
+
+    async def sleep(self, delay: timedelta | float, *, name: str | None = None) -> None:
+        """Sleep durably for ``delay`` (a timedelta or seconds): the job lets go of its slot,
+        connection and lease and is due again then (shown as sleeping); no attempt is used.
+        The handler then runs again from the start, its finished steps replayed from their
+        checkpoints, and this call returns. ``name`` defaults to ``sleep-N``, N counting
+        the sleeps of the run: name sleeps whose order may change between deploys."""
+        await self._durable_run().sleep(
+            delay=check_duration(delay, "sleep", allow_zero=True), until=None, name=name
+        )
+
+    async def sleep_until(self, when: datetime, *, name: str | None = None) -> None:
+        """``sleep`` until the instant ``when`` (timezone-aware); returns at once when it has
+        passed by the store's clock."""
+        await self._durable_run().sleep(delay=None, until=sleep_until_of(when), name=name)
+
+    def sleep_sync(self, delay: timedelta | float, *, name: str | None = None) -> None:
+        """``sleep`` for sync handlers."""
+        run = self._durable_run()
+        run.blocking(self.sleep(delay, name=name))
+
+    async def wait_for(
+        self,
+        key: str,
+        *,
+        timeout: timedelta | float,  # noqa: ASYNC109 (the wait's deadline, not ours)
+        name: str | None = None,
+    ) -> Any:
+        """Wait for a signal to ``key`` (``app.signal(key, data)``, ``POST /api/signals``,
+        ``rota signal``) and return its data. The job lets go of its worker while it waits;
+        a signal sent before the wait began is kept (until it expires) and taken at once.
+        After ``timeout`` with no signal, raises WaitTimeout (the handler may catch it). Each
+        signal reaches one wait once. ``name`` defaults to ``wait-N``."""
+        return await self._durable_run().wait_for(
+            key, timeout=check_duration(timeout, "timeout"), name=name
+        )
+
+    def wait_for_sync(
+        self,
+        key: str,
+        *,
+        timeout: timedelta | float,
+        name: str | None = None,
+    ) -> Any:
+        """``wait_for`` for sync handlers."""
+        run = self._durable_run()
+        return run.blocking(self.wait_for(key, timeout=timeout, name=name))
+
+    def transaction(self) -> AbstractAsyncContextManager[Any]:
+        """A connection to the store's own database in a transaction that commits together
+        with the current step's checkpoint (or, outside steps, with the job's success), and
+        only while this lease holds: a stale worker's transaction rolls back whole with
+        LeaseLost (C12). PostgreSQL: a psycopg AsyncConnection; SQLite: an
+        ``EffectsConnection`` (``await conn.execute(sql, params)``). Do not commit it
+        yourself. One per step; outside steps, once, last. See docs/guides/effects.md."""
+        return self._durable_run().transaction()
 
     def cancel(self) -> None:
         """Tell the handler to stop (the worker calls this; handlers only read)."""

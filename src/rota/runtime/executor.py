@@ -2,7 +2,10 @@
 
 Outcomes: success -> complete (batched), with the handler's return value as the job's result
 (a value that is not JSON or is over ``MAX_RESULT_BYTES`` fails the attempt permanently instead:
-the job never succeeds without its result); ``Snooze`` -> pending later, attempt given back;
+the job never succeeds without its result), or, after a ``ctx.transaction()`` outside steps,
+in that transaction (rota.runtime.durable); ``Snooze`` -> pending later, attempt given back;
+``Settled`` (a durable sleep or wait, a step retried on attempts of its own) -> nothing more to
+report: the store already holds the outcome;
 ``Permanent`` or an unknown kind -> dead; a timeout or any other exception -> retry with the
 kind's backoff (dead when attempts are used up). A job whose lease is lost, or that was
 cancelled, reports nothing: its result is discarded. An attempt that runs alone (a crash
@@ -13,11 +16,9 @@ recorded (``Store.begin``) before its handler runs.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import logging
 import math
-import traceback as tb
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from enum import Enum
 from typing import Any
 
 from rota.domain.clock import Clock
+from rota.domain.durable import Settled
 from rota.domain.errors import (
     Abandon,
     InvalidJob,
@@ -42,6 +44,7 @@ from rota.observability.logging import job_context
 from rota.observability.metrics import Metrics
 from rota.runtime.completions import Completer
 from rota.runtime.context import JobContext
+from rota.runtime.failures import describe, trace
 from rota.runtime.hooks import Hooks, JobResult
 from rota.runtime.registry import KindConfig, Registry
 from rota.runtime.services import bounded
@@ -50,8 +53,6 @@ from rota.store.base import Store
 log = logging.getLogger("rota.worker")
 
 DEFAULT_RETRY = RetryPolicy()
-#: What a failure records when the handler's exception cannot be turned into text.
-UNPRINTABLE = "unprintable error"
 
 
 class Stop(Enum):
@@ -213,6 +214,15 @@ class Executor:
             else:
                 work = _with_timeout(self._call(config, execution), timeout)
             value = await tracing.execution(work, job, self._worker)
+        except Settled as settled:
+            outcome = settled.outcome
+            log.info("job let go of its worker: %s", settled.why)
+        except LeaseLost:
+            # A checkpoint (or a transaction's commit) was fenced out: report nothing.
+            outcome = Outcome.LEASE_EXPIRED
+            if execution.stop is None:
+                execution.stop = Stop.LEASE_LOST
+            self._lost(execution, "a checkpoint")
         except Snooze as snooze:
             outcome = Outcome.SNOOZED
             delay = snooze.delay
@@ -226,8 +236,8 @@ class Executor:
             outcome = Outcome.FAILED
             await self._report_failure(
                 execution,
-                _describe(error),
-                _trace(error),
+                describe(error),
+                trace(error),
                 permanent=True,
                 retry=config.retry,
                 exception=error,
@@ -259,8 +269,8 @@ class Executor:
             outcome = Outcome.FAILED
             await self._report_failure(
                 execution,
-                _describe(error),
-                _trace(error),
+                describe(error),
+                trace(error),
                 permanent=False,
                 retry=config.retry,
                 exception=error,
@@ -282,6 +292,9 @@ class Executor:
         finally:
             metrics.running.dec()
             metrics.duration(outcome).observe(max(0.0, self._clock.monotonic() - execution.started))
+            run = execution.ctx.durable_run()
+            if run is not None:  # a transaction left open (the job did not succeed) rolls back
+                await run.close()
 
     def _call(self, config: KindConfig, execution: Execution) -> Awaitable[Any]:
         if config.is_async:
@@ -385,19 +398,29 @@ class Executor:
         job = execution.job
         execution.reporting = True
         completer = self._completer
+        run = execution.ctx.durable_run()
+        opened = run.completion() if run is not None else None
         try:
-            # The completer bounds each batch it sends (and fails the completions queued behind
-            # one that got no answer): no per-job bound, task and timer on the hot path, and
-            # the retry loop only once a batch failed.
-            try:
-                accepted = await completer.submit(execution.lease, result)
-            except StoreUnavailable as error:
-                accepted = await self._retrying(
-                    execution,
-                    lambda: completer.submit(execution.lease, result),
-                    bound=False,
-                    failed=error,
-                )
+            if opened is not None:
+                # The handler's transaction commits with its success, fenced (C12). Never
+                # retried: a commit whose answer was lost may have landed; if it did not, the
+                # lease expires and the job runs again, its transaction with it.
+                try:
+                    await opened.effects.commit_completion(result=result)
+                    accepted: bool | None = True
+                except StoreUnavailable as error:
+                    self._unreported(error)
+                    accepted = None
+            else:
+                try:
+                    accepted = await completer.submit(execution.lease, result)
+                except StoreUnavailable as error:
+                    accepted = await self._retrying(
+                        execution,
+                        lambda: completer.submit(execution.lease, result),
+                        bound=False,
+                        failed=error,
+                    )
         except LeaseLost:
             accepted = False
         if accepted:
@@ -558,27 +581,3 @@ async def _with_timeout(awaitable: Awaitable[Any], limit: timedelta | None) -> A
         if scope.expired():
             raise _HandlerTimeout from None
         raise  # the handler's own TimeoutError: an ordinary failure
-
-
-def _describe(error: BaseException) -> str:
-    """``Type: message`` of a handler's exception; ``Type: unprintable error`` when its
-    ``__str__`` raises, so the failure is still recorded like any other."""
-    name = type(error).__name__
-    try:
-        text = str(error)
-    except Exception:
-        return f"{name}: {UNPRINTABLE}"
-    return f"{name}: {text}" if text else name
-
-
-def _trace(error: BaseException) -> str | None:
-    """The exception's traceback; its frames alone (or None) when formatting it fails, as a
-    raising ``__notes__`` property makes it."""
-    with contextlib.suppress(Exception):
-        return "".join(tb.format_exception(error))
-    with contextlib.suppress(Exception):
-        frames = "".join(tb.format_tb(error.__traceback__))
-        return (
-            f"Traceback (most recent call last):\n{frames}{type(error).__name__}: {UNPRINTABLE}\n"
-        )
-    return None

@@ -92,6 +92,11 @@ class Registry:
     def get(self, kind: str) -> KindConfig | None:
         return self._kinds.get(kind)
 
+    def retry_of(self, kind: str) -> RetryPolicy:
+        """The retry policy of ``kind`` (the default one for a kind not registered)."""
+        config = self._kinds.get(kind)
+        return config.retry if config is not None else RetryPolicy()
+
     def kinds(self) -> list[str]:
         return sorted(self._kinds)
 

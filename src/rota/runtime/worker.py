@@ -35,6 +35,7 @@ from rota.observability.logging import current_worker
 from rota.observability.metrics import Metrics
 from rota.runtime.completions import Completer
 from rota.runtime.context import JobContext
+from rota.runtime.durable import DurableRuntime
 from rota.runtime.executor import Execution, Executor, Stop
 from rota.runtime.heartbeat import Heartbeater
 from rota.runtime.hooks import Hooks
@@ -155,6 +156,16 @@ class Worker:
             max_workers=self.settings.concurrency, thread_name_prefix="rota-job"
         )
         self._completer = Completer(store, timeout_s=self.settings.lease.total_seconds())
+        #: Steps, sleeps and waits of the jobs this worker runs (rota.runtime.durable).
+        self._durable = DurableRuntime(
+            store,
+            clock=self._clock,
+            metrics=self.metrics,
+            threads=self._threads,
+            lease=self.settings.lease,
+            held=self._held,
+            retry_of=registry.retry_of,
+        )
         self._executor = Executor(
             store,
             registry,
@@ -386,7 +397,7 @@ class Worker:
 
     def _bind_loop(self) -> None:
         if self._loop is None:
-            self._bound_loop = asyncio.get_running_loop()
+            self._bound_loop = self._durable.loop = asyncio.get_running_loop()
 
     def _lease_margin(self) -> float:
         """Local seconds after sending a claim or heartbeat during which the lease is surely
@@ -400,7 +411,7 @@ class Worker:
     def _start(self, job: Job, sent: float, deadline: float) -> None:
         execution = Execution(
             job,
-            JobContext(job, self.name),
+            JobContext(job, self.name, self._durable),
             deadline,
             job.lease,
             finished=self._finished,

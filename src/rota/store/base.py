@@ -31,6 +31,7 @@ from rota.domain.lease import Lease
 from rota.domain.schedule import ScheduleSpec
 from rota.domain.schedule_state import Firing, Schedule
 from rota.domain.workflow import Workflow, WorkflowBuilder
+from rota.store.durable import DurableVerbs
 
 MAX_PAGE_SIZE = 500
 MAX_BULK = 10_000
@@ -262,8 +263,9 @@ def kinds_by_queue(
     return served
 
 
-class Store(Protocol):
-    """What every backend guarantees. Fenced verbs raise ``LeaseLost`` instead of writing."""
+class Store(DurableVerbs, Protocol):
+    """What every backend guarantees. Fenced verbs raise ``LeaseLost`` instead of writing.
+    The durable verbs (steps, sleeps, waits, signals, effects) are in store/durable.py."""
 
     #: Whether ``watch`` reports schedule changes made by any process (see ``watch``).
     pushes_schedule_changes: bool

@@ -86,6 +86,7 @@ from rota.store.base import (
     encode_cursor,
     kinds_by_queue,
 )
+from rota.store.memory_durable import DurableState, MemoryDurable
 
 
 @dataclass(slots=True)
@@ -98,7 +99,7 @@ class _Dep:
     satisfied: bool
 
 
-class MemoryStore:
+class MemoryStore(MemoryDurable):
     """An in-process store for tests and demos; it loses everything when the process exits."""
 
     pushes_schedule_changes = False
@@ -134,6 +135,7 @@ class MemoryStore:
         #: The audit log, oldest first (ids ascending), and the next entry's id.
         self._audit: list[AuditEntry] = []
         self._next_audit_id = 1
+        self._durable = DurableState()  #: step records and signals (store/memory_durable.py)
 
     # ------------------------------------------------------------------ lifecycle
 

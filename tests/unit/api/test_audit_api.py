@@ -195,6 +195,15 @@ CASES: dict[str, Case] = {
         "workflow:{id}",
         count=3,
     ),
+    "POST /api/signals": Case(
+        "POST",
+        "/api/signals",
+        _nothing,
+        "signal.send",
+        "signal:paid:1",
+        body={"key": "paid:1", "data": {"ok": True}},
+        count=0,
+    ),
 }
 #: Routes that change nothing an operator did: answered 405 before any verb runs.
 NOT_ACTIONS = {"DELETE /api/jobs/count", "DELETE /api/jobs/counts"}

@@ -150,6 +150,7 @@ _UNSTATED = {
     "POST /api/jobs": ("payload: must not contain", "unique_key: must not contain"),
     "POST /api/schedules": ("cron:", "payload: must not contain"),
     "POST /api/schedules/{name}/edit": ("cron:", "payload: must not contain"),
+    "POST /api/signals": ("signal data: must not contain",),
 }
 
 

@@ -1,6 +1,7 @@
 // Job detail: fields, progress, why it is not running, payload and result as text, a timeline,
-// every attempt with its error and traceback, and the operator verbs: run a delayed job now,
-// re-run a succeeded one, delete one.
+// every attempt with its error and traceback, a durable job's steps (and what it sleeps until
+// or waits for), and the operator verbs: run a delayed job now, re-run a succeeded one, delete
+// one.
 
 import { ApiError, deleteJSON, getJSON, postJSON } from "./api.js";
 import { h, replaceChildren } from "./dom.js";
@@ -18,7 +19,7 @@ function at(iso, now) {
 }
 
 // Attempts given back (their number is used again by the next one).
-const GIVEN_BACK = ["snoozed", "released"];
+const GIVEN_BACK = ["snoozed", "released", "slept", "waited"];
 // Attempts after which a lower or equal number means an operator retried or re-ran the job.
 const COUNTED = ["failed", "succeeded", "cancelled"];
 
@@ -100,6 +101,41 @@ function attemptsTable(job) {
       const text = a.after === "re-run" ? "re-run: a new series of attempts" : "retried: attempts counted afresh";
       return [h("tr", { class: "series" }, h("td", { colspan: "8", class: "muted" }, text)), row];
     })));
+}
+
+// A durable job's steps, sleeps and waits, in the order they began.
+function stepsTable(job, nowMs) {
+  if (!job.steps || !job.steps.length) return null;
+  const rows = job.steps.map((s, i) => {
+    const took = s.kind === "step" && s.duration_seconds !== null ? duration(s.duration_seconds) : "";
+    const when = s.wake_at ? [s.kind === "sleep" ? "until " : "deadline ", at(s.wake_at, nowMs)] : "";
+    const value = s.result_preview === null ? "" : `${s.result_preview}${s.result_truncated ? " …" : ""}`;
+    return h("tr", { "data-step": s.name },
+      h("td", { class: "num" }, String(i + 1)),
+      h("td", { class: "mono" }, s.name),
+      h("td", {}, s.kind === "wait" && s.key ? ["wait for ", h("span", { class: "mono" }, s.key)] : s.kind),
+      h("td", {}, badge(s.state)),
+      h("td", { class: "num" }, s.kind === "step" ? String(s.attempts) : ""),
+      h("td", {}, took || when),
+      h("td", { class: "step-result" },
+        value ? h("pre", { class: "result" }, value) : "",
+        s.error ? h("pre", { class: "error-text" }, s.error) : ""));
+  });
+  return [
+    h("h2", { text: "Steps" }),
+    h("table", { class: "grid steps" },
+      h("thead", {}, h("tr", {}, ["#", "name", "kind", "state", "attempts", "took / when", "result or error"].map((t) => h("th", { text: t })))),
+      h("tbody", {}, rows)),
+  ];
+}
+
+// What a sleeping or waiting durable job is suspended on, or null.
+function suspendedText(job, nowMs) {
+  const s = job.suspended;
+  if (!s) return null;
+  const until = s.until ? [" until ", at(s.until, nowMs)] : "";
+  if (s.kind === "sleep") return ["sleeping", until, ` (${s.step})`];
+  return ["waiting for signal ", h("span", { class: "mono" }, s.key || "?"), until, ` (${s.step})`];
 }
 
 // Why a waiting or pending job is not running, from the server's blocked_by.
@@ -194,7 +230,8 @@ export function renderJob(root, config, id) {
     }
     openTraces = new Set([...body.querySelectorAll("details")].map((d, i) => (d.open ? i : -1)).filter((i) => i >= 0));
     replaceChildren(head,
-      h("h1", {}, `Job `, h("span", { class: "mono" }, String(job.id)), " ", badge(displayState(job, nowMs))),
+      h("h1", {}, `Job `, h("span", { class: "mono" }, String(job.id)), " ",
+        badge(job.suspended ? (job.suspended.kind === "sleep" ? "sleeping" : "awaiting-signal") : displayState(job, nowMs))),
       h("div", { class: "actions" }, actionButtons(job, config, () => loop.refresh()),
         operatorButtons(job, config, nowMs, () => loop.refresh())));
     replaceChildren(body,
@@ -202,6 +239,7 @@ export function renderJob(root, config, id) {
         field("kind", job.kind),
         field("queue", job.queue),
         field("state", job.state === "waiting" ? `waiting on ${job.waiting_on}` : job.state),
+        job.suspended ? field("suspended", suspendedText(job, nowMs)) : null,
         field("progress", progressBar(job)),
         field("attempt", job.attempts.length > job.attempt
           ? `${job.attempt} of ${job.max_attempts} (${job.attempts.length} runs in all)`
@@ -230,6 +268,7 @@ export function renderJob(root, config, id) {
       job.result !== null && job.result !== undefined
         ? [h("h2", { text: "Result" }), h("pre", { class: "result" }, JSON.stringify(job.result, null, 2))]
         : null,
+      stepsTable(job, nowMs),
       h("h2", { text: "Timeline" }),
       timeline(job, nowMs),
       h("h2", { text: "Attempts" }),

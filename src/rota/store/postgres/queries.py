@@ -160,9 +160,13 @@ _EXPIRY = {
 
 @cache
 def queries() -> dict[str, str]:
-    """Every named statement of queries.sql, with {job_columns} (and {j.job_columns}, the
+    """Every named statement of queries.sql and durable.sql, with {job_columns} (and {j.job_columns}, the
     same columns qualified by the alias j) and {schedule_columns} filled in."""
-    text = resources.files(__package__).joinpath("queries.sql").read_text(encoding="utf-8")
+    folder = resources.files(__package__)
+    # durable.sql: the durable verbs' statements (postgres/durable.py), in the same form.
+    text = "\n".join(
+        folder.joinpath(name).read_text(encoding="utf-8") for name in ("queries.sql", "durable.sql")
+    )
     parts = _NAME.split(text)
     bodies = {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
     # Names starting with "_" are fragments, spliced into statements as {_name}.

@@ -74,6 +74,7 @@ from rota.store.base import (
 )
 from rota.store.postgres import audit, retention, schedules, upkeep
 from rota.store.postgres.connect import Borrowed, Connections, PoolConnection, url_settings
+from rota.store.postgres.durable import PostgresDurable
 from rota.store.postgres.enqueue import (
     COPY_THRESHOLD,
     Flow,
@@ -164,7 +165,7 @@ async def _warm_claims(conn: PoolConnection) -> None:
         await conn.run(query(name), _CLAIM_NOTHING)
 
 
-class PostgresStore:
+class PostgresStore(PostgresDurable):
     """The Store contract on PostgreSQL; see the module docstring."""
 
     #: Schedule changes from any process reach ``watch``'s ``on_schedules``; False once

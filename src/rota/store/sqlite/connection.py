@@ -178,6 +178,11 @@ class Database:
             self._conn = self._connect()
         return self._conn
 
+    def open_connection(self) -> sqlite3.Connection:
+        """A new connection of its own with this store's pragmas, for a caller that keeps a
+        transaction open across awaits on a thread of its own (``ctx.transaction()``)."""
+        return self._connect()
+
     def _connect(self) -> sqlite3.Connection:
         """A new connection with every pragma this store relies on (also after a reconnect)."""
         if sqlite3.sqlite_version_info < MIN_SQLITE_VERSION:

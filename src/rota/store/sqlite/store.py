@@ -62,13 +62,14 @@ from rota.store.sqlite import (
     workflows,
 )
 from rota.store.sqlite.connection import Database
+from rota.store.sqlite.durable import SqliteDurable
 from rota.store.sqlite.rows import to_us
 from rota.store.sqlite.url import DEFAULT_BUSY_TIMEOUT_MS, SqliteOptions, parse_url
 
 logger = logging.getLogger(__name__)
 
 
-class SqliteStore:
+class SqliteStore(SqliteDurable):
     """The embedded store: one SQLite file in WAL mode, for one machine and several processes.
 
     Every call runs on a thread owned by this store (one connection, calls in order), so the
