@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Iterator
-from typing import Any
-
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
-from prometheus_client.registry import Collector
+from typing import TYPE_CHECKING, Any
 
 from rota.domain.errors import InvalidInput
 from rota.observability.hotpath import Counters, Gauges, Histograms
+
+if TYPE_CHECKING:  # prometheus-client is imported by the first Metrics, not by `import rota`
+    from prometheus_client import CollectorRegistry, Gauge
+    from prometheus_client.registry import Collector
 
 log = logging.getLogger("rota.metrics")
 
@@ -35,6 +36,8 @@ class Metrics:
     """The metric objects; one instance per process (or per test)."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Gauge
+
         self.registry = registry or CollectorRegistry(auto_describe=True)
         r = self.registry
         # Updated per job by the worker: plain numbers, not prometheus-client's locked values
@@ -171,6 +174,8 @@ class Metrics:
     def process_registry(self) -> CollectorRegistry:
         """A registry of the process metrics alone: what a worker process exports. A store
         gauge it never sets would read 0 there, a false "nothing dead, nothing waiting"."""
+        from prometheus_client import CollectorRegistry
+
         registry = CollectorRegistry(auto_describe=False)
         registry.register(_Only(self.process_metrics))
         return registry
@@ -181,6 +186,8 @@ class MetricsServer:
     server), so a scrape never waits on the event loop and never delays a heartbeat."""
 
     def __init__(self, registry: CollectorRegistry, *, host: str, port: int) -> None:
+        from prometheus_client import start_http_server
+
         try:
             self._server, self._thread = start_http_server(port, addr=host, registry=registry)
         except OSError as error:
