@@ -236,10 +236,15 @@ def worker(
 
     async def go() -> bool:
         stopped: list[Any] = []
+
+        def ready(worker: Any) -> None:
+            worker.threads_end_with_process = True  # os._exit below ends the handlers' threads
+            stopped.append(worker)
+
         try:
             await app.workers.run(
                 handle_signals=True,
-                ready=stopped.append,
+                ready=ready,
                 metrics_port=metrics_port,
                 metrics_host=metrics_host,
                 link=link,

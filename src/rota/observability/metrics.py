@@ -20,6 +20,7 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from rota.domain.errors import InvalidInput
+from rota.domain.job import Outcome
 from rota.observability.hotpath import Counters, Gauges, Histograms
 
 if TYPE_CHECKING:  # prometheus-client is imported by the first Metrics, not by `import rota`
@@ -179,6 +180,33 @@ class Metrics:
         registry = CollectorRegistry(auto_describe=False)
         registry.register(_Only(self.process_metrics))
         return registry
+
+
+class KindMetrics:
+    """One kind's metric children, looked up once instead of once per job."""
+
+    def __init__(self, metrics: Metrics, kind: str) -> None:
+        self._metrics = metrics
+        self._kind = kind
+        self.lag = metrics.schedule_lag.labels(kind)
+        self.running = metrics.running.labels(kind)
+        self._durations = {
+            outcome: metrics.job_duration.labels(kind, outcome.value) for outcome in Outcome
+        }
+        self._finished: dict[Outcome, Any] = {}
+
+    def duration(self, outcome: Outcome) -> Any:
+        return self._durations[outcome]
+
+    def finished(self, outcome: Outcome) -> Any:
+        """The finished-attempts counter for ``outcome``, made on first use (a counter
+        child exports a 0 as soon as it exists, where no series should appear yet)."""
+        counter = self._finished.get(outcome)
+        if counter is None:
+            counter = self._finished[outcome] = self._metrics.jobs_finished.labels(
+                self._kind, outcome.value
+            )
+        return counter
 
 
 class MetricsServer:
