@@ -60,7 +60,9 @@ async def store(database_url: str) -> AsyncIterator[Store]:
 class Supervised:
     """A `rota worker --processes ...` process, its log and its flag folder."""
 
-    def __init__(self, database_url: str, directory: Path, *flags: str) -> None:
+    def __init__(
+        self, database_url: str, directory: Path, *flags: str, command: list[str] | None = None
+    ) -> None:
         self.flags = directory / "flags"
         self.flags.mkdir()
         self.log = directory / "supervisor.stderr"
@@ -73,7 +75,7 @@ class Supervised:
         }
         with self.log.open("ab") as stderr:
             self.popen = subprocess.Popen(
-                [sys.executable, "-m", "rota", "worker", "--app", APP, *FLAGS, *flags],
+                command or [sys.executable, "-m", "rota", "worker", "--app", APP, *FLAGS, *flags],
                 cwd=REPO_ROOT,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -242,3 +244,29 @@ async def test_a_child_that_keeps_dying_is_restarted_with_backoff_and_reported(
     supervisor.request_stop()
     assert await asyncio.wait_for(running, 30) == 0
     assert supervisor.restarts >= 3
+
+
+async def test_app_run_worker_with_processes_supervises_the_apps_own_processes(
+    store: Store, database_url: str, tmp_path: Path, supervised: list[Supervised]
+) -> None:
+    """``App.run_worker(processes=2)`` from code finds the App by its module-level name and
+    runs it in two worker processes, stopped gracefully by SIGTERM."""
+    code = (
+        "import asyncio\nfrom tests.support.fleetapp import app\n"
+        "asyncio.run(app.run_worker(processes=2, concurrency=1, lease=1, heartbeat=0.2,"
+        " rescue=0.2, poll=0.1))\n"
+    )
+    fleet = Supervised(database_url, tmp_path, command=[sys.executable, "-c", code])
+    supervised.append(fleet)
+    first, second = [await enqueue(store, "hold", {"until": "go"}) for _ in range(2)]
+    await eventually(lambda: fleet.started(first) and fleet.started(second), what="both jobs")
+    assert fleet.started(first) != fleet.started(second)
+    fleet.popen.send_signal(signal.SIGTERM)
+    await eventually(
+        lambda: fleet.text().count("stopping: no new claims") >= 2,
+        what="both children to stop claiming",
+    )
+    fleet.go("go")
+    assert await fleet.exit_code() == 0
+    for job_id in (first, second):
+        assert (await store.get(job_id)).state is JobState.SUCCEEDED
