@@ -203,7 +203,12 @@ class Worker:
             ),
         )
         self.registration = Registration(
-            store, registry, name=self.name, queues=self.queues, settings=self.settings
+            store,
+            registry,
+            name=self.name,
+            queues=self.queues,
+            concurrency=self.settings.concurrency,
+            heartbeat=self.settings.heartbeat,
         )
         self._services: list[Service] = [
             self.heartbeater,
