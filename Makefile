@@ -68,7 +68,7 @@ test-fast: setup ## Unit and contract tests (seconds)
 .PHONY: test
 test: setup ## The whole test suite (PostgreSQL tests skip with a hint when no server is found)
 	@# Two lanes at once, as the tests mostly wait (on their processes, PostgreSQL, a browser):
-	@# one runs the soak (10 minutes under CI=true, skipped otherwise), then $(BESIDE); the
+	@# one runs the soak (5 minutes under CI=true, skipped otherwise), then $(BESIDE); the
 	@# other everything else, about as long. A lane that passes prints one line; a failure
 	@# prints its log (the soak's last $(SOAK_SHOWN) lines, its workers' logs and history kept
 	@# in its own temporary directory). pytest's exit 5 (nothing collected, as under -k) passes.
