@@ -42,7 +42,7 @@ from tests.support.durablerecord import (
 )
 from tests.support.history import check_store
 from tests.support.nemesis import Fault, Nemesis
-from tests.support.processes import Fleet, WorkerProcess
+from tests.support.processes import Fleet, WorkerProcess, reaped
 from tests.support.proxy import BLACKHOLE, PASS, ChaosProxy
 
 pytestmark = [pytest.mark.slow]
@@ -75,12 +75,8 @@ def record(database_url: str, tmp_path: Path) -> str:
 
 @pytest.fixture
 def durable_fleet(database_url: str, store: Store, tmp_path: Path, record: str) -> Iterator[Fleet]:
-    fleet = Fleet(database_url, store, tmp_path, CHAOS_OPTIONS)
-    try:
+    with reaped(Fleet(database_url, store, tmp_path, CHAOS_OPTIONS)) as fleet:
         yield fleet
-    finally:
-        fleet.close()
-        print(fleet.logs(tail=40))
 
 
 @pytest.mark.timeout(240)

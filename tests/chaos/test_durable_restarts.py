@@ -21,7 +21,7 @@ import json
 import random
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -29,12 +29,12 @@ import pytest
 
 from rota.domain.durable import StepKind, StepState
 from rota.domain.job import JobSpec, JobState
-from rota.store import Store, open_store
+from rota.store import Store
 from tests.chaos.conftest import CHAOS_OPTIONS, MARGIN_S
 from tests.support.chaosfleet import all_terminal
 from tests.support.history import START, check_store, read_events
 from tests.support.postgres import Cluster
-from tests.support.processes import Fleet, eventually
+from tests.support.processes import Fleet, eventually, reaped
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
@@ -51,20 +51,9 @@ WAKE_SLACK_S = CHAOS_OPTIONS.lease_s + CHAOS_OPTIONS.rescue_s + CHAOS_OPTIONS.po
 
 
 @pytest.fixture
-async def cluster_store(cluster_url: str) -> AsyncIterator[Store]:
-    store = open_store(cluster_url)
-    yield store
-    await store.close()
-
-
-@pytest.fixture
 def durable_fleet(cluster_url: str, cluster_store: Store, tmp_path: Path) -> Iterator[Fleet]:
-    fleet = Fleet(cluster_url, cluster_store, tmp_path, CHAOS_OPTIONS)
-    try:
+    with reaped(Fleet(cluster_url, cluster_store, tmp_path, CHAOS_OPTIONS), tail=30) as fleet:
         yield fleet
-    finally:
-        fleet.close()
-        print(fleet.logs(tail=30))
 
 
 def _data(key: str) -> str:

@@ -21,7 +21,7 @@ import asyncio
 import itertools
 import os
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -29,7 +29,7 @@ import pytest
 
 from rota.domain.errors import StoreUnavailable
 from rota.domain.job import JobSpec, JobState
-from rota.store import Store, open_store
+from rota.store import Store
 from tests.chaos.conftest import CHAOS_OPTIONS, IN_CI, MARGIN_S, proxied, through
 from tests.support import faketime
 from tests.support.chaosfleet import SCHEDULE, SCHEDULE_ENV, ChaosFleet, all_terminal, fleet_on
@@ -62,15 +62,8 @@ def rss_kib(pid: int) -> int:
 
 
 @pytest.fixture
-async def soak_store(cluster_url: str) -> AsyncIterator[Store]:
-    store = open_store(cluster_url)
-    yield store
-    await store.close()
-
-
-@pytest.fixture
-def soak_fleet(cluster_url: str, soak_store: Store, tmp_path: Path) -> Iterator[ChaosFleet]:
-    with fleet_on(cluster_url, soak_store, tmp_path, CHAOS_OPTIONS) as fleet:
+def soak_fleet(cluster_url: str, cluster_store: Store, tmp_path: Path) -> Iterator[ChaosFleet]:
+    with fleet_on(cluster_url, cluster_store, tmp_path, CHAOS_OPTIONS) as fleet:
         yield fleet
 
 
@@ -91,7 +84,7 @@ async def pause_schedule(store: Store, name: str) -> None:
 async def test_soak_mixed_load_under_rotating_faults(
     cluster: Cluster,
     cluster_url: str,
-    soak_store: Store,
+    cluster_store: Store,
     soak_fleet: ChaosFleet,
     proxies: list[ChaosProxy],
     tmp_path: Path,
@@ -99,7 +92,7 @@ async def test_soak_mixed_load_under_rotating_faults(
 ) -> None:
     if faketime.library() is None:
         pytest.skip(faketime.INSTALL_HINT)
-    fleet, store = soak_fleet, soak_store
+    fleet, store = soak_fleet, cluster_store
     every_s = min(60.0, SECONDS / FAULT_COUNT)
     nemesis = Nemesis(
         seed, FAULTS, every_s=every_s, count=int(SECONDS / every_s), targets=WORKERS, rotate=True
