@@ -118,7 +118,9 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
         job_filter = filter_from_query(
             states=state, kind=kind, queue=queue, tenant=tenant, q=q, schedule=schedule
         )
-        page = await ctx.reads.list_jobs(job_filter, cursor=cursor or None, limit=limit)
+        page = await ctx.reads.list_jobs(
+            job_filter, cursor=cursor or None, limit=limit, previews=True
+        )
         now = await ctx.now()
         reasons = await blocked_by(ctx, page.jobs, now)
         return JobList(

@@ -493,10 +493,19 @@ class Store(DurableVerbs, Protocol):
         ...
 
     async def list_jobs(
-        self, filter: JobFilter, *, cursor: str | None = None, limit: int = 50
+        self,
+        filter: JobFilter,
+        *,
+        cursor: str | None = None,
+        limit: int = 50,
+        previews: bool = False,
     ) -> Page:
         """Jobs matching ``filter``, newest (highest id) first, by keyset: a page is stable
         however many jobs are inserted meanwhile. InvalidCursor for a cursor we did not issue.
+        With ``previews``, each job's payload and result are a ``Preview`` (their first
+        characters, cut as the store reads them) and its last error is cut alike: a page's
+        size is bounded whatever the jobs hold (the API's lists; the job's own route reads
+        them whole).
         """
         ...
 

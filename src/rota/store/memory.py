@@ -49,6 +49,7 @@ from rota.domain.job import (
     JobState,
     Outcome,
     Progress,
+    previewed,
     runs_alone,
     truncate,
     unrunnable,
@@ -920,7 +921,12 @@ class MemoryStore(MemoryDurable):
             return [self._jobs[job_id] for job_id in set(job_ids) if job_id in self._jobs]
 
     async def list_jobs(
-        self, filter: JobFilter, *, cursor: str | None = None, limit: int = 50
+        self,
+        filter: JobFilter,
+        *,
+        cursor: str | None = None,
+        limit: int = 50,
+        previews: bool = False,
     ) -> Page:
         limit = max(1, min(limit, MAX_PAGE_SIZE))
         after = decode_cursor(cursor) if cursor is not None else None
@@ -937,7 +943,8 @@ class MemoryStore(MemoryDurable):
                         break
         more = len(page) > limit
         page = page[:limit]
-        return Page(page, encode_cursor(page[-1].id) if more else None)
+        cursor = encode_cursor(page[-1].id) if more else None
+        return Page([previewed(job) for job in page] if previews else page, cursor)
 
     async def counts(self, *, now: datetime | None = None) -> Counts:
         with self._lock:

@@ -862,7 +862,7 @@ DELETE FROM rota_finished_per_minute WHERE minute < %(older_than)s - interval '1
 SELECT rota_jobs_drop_day(%(leaf)s, %(day_start)s, %(day_end)s, %(older_than)s);
 
 -- name: count_jobs
-SELECT count(*) FROM (SELECT 1 FROM rota_jobs WHERE {where} LIMIT %(limit)s) AS capped;
+SELECT count(*) FROM (SELECT 1 FROM rota_jobs WHERE {where} LIMIT {limit}) AS capped;
 
 -- name: throughput
 SELECT minute, state, n FROM rota_finished_per_minute

@@ -72,7 +72,7 @@ from rota.store.base import (
     decode_cursor,
     encode_cursor,
 )
-from rota.store.postgres import audit, retention, schedules, upkeep
+from rota.store.postgres import audit, filters, retention, schedules, upkeep
 from rota.store.postgres.connect import Borrowed, Connections, PoolConnection, url_settings
 from rota.store.postgres.durable import PostgresDurable
 from rota.store.postgres.enqueue import (
@@ -96,11 +96,12 @@ from rota.store.postgres.queries import (
     CROWDED_MARKER,
     EXPIRED_MARKER,
     JOB_COLUMNS,
+    LIST_COLUMNS,
     ROUTINES,
     migrations,
     query,
 )
-from rota.store.postgres.rows import Row, array_or_null, micros, row_to_job, us
+from rota.store.postgres.rows import Row, array_or_null, micros, row_to_job, row_to_listed, us
 from rota.store.postgres.workflows import enqueue_workflow_flow
 
 log = logging.getLogger("rota.store.postgres")
@@ -736,16 +737,16 @@ class PostgresStore(PostgresDurable):
             states &= {state.value for state in filter.states}
         if not states:
             return []
-        clause, params = where(filter, states_override=sorted(states))
         statement = guarded(
             sql.SQL("SELECT id FROM rota_jobs WHERE {} ORDER BY id LIMIT {}").format(
-                clause, sql.Literal(max(0, min(limit, MAX_BULK)))
+                where(filter, states_override=sorted(states)),
+                sql.Literal(max(0, min(limit, MAX_BULK))),
             ),
             filter,
             states=sorted(states),
         )
         async with self._connection() as conn:
-            rows = await (await conn.execute(statement, params)).fetchall()
+            rows = await (await conn.execute(statement, prepare=False)).fetchall()
         return [row[0] for row in rows]
 
     # ------------------------------------------------------------------ queries
@@ -789,22 +790,22 @@ class PostgresStore(PostgresDurable):
         return row_to_job(rows[0])
 
     async def list_jobs(
-        self, filter: JobFilter, *, cursor: str | None = None, limit: int = 50
+        self,
+        filter: JobFilter,
+        *,
+        cursor: str | None = None,
+        limit: int = 50,
+        previews: bool = False,
     ) -> Page:
         limit = max(1, min(limit, MAX_PAGE_SIZE))
-        clause, params = where(filter)
-        if cursor is not None:
-            params["after"] = decode_cursor(cursor)
-            clause = sql.SQL("{} AND id < %(after)s").format(clause)
-        statement = guarded(
-            sql.SQL(
-                "SELECT " + JOB_COLUMNS + " FROM rota_jobs WHERE {} ORDER BY id DESC LIMIT {}"
-            ).format(clause, sql.Literal(limit + 1)),
-            filter,
+        after = decode_cursor(cursor) if cursor is not None else None
+        statement = filters.page(
+            filter, LIST_COLUMNS if previews else JOB_COLUMNS, after=after, limit=limit + 1
         )
         async with self._connection() as conn:
-            rows = await (await conn.execute(statement, params)).fetchall()
-        jobs = [row_to_job(row) for row in rows[:limit]]
+            # Unprepared: planned with the filter's values (filters.py).
+            rows = await (await conn.execute(statement, prepare=False)).fetchall()
+        jobs = [(row_to_listed if previews else row_to_job)(row) for row in rows[:limit]]
         more = len(rows) > limit
         return Page(jobs, encode_cursor(jobs[-1].id) if more else None)
 
@@ -853,11 +854,14 @@ class PostgresStore(PostgresDurable):
             return
 
     async def count_jobs(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
-        clause, params = where(filter)
-        params["limit"] = max(0, limit)
-        statement = guarded(sql.SQL(query("count_jobs").rstrip(";")).format(where=clause), filter)
+        statement = guarded(
+            sql.SQL(query("count_jobs").rstrip(";")).format(
+                where=where(filter), limit=sql.Literal(max(0, limit))
+            ),
+            filter,
+        )
         async with self._connection() as conn:
-            row = await (await conn.execute(statement, params)).fetchone()
+            row = await (await conn.execute(statement, prepare=False)).fetchone()
         return int(row[0]) if row else 0
 
     async def throughput(

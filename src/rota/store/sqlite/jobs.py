@@ -47,6 +47,7 @@ from rota.store.sqlite.rows import (
     ATTEMPT_COLUMNS,
     FINISHED,
     JOB_COLUMNS,
+    LIST_COLUMNS,
     attempt_from_row,
     chunks,
     clamp,
@@ -495,7 +496,14 @@ def get_many(conn: sqlite3.Connection, job_ids: Sequence[int]) -> list[Job]:
     return found
 
 
-def list_jobs(conn: sqlite3.Connection, filter: JobFilter, after: int | None, limit: int) -> Page:
+def list_jobs(
+    conn: sqlite3.Connection,
+    filter: JobFilter,
+    after: int | None,
+    limit: int,
+    *,
+    previews: bool = False,
+) -> Page:
     """A keyset page, newest first: ids below ``after``; one extra row says if more exist."""
     limit = max(1, min(limit, MAX_PAGE_SIZE))
     where, params = _where(filter, filter.states)
@@ -503,10 +511,11 @@ def list_jobs(conn: sqlite3.Connection, filter: JobFilter, after: int | None, li
         where += " AND id < ?"
         params.append(after)
     rows = conn.execute(
-        f"SELECT {JOB_COLUMNS} FROM rota_jobs WHERE {where} ORDER BY id DESC LIMIT ?",
+        f"SELECT {LIST_COLUMNS if previews else JOB_COLUMNS} FROM rota_jobs WHERE {where}"
+        " ORDER BY id DESC LIMIT ?",
         [*params, limit + 1],
     ).fetchall()
-    jobs = [job_from_row(row) for row in rows[:limit]]
+    jobs = [job_from_row(row, previews=previews) for row in rows[:limit]]
     more = len(rows) > limit
     return Page(jobs, encode_cursor(jobs[-1].id) if more else None)
 

@@ -398,10 +398,17 @@ class SqliteStore(SqliteDurable):
         return await self._db.read(lambda conn: jobs.get(conn, job_id))
 
     async def list_jobs(
-        self, filter: JobFilter, *, cursor: str | None = None, limit: int = 50
+        self,
+        filter: JobFilter,
+        *,
+        cursor: str | None = None,
+        limit: int = 50,
+        previews: bool = False,
     ) -> Page:
         after = decode_cursor(cursor) if cursor is not None else None
-        return await self._db.read(lambda conn: jobs.list_jobs(conn, filter, after, limit))
+        return await self._db.read(
+            lambda conn: jobs.list_jobs(conn, filter, after, limit, previews=previews)
+        )
 
     async def counts(self, *, now: datetime | None = None) -> Counts:
         return await self._db.read(lambda conn: jobs.counts(conn, self._at(now)))
