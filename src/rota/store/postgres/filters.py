@@ -119,18 +119,24 @@ def page(filter: JobFilter, columns: str, *, after: int | None, limit: int) -> s
     if states is None:
         statement = take.format(sql.SQL(columns), where(filter), keyset, sql.Literal(limit))
     else:
+        # Each part asks the counts on its own: a state with no job of the kind or queue
+        # (no running job of a queue: reading every running job to learn it) costs nothing.
         parts = [
             sql.SQL("({})").format(
-                take.format(
-                    sql.SQL(columns),
-                    where(filter, states_override=[state]),
-                    keyset,
-                    sql.Literal(limit),
+                guarded(
+                    take.format(
+                        sql.SQL(columns),
+                        where(filter, states_override=[state]),
+                        keyset,
+                        sql.Literal(limit),
+                    ),
+                    filter,
+                    states=[state],
                 )
             )
             for state in states
         ]
-        statement = sql.SQL("SELECT * FROM ({}) AS merged ORDER BY id DESC LIMIT {}").format(
+        return sql.SQL("SELECT * FROM ({}) AS merged ORDER BY id DESC LIMIT {}").format(
             sql.SQL(" UNION ALL ").join(parts), sql.Literal(limit)
         )
     return guarded(statement, filter)
