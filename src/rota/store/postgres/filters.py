@@ -56,6 +56,8 @@ def where(filter: JobFilter, *, states_override: Iterable[str] | None = None) ->
         value = getattr(filter, column)
         if value is not None:
             clauses.append(sql.SQL("{} = {}").format(sql.Identifier(column), sql.Literal(value)))
+    if filter.workflow is not None:
+        clauses.append(sql.SQL("workflow = {}").format(sql.Literal(filter.workflow)))
     if filter.search is not None:
         key = sql.Literal(filter.search)
         if filter.search_id is not None:

@@ -56,6 +56,7 @@ from rota.domain.schedule_state import Firing, Schedule
 from rota.domain.workflow import Workflow, WorkflowBuilder
 from rota.store.base import (
     MAX_BULK,
+    MAX_PAGE_EDGES,
     MAX_PAGE_SIZE,
     AuditPage,
     Beat,
@@ -761,15 +762,58 @@ class PostgresStore(PostgresDurable):
     async def parent_results(self, job_id: int) -> dict[int, object]:
         return dict(await self._fetch("parent_results", {"id": job_id}))
 
-    async def workflow(self, workflow_id: int) -> tuple[list[Job], list[tuple[int, int, str]]]:
+    async def workflow(
+        self,
+        workflow_id: int,
+        *,
+        after: int | None = None,
+        limit: int | None = None,
+        previews: bool = False,
+    ) -> tuple[list[Job], list[tuple[int, int, str]]]:
         if not -(2**63) <= workflow_id < 2**63:
             return [], []
+        params: dict[str, Any] = {"workflow": workflow_id}
         async with self._connection() as conn, conn.transaction():
-            params = {"workflow": workflow_id}
-            job_rows = await (await conn.execute(query("workflow_jobs"), params)).fetchall()
-            edge_rows = await (await conn.execute(query("workflow_edges"), params)).fetchall()
+            if limit is None:
+                job_rows = await (await conn.execute(query("workflow_jobs"), params)).fetchall()
+                edge_rows = await (await conn.execute(query("workflow_edges"), params)).fetchall()
+            else:
+                statement = sql.SQL(
+                    "SELECT {} FROM rota_jobs WHERE workflow = {} AND id > {} ORDER BY id LIMIT {}"
+                ).format(
+                    sql.SQL(LIST_COLUMNS if previews else JOB_COLUMNS),
+                    sql.Literal(workflow_id),
+                    sql.Literal(after if after is not None else 0),
+                    sql.Literal(max(1, limit)),
+                )
+                job_rows = await (await conn.execute(statement, prepare=False)).fetchall()
+                edge_rows = []
+                if job_rows:
+                    params.update(first=job_rows[0][0], last=job_rows[-1][0])
+                    params["limit"] = MAX_PAGE_EDGES + 1
+                    edge_rows = await (
+                        await conn.execute(query("workflow_edges_into"), params)
+                    ).fetchall()
         edges = [(int(parent), int(child), str(policy)) for parent, child, policy in edge_rows]
-        return [row_to_job(row) for row in job_rows], edges
+        build = row_to_listed if previews else row_to_job
+        return [build(row) for row in job_rows], edges
+
+    async def workflow_states(self, workflow_id: int) -> dict[JobState, int]:
+        if not -(2**63) <= workflow_id < 2**63:
+            return {}
+        rows = await self._fetch("workflow_states", {"workflow": workflow_id})
+        return {JobState(state): int(n) for state, n in rows}
+
+    async def related(
+        self, job_id: int, *, parents: bool, after: int | None = None, limit: int = 50
+    ) -> list[tuple[int, JobState, str]]:
+        if not -(2**63) <= job_id < 2**63:
+            return []
+        rows = await self._fetch(
+            "parents_of" if parents else "children_of",
+            {"id": job_id, "after": after if after is not None else 0, "limit": max(1, limit)},
+        )
+        return [(int(other), JobState(state), str(policy)) for other, state, policy in rows]
 
     async def cancel_workflow(self, workflow_id: int, *, now: datetime | None = None) -> int:
         [(count,)] = await self._fetch(

@@ -487,6 +487,7 @@ def _where(filter: JobFilter, states: frozenset[JobState] | None) -> tuple[str, 
         ("queue", filter.queue),
         ("tenant", filter.tenant),
         ("schedule", filter.schedule),
+        ("workflow", filter.workflow),
     ):
         if value is not None:
             clauses.append(f"{column} = ?")
