@@ -33,6 +33,8 @@ async def test_filtered_lists_over_states_page_through_every_match_newest_first(
         JobFilter(kind="k2", states=frozenset({JobState.SUCCEEDED, JobState.PENDING})),
         JobFilter(tenant="t2", queue="q0", states=frozenset(JobState)),
         JobFilter(kind="nothing"),
+        JobFilter(kind="k1"),
+        JobFilter(kind="k0", queue="q0", states=frozenset({JobState.SUCCEEDED})),
         JobFilter(queue="q1", states=frozenset({JobState.RUNNING, JobState.DEAD})),
     ]
     for filter in filters:
@@ -57,3 +59,7 @@ async def test_filtered_lists_over_states_page_through_every_match_newest_first(
             if cursor is None:
                 break
         assert seen == expected, filter
+        # Counted alike, from the maintained counts where they hold it (PostgreSQL: kind,
+        # queue and states) or from the jobs.
+        assert await store.count_jobs(filter) == len(expected), filter
+        assert await store.count_jobs(filter, limit=2) == min(2, len(expected)), filter

@@ -142,3 +142,29 @@ def page(filter: JobFilter, columns: str, *, after: int | None, limit: int) -> s
             sql.SQL(" UNION ALL ").join(parts), sql.Literal(limit)
         )
     return guarded(statement, filter)
+
+
+def counted(filter: JobFilter) -> bool:
+    """Whether the maintained counts (017_counts, by queue, kind and state) hold how many jobs
+    match ``filter``: a filter on states, kind and queue only."""
+    return all(
+        value is None for value in (filter.tenant, filter.schedule, filter.workflow, filter.search)
+    )
+
+
+def from_counts(filter: JobFilter) -> sql.Composable:
+    """How many jobs match ``filter`` (``counted``), from the folded counts and the deltas not
+    folded yet, in one snapshot: a few hundred rows, however many jobs match."""
+    conditions: list[sql.Composable] = [sql.SQL("TRUE")]
+    states = _states(filter)
+    if states is not None:
+        conditions.append(state_in(states, column="c.state"))
+    conditions.extend(
+        sql.SQL("c.{} = {}").format(sql.Identifier(column), sql.Literal(getattr(filter, column)))
+        for column in ("kind", "queue")
+        if getattr(filter, column) is not None
+    )
+    return sql.SQL(
+        "SELECT coalesce(sum(c.n), 0)::bigint FROM (SELECT queue, kind, state, n FROM rota_counts"
+        " UNION ALL SELECT queue, kind, state, n FROM rota_count_deltas) AS c WHERE {}"
+    ).format(sql.SQL(" AND ").join(conditions))
