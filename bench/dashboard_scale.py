@@ -227,32 +227,39 @@ async def load_sqlite(url: str, jobs: int) -> None:
         conn.close()
 
 
-async def measure(url: str, jobs: int, args: argparse.Namespace) -> list[tuple[str, float, float]]:
+async def timings(
+    url: str, jobs: int, *, calls: int, warmup: int, only: str | None = None
+) -> dict[str, list[float]]:
+    """Each request's ``calls`` timed calls after ``warmup`` untimed ones, in ms, by label."""
     store = open_store(url)
     settings = ApiSettings(allowed_hosts=("bench",), metrics_cache_seconds=0)
     app = create_app(Client(store), settings=settings)
-    rows = []
+    found: dict[str, list[float]] = {}
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://bench") as api:
         for label, path in requests(jobs).items():
-            if args.only and args.only not in label:
+            if only and only not in label:
                 continue
             if path.startswith("PAGE21 "):
                 path = path.removeprefix("PAGE21 ")
                 for _ in range(20):
                     page = (await api.get(path)).raise_for_status().json()
                     path = f"{path.split('&cursor=')[0]}&cursor={page['next_cursor']}"
-            for _ in range(args.warmup):
+            for _ in range(warmup):
                 (await api.get(path)).raise_for_status()
-            times = []
-            for _ in range(args.calls):
+            times = found[label] = []
+            for _ in range(calls):
                 begun = time.perf_counter()
                 (await api.get(path)).raise_for_status()
                 times.append((time.perf_counter() - begun) * 1000)
-            rows.append((label, statistics.median(times), max(times)))
-            print(f"{label}: {rows[-1][1]:.1f} ({rows[-1][2]:.1f})", file=sys.stderr)
+            print(f"{label}: {statistics.median(times):.1f} ({max(times):.1f})", file=sys.stderr)
     await store.close()
-    return rows
+    return found
+
+
+async def measure(url: str, jobs: int, args: argparse.Namespace) -> list[tuple[str, float, float]]:
+    found = await timings(url, jobs, calls=args.calls, warmup=args.warmup, only=args.only)
+    return [(label, statistics.median(times), max(times)) for label, times in found.items()]
 
 
 async def run_backend(backend: str, args: argparse.Namespace) -> list[tuple[str, float, float]]:

@@ -286,7 +286,7 @@ async def test_limit_bounds_are_accepted(api: httpx.AsyncClient, limit: int) -> 
     assert (await api.get("/api/jobs", params={"limit": limit})).status_code == 200
 
 
-async def test_lists_carry_bounded_previews_and_the_detail_the_whole_job(
+async def test_lists_carry_bounded_previews_and_the_detail_a_large_payload_s_first_64_kib(
     api: httpx.AsyncClient, store: MemoryStore
 ) -> None:
     big = {"blob": "é" * 450_000}  # 900 KB of JSON, two bytes a character
