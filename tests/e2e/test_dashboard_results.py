@@ -49,3 +49,21 @@ async def test_running_jobs_show_their_progress_on_the_list_and_their_page(
     await expect(page.page.locator("dl.fields .progress-text")).to_have_text(f"42% {message}")
     assert await page.page.locator("pre.result").count() == 0
     await page.assert_clean()
+
+
+async def test_a_large_payload_shows_its_first_part_and_a_link_to_all_of_it(
+    page: Watched, served: Served
+) -> None:
+    blob = "x" * 300_000
+    [result] = await served.store.enqueue([JobSpec(kind="import", payload={"rows": blob})])
+    await page.page.goto(served.url + f"/#/jobs/{result.job.id}")
+    shown = page.page.locator("pre.payload.cut")
+    await expect(shown).to_contain_text('{"rows":"xxx')
+    text = await shown.text_content()
+    assert text is not None and len(text) <= 64 * 1024 + 10
+    link = page.page.get_by_role("link", name="Open the whole payload")
+    href = await link.get_attribute("href")
+    assert href == f"/api/jobs/{result.job.id}/payload"
+    whole = await page.page.request.get(served.url + href)
+    assert whole.ok and await whole.json() == {"rows": blob}
+    await page.assert_clean()

@@ -21,7 +21,7 @@ import json
 import math
 import re
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from types import SimpleNamespace
@@ -779,8 +779,28 @@ def preview(text: str | None, limit: int = PREVIEW_BYTES) -> tuple[str | None, b
     return data[:limit].decode("utf-8", "ignore"), True
 
 
+#: How many characters of a payload's or result's JSON a list reads (a character more than
+#: the preview holds, so that a longer text shows as cut): stores cut them as they read.
+PREVIEW_CHARS = PREVIEW_BYTES + 1
+
+
+@dataclass(frozen=True, slots=True)
+class Preview:
+    """The first PREVIEW_CHARS characters (at most) of a stored JSON value's text, as a list
+    reads it: a list page never holds whole payloads or results, whatever they weigh."""
+
+    text: str
+
+    @classmethod
+    def of(cls, value: object) -> Preview:
+        """The preview of a whole value (stores that hold values in memory)."""
+        return cls(payload_text(value)[:PREVIEW_CHARS])
+
+
 def payload_text(payload: object) -> str:
-    """The canonical JSON text of a stored (hence valid) payload."""
+    """The canonical JSON text of a stored (hence valid) payload; a Preview's text as read."""
+    if isinstance(payload, Preview):
+        return payload.text
     return _encode(payload)
 
 
@@ -893,3 +913,9 @@ class EnqueueResult:
     duplicate: bool = False
     #: With ``on_conflict="replace"``: the pending holder took the new payload and run_at.
     replaced: bool = False
+
+
+def previewed(job: Job) -> Job:
+    """``job`` as a list shows it: its payload and result as Previews."""
+    result = None if job.result is None else Preview.of(job.result)
+    return replace(job, payload=Preview.of(job.payload), result=result)

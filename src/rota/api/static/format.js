@@ -90,7 +90,7 @@ export function progressBar(job) {
 }
 
 export function count(n, exact = true) {
-  return `${exact ? "" : "≈"}${Number(n).toLocaleString("en-US")}`;
+  return `${exact ? "" : "about "}${Number(n).toLocaleString("en-US")}`;
 }
 
 // "minute", "5 min", "90 s": a rate limit's period, exactly (never rounded).

@@ -3,7 +3,7 @@
 // or waits for), and the operator verbs: run a delayed job now, re-run a succeeded one, delete
 // one.
 
-import { ApiError, deleteJSON, getJSON, postJSON } from "./api.js";
+import { ApiError, apiHref, deleteJSON, getJSON, postJSON } from "./api.js";
 import { h, replaceChildren } from "./dom.js";
 import { absolute, badge, displayState, duration, parseTime, progressBar, relative } from "./format.js";
 import { actionButtons, blockedLabel } from "./jobs.js";
@@ -52,26 +52,40 @@ function timeline(job, now) {
     h("li", {}, h("span", { class: "when" }, relative(when, now)), " ", what)));
 }
 
+// How many parents and children the job page lists (the rest: "and more").
+const RELATED_SHOWN = 50;
+
+// A payload or result: whole and indented, or, when the API cut it (over 64 KiB), its first
+// part as sent and a link to the whole value.
+function jsonValue(job, name) {
+  if (!job[`${name}_truncated`]) return h("pre", { class: name }, JSON.stringify(job[name], null, 2));
+  return [
+    h("pre", { class: `${name} cut` }, `${job[`${name}_preview`]} …`),
+    h("p", { class: "muted" }, `Only the first part is shown. `,
+      h("a", { href: apiHref(`/api/jobs/${job.id}/${name}`), target: "_blank", rel: "noopener" }, `Open the whole ${name}`)),
+  ];
+}
+
 function jobLink(jobId) {
   return h("a", { class: "mono", href: `#/jobs/${jobId}` }, String(jobId));
 }
 
-// The job's place in its workflow: its parents and children, each a link with its state.
+// The job's place in its workflow: its parents and children (the first page of each, from
+// their paged routes), each a link with its state.
 function workflowSection(job, workflow) {
   if (!workflow) return null;
-  const states = new Map(workflow.jobs.map((j) => [j.id, j.state]));
-  const linked = (ids) => (ids.length
-    ? ids.map((jobId) => h("span", { class: "wf-link" }, jobLink(jobId), " ", badge(states.get(jobId) || "?")))
+  const linked = (page) => (page.jobs.length
+    ? [...page.jobs.map((j) => h("span", { class: "wf-link" }, jobLink(j.id), " ", badge(j.state))),
+      page.next_cursor ? h("span", { class: "muted" }, " and more") : null]
     : "—");
-  const parents = workflow.edges.filter((e) => e.child === job.id).map((e) => e.parent);
-  const children = workflow.edges.filter((e) => e.parent === job.id).map((e) => e.child);
-  const done = workflow.jobs.filter((j) => ["succeeded", "dead", "cancelled"].includes(j.state)).length;
+  const { summary, parents, children } = workflow;
+  const done = ["succeeded", "dead", "cancelled"].reduce((n, st) => n + (summary.by_state[st] || 0), 0);
   return [
     h("h2", { text: "Workflow" }),
     h("dl", { class: "fields workflow" },
       field("workflow", [
-        h("a", { class: "mono", href: `#/workflows/${workflow.id}` }, String(workflow.id)),
-        `: ${done} of ${workflow.jobs.length} job(s) finished`,
+        h("a", { class: "mono", href: `#/workflows/${summary.id}` }, String(summary.id)),
+        `: ${done} of ${summary.total} job(s) finished`,
       ]),
       field("waiting on", job.state === "waiting" ? `${job.waiting_on} parent job(s)` : null),
       field("parents", linked(parents)),
@@ -223,7 +237,12 @@ export function renderJob(root, config, id) {
     let workflow = null;
     if (job.workflow !== null && job.workflow !== undefined) {
       try {
-        workflow = await getJSON(`/api/workflows/${job.workflow}`);
+        const [summary, parents, children] = await Promise.all([
+          getJSON(`/api/workflows/${job.workflow}?limit=1`),
+          getJSON(`/api/jobs/${job.id}/parents?limit=${RELATED_SHOWN}`),
+          getJSON(`/api/jobs/${job.id}/children?limit=${RELATED_SHOWN}`),
+        ]);
+        workflow = { summary, parents, children };
       } catch (error) {
         if (!(error instanceof ApiError)) throw error;
       }
@@ -264,9 +283,9 @@ export function renderJob(root, config, id) {
       whySection(job, nowMs),
       lastError(job),
       h("h2", { text: "Payload" }),
-      h("pre", { class: "payload" }, JSON.stringify(job.payload, null, 2)),
-      job.result !== null && job.result !== undefined
-        ? [h("h2", { text: "Result" }), h("pre", { class: "result" }, JSON.stringify(job.result, null, 2))]
+      jsonValue(job, "payload"),
+      job.result_truncated || (job.result !== null && job.result !== undefined)
+        ? [h("h2", { text: "Result" }), jsonValue(job, "result")]
         : null,
       stepsTable(job, nowMs),
       h("h2", { text: "Timeline" }),

@@ -862,7 +862,7 @@ DELETE FROM rota_finished_per_minute WHERE minute < %(older_than)s - interval '1
 SELECT rota_jobs_drop_day(%(leaf)s, %(day_start)s, %(day_end)s, %(older_than)s);
 
 -- name: count_jobs
-SELECT count(*) FROM (SELECT 1 FROM rota_jobs WHERE {where} LIMIT %(limit)s) AS capped;
+SELECT count(*) FROM (SELECT 1 FROM rota_jobs WHERE {where} LIMIT {limit}) AS capped;
 
 -- name: throughput
 SELECT minute, state, n FROM rota_finished_per_minute
@@ -1070,6 +1070,31 @@ WHERE d.child_id = %(id)s;
 
 -- name: workflow_jobs
 SELECT {job_columns} FROM rota_jobs WHERE workflow = %(workflow)s ORDER BY id;
+
+-- name: workflow_edges_into
+-- The edges into the jobs with ids in [first, last] of a workflow (one page of its jobs), at
+-- most "limit": a job with 10,000 parents does not make the page 10,000 edges long.
+SELECT d.parent_id, d.child_id, d.on_parent_failure
+FROM rota_jobs c JOIN rota_job_deps d ON d.child_id = c.id JOIN rota_jobs p ON p.id = d.parent_id
+WHERE c.workflow = %(workflow)s AND c.id BETWEEN %(first)s AND %(last)s
+  AND p.workflow = %(workflow)s
+ORDER BY d.child_id, d.parent_id LIMIT %(limit)s;
+
+-- name: workflow_states
+SELECT state, count(*) FROM rota_jobs WHERE workflow = %(workflow)s GROUP BY state;
+
+-- name: parents_of
+-- A page of a job's parents by id: each with its state and the edge's policy.
+SELECT d.parent_id, p.state, d.on_parent_failure
+FROM rota_job_deps d JOIN rota_jobs p ON p.id = d.parent_id
+WHERE d.child_id = %(id)s AND d.parent_id > %(after)s
+ORDER BY d.parent_id LIMIT %(limit)s;
+
+-- name: children_of
+SELECT d.child_id, c.state, d.on_parent_failure
+FROM rota_job_deps d JOIN rota_jobs c ON c.id = d.child_id
+WHERE d.parent_id = %(id)s AND d.child_id > %(after)s
+ORDER BY d.child_id LIMIT %(limit)s;
 
 -- name: workflow_edges
 SELECT d.parent_id, d.child_id, d.on_parent_failure

@@ -8,7 +8,7 @@ from typing import Any, TypeAlias
 import psycopg
 
 from rota.domain.flow import Key, LimitScope
-from rota.domain.job import Job, JobState
+from rota.domain.job import Job, JobState, Preview
 
 Row: TypeAlias = tuple[Any, ...]
 
@@ -30,6 +30,15 @@ def row_to_job(row: Row) -> Job:
         timedelta(microseconds=timeout_us) if timeout_us is not None else None,
         *row[13:29],
     )
+
+
+def row_to_listed(row: Row) -> Job:
+    """A Job from a row selected with LIST_COLUMNS: payload and result as Previews."""
+    listed = list(row)
+    listed[3] = Preview(listed[3])
+    if listed[23] is not None:
+        listed[23] = Preview(listed[23])
+    return row_to_job(tuple(listed))
 
 
 def candidate_job(row: Row) -> Job:
