@@ -66,8 +66,10 @@ class GuessThrottle:
     """Failed credentials in a sliding window of the store's clock, counted per client address
     and per prefix of the credential presented.
 
-    A blocked address is refused before its credential is checked; a correct credential from
-    any other address is always accepted, so no stranger can lock a user out.
+    Only wrong credentials are refused: a correct one is accepted from any address, blocked or
+    not, so no stranger (nor a neighbour behind the same proxy or NAT) can lock a user out.
+    The throttle slows guessing and keeps it out of the way; it cannot make a short secret
+    safe, which is why tokens are long random strings.
     """
 
     def __init__(self) -> None:
@@ -384,17 +386,20 @@ class SecurityMiddleware:
         return None
 
     async def _guess_refusal(self, scope: Scope, headers: Headers) -> Response | None:
-        """Bearer and basic credentials are throttled like logins: 429 for an address (or a
-        token prefix) that presented too many wrong ones; a wrong one is counted and 401."""
+        """Bearer and basic credentials are throttled like logins: a wrong one is counted and
+        answered 401, or 429 once its address (or token prefix) presented too many; a right one
+        always passes."""
         authorization = headers.get("authorization")
         if not authorization:
+            return None
+        # A right credential is never refused, whoever shares its address: the throttle only
+        # answers wrong ones.
+        if self.auth.header_matches(authorization):
             return None
         now = await self.now()
         address = client_address(scope)
         if self.auth.throttle.address_blocked(address, now):
             return too_many_guesses()
-        if self.auth.header_matches(authorization):
-            return None
         credential = authorization.partition(" ")[2].strip()
         blocked = self.auth.throttle.prefix_blocked(credential, now)
         self.auth.throttle.failed(address, credential, now)
