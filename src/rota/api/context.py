@@ -9,6 +9,8 @@ from typing import TypeVar
 
 from starlette.requests import Request
 
+from rota.api.credentials import Role
+from rota.api.errors import ApiError
 from rota.api.security import Authenticator, principal_of
 from rota.api.settings import ApiSettings
 from rota.client import Client
@@ -55,6 +57,15 @@ class ApiContext:
         """The operator verbs on the primary, recorded in the audit log as this request's
         authenticated identity."""
         return Operator(self.client, principal_of(request.scope).identity, workflows=self.workflows)
+
+    def require_admin(self, request: Request, what: str) -> None:
+        """Refuse (403) ``what`` to an operator: the admin-only changes the front door cannot
+        tell from the path alone (a repeating job creates a schedule)."""
+        principal = principal_of(request.scope)
+        if principal.role is Role.OPERATOR:
+            raise ApiError(
+                403, f"operator identity: {principal.identity} may not {what} (admin only)"
+            )
 
     async def now(self) -> datetime:
         """The store's clock: the API's only source of "now"."""

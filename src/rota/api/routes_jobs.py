@@ -156,6 +156,7 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
         if body.every_seconds is not None:
             if body.depends_on is not None:
                 raise InvalidJob("depends_on", "a schedule's jobs cannot depend on other jobs")
+            ctx.require_admin(request, "create a schedule")
             return await create_every_schedule(client, body, ctx.operator(request))
         spec = client.spec(
             body.kind,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 
+from rota.api.credentials import Credential, TrustedProxy
 from rota.domain.errors import InvalidInput
 from rota.domain.job import MAX_PAYLOAD_BYTES, MAX_PAYLOAD_DEPTH
 
@@ -31,6 +32,11 @@ class ApiSettings:
     #: nothing (every mutation answers 403), beside the admin credentials above.
     read_token: str | None = field(default=None, repr=False)
     read_basic_auth: tuple[str, str] | None = field(default=None, repr=False)
+    #: Named tokens and basic-auth users, each with its role (rota.api.credentials); the audit
+    #: log records their names.
+    credentials: tuple[Credential, ...] = field(default=(), repr=False)
+    #: A single sign-on proxy whose header names the user, believed from its addresses only.
+    trusted_proxy: TrustedProxy | None = None
     read_only: bool = False
     max_body_bytes: int = MAX_PAYLOAD_BYTES + BODY_OVERHEAD_BYTES
     #: The payload sits one level below the body's root; a little margin lets the domain's
@@ -80,6 +86,7 @@ class ApiSettings:
             and self.basic_auth[0] == self.read_basic_auth[0]
         ):
             raise InvalidInput("the read-only basic-auth user must differ from the admin user")
+        self._check_credentials()
         if self.max_body_bytes < 1024:
             raise InvalidInput("max_body_bytes must be at least 1024")
         if self.max_json_depth < 2:
@@ -89,15 +96,32 @@ class ApiSettings:
         if self.max_metric_queues < 1 or self.session_seconds < 60:
             raise InvalidInput("max_metric_queues must be >= 1 and session_seconds >= 60")
 
+    def _check_credentials(self) -> None:
+        """Names, tokens and basic-auth users are each one credential's alone."""
+        names = [credential.name for credential in self.credentials]
+        tokens = [c.token for c in self.credentials if c.token is not None]
+        tokens += [t for t in (self.auth_token, self.read_token) if t is not None]
+        users = [c.user for c in self.credentials if c.user is not None]
+        users += [b[0] for b in (self.basic_auth, self.read_basic_auth) if b is not None]
+        for what, values in (("name", names), ("token", tokens), ("basic-auth user", users)):
+            repeated = {value for value in values if values.count(value) > 1}
+            if repeated:
+                shown = "" if what == "token" else f" {sorted(repeated)[0]!r}"
+                raise InvalidInput(f"two credentials have the same {what}{shown}")
+
     @property
     def has_auth(self) -> bool:
-        return any(
-            credential is not None
-            for credential in (
-                self.auth_token,
-                self.basic_auth,
-                self.read_token,
-                self.read_basic_auth,
+        return (
+            bool(self.credentials)
+            or self.trusted_proxy is not None
+            or any(
+                credential is not None
+                for credential in (
+                    self.auth_token,
+                    self.basic_auth,
+                    self.read_token,
+                    self.read_basic_auth,
+                )
             )
         )
 
