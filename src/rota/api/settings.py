@@ -56,6 +56,10 @@ class ApiSettings:
     #: At most this many requests are handled at once (the rest wait their turn), so a
     #: /healthz probe, which never waits, is never queued behind a crowd (rota.api.gate).
     max_concurrent_requests: int = 2
+    #: Each identity's share of reads (rota.api.shares): at most this many in flight, and
+    #: this many started a second (with three seconds' worth as a burst); past either, 429.
+    max_reads_per_identity: int = 16
+    read_rate_per_identity: float = 20.0
 
     def __post_init__(self) -> None:
         for what, token in (("auth token", self.auth_token), ("read token", self.read_token)):
@@ -69,6 +73,10 @@ class ApiSettings:
                 raise InvalidInput(f"{what} must be at least 8 characters")
         if self.max_concurrent_requests < 1:
             raise InvalidInput("max_concurrent_requests must be at least 1")
+        if self.max_reads_per_identity < 1 or not self.read_rate_per_identity > 0:
+            raise InvalidInput(
+                "max_reads_per_identity must be at least 1 and read_rate_per_identity positive"
+            )
         if self.auth_token is not None and self.auth_token == self.read_token:
             raise InvalidInput("the read token must differ from the auth token")
         for what, basic in (

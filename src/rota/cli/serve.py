@@ -130,6 +130,22 @@ log = logging.getLogger("rota.serve")
     "limit leaves room for, at most 1024].",
 )
 @click.option(
+    "--max-reads-per-identity",
+    envvar="ROTA_MAX_READS_PER_IDENTITY",
+    type=click.IntRange(1, 1_000_000),
+    default=16,
+    show_default=True,
+    help="Reads one identity may have in flight; past it, 429 with Retry-After.",
+)
+@click.option(
+    "--read-rate-per-identity",
+    envvar="ROTA_READ_RATE_PER_IDENTITY",
+    type=click.FloatRange(0, 1e9, min_open=True),
+    default=20.0,
+    show_default=True,
+    help="Reads a second one identity may start (three seconds' worth at once); past it, 429.",
+)
+@click.option(
     "--credentials-file",
     envvar="ROTA_CREDENTIALS_FILE",
     metavar="PATH",
@@ -161,6 +177,8 @@ def serve(
     body_timeout: float,
     max_connections: int | None,
     max_requests: int,
+    max_reads_per_identity: int,
+    read_rate_per_identity: float,
     credentials_file: str | None,
 ) -> None:
     """Run the API, the dashboard and workers in one process (migrations applied on start).
@@ -216,6 +234,8 @@ def serve(
         allowed_hosts=tuple(h.lower() for h in allowed_hosts) or None,
         heartbeat_interval_seconds=heartbeat.total_seconds() if heartbeat else 10.0,
         max_concurrent_requests=max_requests,
+        max_reads_per_identity=max_reads_per_identity,
+        read_rate_per_identity=read_rate_per_identity,
     )
     check_bind(host, settings)
     # Bound before anything else: a busy port must fail before a worker registers or a
