@@ -33,6 +33,7 @@ from rota.domain.job import validate_name
 from rota.domain.workflow import WorkflowBuilder
 from rota.observability.metrics import Metrics
 from rota.store.replica import ReadReplica
+from rota.verbs.enqueue import Enqueuer
 
 #: Request bodies the routes parse themselves; their schemas are added to the document.
 _REQUEST_MODELS = (
@@ -56,13 +57,16 @@ def create_app(
     replica: ReadReplica | None = None,
     workflows: Mapping[str, WorkflowBuilder] | None = None,
     clock: Clock | None = None,
+    enqueuer: Enqueuer | None = None,
 ) -> FastAPI:
     """The API and dashboard for ``client``'s store.
 
     ``kinds`` limits POST /api/jobs to those kinds (None: any valid kind name); ``demo`` shows
     the dashboard's preset buttons; with ``replica`` (a streaming replica of the store), the
     read routes answer from it and /api/stats says how far it trails; ``workflows`` (the App's
-    ``workflow_builders()``) lets "run now" start a workflow schedule; ``clock`` times each
+    ``workflow_builders()``) lets "run now" start a workflow schedule; with ``enqueuer``
+    (``app.enqueuer``) ``POST /api/jobs`` enqueues through the App, its enqueue hooks
+    included; ``clock`` times each
     identity's read rate (real time by default). Binding is the caller's business: call
     ``check_bind``.
     """
@@ -80,6 +84,7 @@ def create_app(
         reads=Client(replica.store) if replica is not None else client,
         replica=replica,
         workflows=dict(workflows or {}),
+        enqueuer=enqueuer,
     )
     # Swagger UI and ReDoc load scripts from a CDN and inline, which our CSP forbids.
     app = FastAPI(title="rota", version=_version(), docs_url=None, redoc_url=None)

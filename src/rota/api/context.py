@@ -19,6 +19,7 @@ from rota.domain.workflow import WorkflowBuilder
 from rota.observability.metrics import Metrics
 from rota.operator import Operator
 from rota.store.replica import ReadReplica
+from rota.verbs.enqueue import Enqueuer
 
 T = TypeVar("T")
 
@@ -42,6 +43,8 @@ class ApiContext:
     #: The serving App's workflow schedule builders, by schedule name: what "run now" on a
     #: workflow schedule writes (without them it answers 409).
     workflows: Mapping[str, WorkflowBuilder] = field(default_factory=dict)
+    #: The serving App's enqueue path (its hooks included); None enqueues on ``client``.
+    enqueuer: Enqueuer | None = None
 
     async def read_one(self, read: Callable[[Client], Awaitable[T]]) -> T:
         """``read(reads)``; when it finds no such job or schedule on a replica, which may not

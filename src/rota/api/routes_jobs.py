@@ -177,7 +177,14 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
             unique_states=body.unique_states,
             on_conflict=body.on_conflict or "skip",
         )
-        if body.depends_on is not None:
+        if ctx.enqueuer is not None:  # the App's own path, its enqueue hooks included
+            result = await ctx.enqueuer.enqueue(
+                spec,
+                depends_on=body.depends_on,
+                on_parent_failure=body.on_parent_failure or "cancel",
+                store=client.store,
+            )
+        elif body.depends_on is not None:
             result = await workflows.enqueue_after(
                 client.store, spec, body.depends_on, body.on_parent_failure or "cancel"
             )

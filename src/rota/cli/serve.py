@@ -301,6 +301,7 @@ async def _serve(
         demo=demo,
         replica=replica,
         workflows=app.schedules.workflow_builders(),
+        enqueuer=app.enqueuer,
     )
 
     class QuietServer(uvicorn.Server):
