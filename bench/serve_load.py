@@ -13,7 +13,8 @@ These twenty clients are one identity (anonymous, one address): the server lifts
 read share for this scenario, which measures the request gate and the leases.
 
 With ``--greedy-reader``, one read-only identity runs ``--clients`` threads (30 is the trial of
-issue 41) of 500-schedule pages, each retrying at once when refused, while an admin enqueues a
+issue 41) of 500-schedule pages (a refused thread waits what Retry-After says; with
+``--hammer`` it retries at once), while an admin enqueues a
 job every 200 ms and the probe asks /healthz: it prints the admin's write latency and /healthz
 beside the reader's pages and refusals. ``--lift-shares`` runs the same with the share lifted,
 to compare (issue 41, point 4; rota.api.shares); so does an older rota, with its src first on
@@ -121,7 +122,7 @@ def _percentile(values: list[float], share: float) -> float:
 
 
 def measure(
-    seconds: float, clients: int, schedules: int, mode: str = "anonymous"
+    seconds: float, clients: int, schedules: int, mode: str = "anonymous", hammer: bool = False
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="rota-serve-load-") as directory:
         started = time.perf_counter()
@@ -138,7 +139,7 @@ def measure(
         try:
             _wait_healthy(url, process, timeout=60)
             if mode != "anonymous":
-                return _greedy(url, seconds, clients) | {"populate_s": populate_s}
+                return _greedy(url, seconds, clients, hammer) | {"populate_s": populate_s}
             return _load(url, seconds, clients) | {"populate_s": populate_s}
         finally:
             if process.poll() is None:
@@ -186,14 +187,16 @@ def _load(url: str, seconds: float, clients: int) -> dict[str, Any]:
     }
 
 
-def _authorized(url: str, token: str, body: Any = None) -> tuple[int, float]:
-    """(status, seconds) of a GET (a POST of ``body``) with ``token``; refusals included."""
+def _authorized(url: str, token: str, body: Any = None) -> tuple[int, float, float]:
+    """(status, seconds, Retry-After seconds) of a GET (a POST of ``body``) with ``token``;
+    refusals included."""
     data = None if body is None else json.dumps(body).encode()
     headers = {"Authorization": f"Bearer {token}"}
     if data is not None:
         headers["Content-Type"] = "application/json"
     request = urllib.request.Request(url, data=data, headers=headers)
     began = time.perf_counter()
+    retry_after = 0.0
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
             response.read()
@@ -201,19 +204,24 @@ def _authorized(url: str, token: str, body: Any = None) -> tuple[int, float]:
     except urllib.error.HTTPError as error:
         error.read()
         status = error.code
-    return status, time.perf_counter() - began
+        retry_after = float(error.headers.get("Retry-After") or 0)
+    return status, time.perf_counter() - began, retry_after
 
 
-def _greedy(url: str, seconds: float, clients: int) -> dict[str, Any]:
+def _greedy(url: str, seconds: float, clients: int, hammer: bool = False) -> dict[str, Any]:
     """One read-only identity's ``clients`` threads read 500-schedule pages without pause
-    (retrying a refusal at once) while an admin enqueues every WRITE_EVERY_S."""
+    (a refused thread waits its Retry-After, or with ``hammer`` retries at once) while an
+    admin enqueues every WRITE_EVERY_S."""
     stop = threading.Event()
-    reads: list[tuple[int, float]] = []
-    writes: list[tuple[int, float]] = []
+    reads: list[tuple[int, float, float]] = []
+    writes: list[tuple[int, float, float]] = []
 
     def reader() -> None:
         while not stop.is_set():
-            reads.append(_authorized(url + "/api/schedules?limit=500", READER_TOKEN))
+            read = _authorized(url + "/api/schedules?limit=500", READER_TOKEN)
+            reads.append(read)
+            if read[0] == 429 and not hammer:
+                stop.wait(read[2])
 
     def writer() -> None:
         while not stop.is_set():
@@ -237,16 +245,16 @@ def _greedy(url: str, seconds: float, clients: int) -> dict[str, Any]:
         for thread in threads:
             thread.join(timeout=120)
     health, probe_errors = json.loads(probe_run.stdout)
-    write_ms = [elapsed * 1000 for status, elapsed in writes if status == 201]
-    served = [elapsed for status, elapsed in reads if status == 200]
+    write_ms = [elapsed * 1000 for status, elapsed, _ in writes if status == 201]
+    served = [elapsed for status, elapsed, _ in reads if status == 200]
     return {
         "seconds": seconds,
         "clients": clients,
         "pages": len(served),
         "pages_per_s": len(served) / seconds,
         "page_p50_ms": statistics.median(served) * 1000 if served else None,
-        "refused": sum(1 for status, _ in reads if status == 429),
-        "other_read_errors": sum(1 for status, _ in reads if status not in (200, 429)),
+        "refused": sum(1 for status, _, _ in reads if status == 429),
+        "other_read_errors": sum(1 for status, _, _ in reads if status not in (200, 429)),
         "writes": len(write_ms),
         "write_errors": len(writes) - len(write_ms),
         "write_p50_ms": statistics.median(write_ms),
@@ -283,6 +291,7 @@ def main() -> None:
     parser.add_argument("--schedules", type=int, default=3000)
     parser.add_argument("--greedy-reader", action="store_true")
     parser.add_argument("--lift-shares", action="store_true")
+    parser.add_argument("--hammer", action="store_true")
     parser.add_argument("--child", nargs=3, metavar=("DIR", "PORT", "MODE"), help=argparse.SUPPRESS)
     parser.add_argument("--probe", nargs=2, metavar=("URL", "SECONDS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -294,7 +303,8 @@ def main() -> None:
         return
     if args.greedy_reader:
         mode = "lifted" if args.lift_shares else "greedy"
-        report_greedy(measure(args.seconds, args.clients, args.schedules, mode), mode)
+        result = measure(args.seconds, args.clients, args.schedules, mode, args.hammer)
+        report_greedy(result, mode, args.hammer)
         return
     result = measure(args.seconds, args.clients, args.schedules)
     held = result["hold_attempts"] == [(1, "succeeded")]
@@ -314,9 +324,12 @@ def main() -> None:
     )
 
 
-def report_greedy(result: dict[str, Any], mode: str) -> None:
+def report_greedy(result: dict[str, Any], mode: str, hammer: bool) -> None:
     shares = "lifted" if mode == "lifted" else "default shares (16 in flight, 20/s)"
-    print(f"one read-only identity, {result['clients']} threads of 500-row pages ({shares})")
+    retry = "retrying refusals at once" if hammer else "waiting Retry-After when refused"
+    print(
+        f"one read-only identity, {result['clients']} threads of 500-row pages ({shares}; {retry})"
+    )
     print(
         f"  admin POST /api/jobs p50 / p99 / max  {result['write_p50_ms']:.1f} / "
         f"{result['write_p99_ms']:.1f} / {result['write_max_ms']:.1f} ms "
