@@ -29,7 +29,7 @@ from rota.runtime.registry import Handler, Registry
 from rota.runtime.worker import Worker, WorkerSettings
 from rota.store import Store
 from rota.verbs.binding import Binding
-from rota.verbs.enqueue import Enqueuer
+from rota.verbs.enqueue import AfterEnqueue, BeforeEnqueue, Enqueuer
 from rota.verbs.jobs import Jobs
 from rota.verbs.queues import Limits, Queues
 from rota.verbs.results import Results
@@ -41,6 +41,8 @@ from rota.verbs.workflows import Workflows
 H = TypeVar("H", bound=Handler)
 M = TypeVar("M", bound=Middleware)
 K = TypeVar("K", bound=Hook)
+B = TypeVar("B", bound=BeforeEnqueue)
+A = TypeVar("A", bound=AfterEnqueue)
 
 
 class App:
@@ -128,6 +130,28 @@ class App:
         is outermost; it cannot keep a stopped job running). See docs/concepts/hooks.md."""
         self.hooks.add_middleware(middleware)
         return middleware
+
+    def before_enqueue(self, hook: B) -> B:
+        """Register ``hook(spec)`` (a plain ``def``), run before each job this App enqueues,
+        from the library, ``rota enqueue --app``, the HTTP API of ``rota serve`` and the Django
+        backend: it returns the JobSpec to enqueue instead (``dataclasses.replace(spec,
+        ...)``) or None to keep it, or raises to refuse it (``rota.InvalidInput``: nothing is
+        written; 400 at the API, exit 2 at the CLI). See docs/concepts/hooks.md."""
+        self._enqueuer.hooks.add("before", hook)
+        return hook
+
+    def after_enqueue(self, hook: A) -> A:
+        """Register ``hook(spec, result)`` (a plain ``def``), run once each job is written (or
+        joined the caller's transaction), on every path ``before_enqueue`` names. A hook that
+        raises is logged in one line; the job stays enqueued."""
+        self._enqueuer.hooks.add("after", hook)
+        return hook
+
+    @property
+    def enqueuer(self) -> Enqueuer:
+        """The one path this App's jobs are enqueued through, hooks included; the HTTP API
+        (``rota.api.create_app(..., enqueuer=app.enqueuer)``) enqueues through it too."""
+        return self._enqueuer
 
     def on_success(self, hook: K) -> K:
         """Register ``hook(ctx, result)`` (async or plain ``def``), run in the worker after a

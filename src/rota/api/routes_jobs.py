@@ -173,6 +173,7 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
         if body.every_seconds is not None:
             if body.depends_on is not None:
                 raise InvalidJob("depends_on", "a schedule's jobs cannot depend on other jobs")
+            ctx.require_admin(request, "create a schedule")
             return await create_every_schedule(client, body, ctx.operator(request))
         spec = client.spec(
             body.kind,
@@ -193,7 +194,14 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
             unique_states=body.unique_states,
             on_conflict=body.on_conflict or "skip",
         )
-        if body.depends_on is not None:
+        if ctx.enqueuer is not None:  # the App's own path, its enqueue hooks included
+            result = await ctx.enqueuer.enqueue(
+                spec,
+                depends_on=body.depends_on,
+                on_parent_failure=body.on_parent_failure or "cancel",
+                store=client.store,
+            )
+        elif body.depends_on is not None:
             result = await workflows.enqueue_after(
                 client.store, spec, body.depends_on, body.on_parent_failure or "cancel"
             )

@@ -609,6 +609,8 @@ class DashboardConfig(BaseModel):
     login: bool
     #: Who the dashboard acts as: the name the audit log records for its actions.
     identity: str
+    #: Its role: admin, operator (no deletes, limits or schedule changes) or read-only.
+    role: str = "admin"
 
 
 class Health(BaseModel):

@@ -241,7 +241,7 @@ async def test_config_healthz_and_pages(make_app: MakeApp) -> None:
     async with asgi_client(make_app(kinds=["b", "a"], demo=True)) as api:
         assert (await api.get("/api/config")).json() == {
             "demo": True, "read_only": False, "kinds": ["a", "b"], "login": False,
-            "identity": "anonymous",
+            "identity": "anonymous", "role": "admin",
         }  # fmt: skip
         assert (await api.get("/healthz")).json() == {"ok": True}
         page = await api.get("/")
