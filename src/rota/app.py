@@ -35,7 +35,7 @@ from rota.verbs.queues import Limits, Queues
 from rota.verbs.results import Results
 from rota.verbs.schedules import Schedules
 from rota.verbs.signals import Signals
-from rota.verbs.workers import Workers
+from rota.verbs.workers import Workers, app_reference
 from rota.verbs.workflows import Workflows
 
 H = TypeVar("H", bound=Handler)
@@ -406,13 +406,36 @@ class App:
         ready: Callable[[Worker], None] | None = None,
         metrics_port: int | None = None,
         metrics_host: str = "127.0.0.1",
+        processes: int | None = None,
+        max_jobs_per_child: int | None = None,
+        max_memory_per_child: int | None = None,
+        app_ref: str | None = None,
         **options: Any,
     ) -> None:
         """Run a worker until it is stopped (SIGTERM, SIGINT or SIGHUP when ``handle_signals``:
         the first stops gracefully, the second at once; see ``rota.runtime.signals``). With
         ``metrics_port``, this process's metrics are served on
         http://metrics_host:metrics_port/metrics meanwhile (InvalidInput if that address cannot
-        be bound)."""
+        be bound).
+
+        With ``processes`` (or a per-child limit: ``max_jobs_per_child`` attempts,
+        ``max_memory_per_child`` MiB of resident memory), this process supervises that many
+        ``rota worker`` processes of this App instead (``rota.runtime.supervisor``), found by
+        its module-level name or ``app_ref`` (``package.module:app``); it handles the stop
+        signals itself and the metrics it serves are the fleet's."""
+        if processes is not None or max_jobs_per_child or max_memory_per_child:
+            if settings is not None:
+                raise InvalidInput("give worker processes their settings as keyword options")
+            await self.workers.run_fleet(
+                app_ref or app_reference(self),
+                processes=processes or 1,
+                max_jobs_per_child=max_jobs_per_child,
+                max_memory_per_child_mb=max_memory_per_child,
+                metrics_port=metrics_port,
+                metrics_host=metrics_host,
+                **options,
+            )
+            return
         await self.workers.run(
             settings,
             handle_signals=handle_signals,

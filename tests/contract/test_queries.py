@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -185,6 +186,28 @@ async def test_workers_registry(store: Store, clock: FakeClock) -> None:
     await store.register_worker(info)
     await store.deregister_worker(info.name)
     assert await store.list_workers() == []
+
+
+async def test_a_worker_is_listed_with_its_own_heartbeat_interval(
+    store: Store, clock: FakeClock
+) -> None:
+    quick = WorkerInfo(
+        name="quick",
+        host="h",
+        pid=1,
+        queues=("default",),
+        concurrency=1,
+        heartbeat=timedelta(seconds=0.5),
+    )
+    await store.register_worker(quick)
+    await store.register_worker(replace(quick, name="unsaid", heartbeat=None))
+    listed = {w.name: w for w in await store.list_workers()}
+    assert listed["quick"].heartbeat == timedelta(seconds=0.5)
+    assert listed["unsaid"].heartbeat is None
+    clock.advance(timedelta(seconds=5))
+    # Judged by its own interval (3 beats of 0.5 s), not by the 10 s assumed for the others.
+    assert not listed["quick"].is_alive(clock.now(), timedelta(seconds=10))
+    assert listed["unsaid"].is_alive(clock.now(), timedelta(seconds=10))
 
 
 async def test_count_jobs_matches_the_filter_up_to_a_limit(store: Store) -> None:

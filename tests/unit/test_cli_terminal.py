@@ -184,6 +184,46 @@ def test_workers_shows_who_is_alive(tmp_path: Path) -> None:
     assert states == {"fresh": "alive", "late": "alive", "gone": "silent"}
 
 
+async def register_beating_every(url: str, intervals: dict[str, float | None]) -> None:
+    """Workers beating every ``interval`` seconds (None: one that did not say), each last
+    seen 5 s ago by the store's clock."""
+    store = open_store(url)
+    try:
+        await store.migrate()
+        now = await store.now()
+        for name, interval in intervals.items():
+            info = WorkerInfo(
+                name=name,
+                host="h",
+                pid=1,
+                queues=("default",),
+                concurrency=4,
+                heartbeat=None if interval is None else timedelta(seconds=interval),
+            )
+            await store.register_worker(info, now=now - timedelta(seconds=5))
+    finally:
+        await store.close()
+
+
+def test_workers_judges_each_worker_by_its_own_heartbeat_interval(tmp_path: Path) -> None:
+    """A worker beating every second, silent for 5 s, is gone, even though the workers of the
+    default 10 s interval are alive after the same silence."""
+    url = sqlite_url(tmp_path / "workers.db")
+    asyncio.run(register_beating_every(url, {"quick": 1.0, "slow": 10.0, "unsaid": None}))
+    listed = json.loads(invoke("workers", "--json", env={"ROTA_DATABASE_URL": url}).out)
+    by_name = {w["name"]: w for w in listed["workers"]}
+    assert {name: w["alive"] for name, w in by_name.items()} == {
+        "quick": False,
+        "slow": True,
+        "unsaid": True,  # judged by --heartbeat-seconds (10 s), as before
+    }
+    assert by_name["quick"]["heartbeat_seconds"] == 1.0
+    assert by_name["unsaid"]["heartbeat_seconds"] is None
+    table = invoke("workers", env={"ROTA_DATABASE_URL": url}).out
+    states = {line.split()[0]: line.split()[1] for line in table.splitlines()[1:]}
+    assert states == {"quick": "silent", "slow": "alive", "unsaid": "alive"}
+
+
 async def api_workers(url: str, heartbeat_seconds: float) -> list[dict[str, object]]:
     store = open_store(url)
     try:

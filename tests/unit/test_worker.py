@@ -552,7 +552,9 @@ async def test_graceful_stop_finishes_fast_jobs_and_releases_slow_ones(
     assert await app.store.list_workers() == []
 
 
-async def test_second_stop_abandons_jobs_to_lease_expiry(app: App) -> None:
+async def test_second_stop_hands_running_jobs_back_at_once(app: App, clock: FakeClock) -> None:
+    """A hard stop does not leave the job running for the rest of its lease: it is released,
+    fenced on its lease, and due again now with its attempt given back."""
     started = asyncio.Event()
 
     @app.job("stuck")
@@ -567,8 +569,65 @@ async def test_second_stop_abandons_jobs_to_lease_expiry(app: App) -> None:
     worker.request_stop()
     worker.request_stop()
     await running
-    abandoned = await app.jobs.get(job.id)
-    assert (abandoned.state, abandoned.attempt) == (JobState.RUNNING, 1)
+    assert worker.aborted
+    handed_back = await app.jobs.get(job.id)
+    assert (handed_back.state, handed_back.attempt, handed_back.run_at) == (
+        JobState.PENDING,
+        0,
+        clock.now(),
+    )
+
+
+@pytest.mark.parametrize("process_ends", [False, True])
+async def test_a_hard_stop_hands_back_a_sync_handlers_job_only_if_its_thread_ends_too(
+    app: App, process_ends: bool
+) -> None:
+    """A sync handler's thread cannot be stopped: in a process that goes on, handing its job
+    back would let another worker run it beside the thread, so it is left to lease expiry; in
+    `rota worker`, whose process ends at once, it is handed back."""
+    started, release = threading.Event(), threading.Event()
+
+    @app.job("blocking")
+    def handle(ctx: JobContext, payload: Any) -> None:
+        started.set()
+        release.wait(timeout=30)
+
+    job = (await app.enqueue("blocking")).job
+    worker = app.worker(settings(shutdown_timeout=timedelta(hours=1)))
+    worker.threads_end_with_process = process_ends
+    running = asyncio.create_task(worker.run())
+    await asyncio.to_thread(started.wait, 30)
+    worker.request_stop()
+    worker.request_stop()
+    await running
+    release.set()
+    state = (await app.jobs.get(job.id)).state
+    assert state is (JobState.PENDING if process_ends else JobState.RUNNING)
+
+
+async def test_a_hard_stop_does_not_wait_on_a_store_that_cannot_release(app: App) -> None:
+    """The release at a hard stop gets a second: a store that does not answer leaves the job
+    to its lease, and the worker still stops."""
+    started = asyncio.Event()
+
+    @app.job("stuck")
+    async def handle(ctx: JobContext, payload: Any) -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    job = (await app.enqueue("stuck")).job
+    worker = app.worker(settings(shutdown_timeout=timedelta(hours=1)))
+
+    async def never(*args: Any, **kwargs: Any) -> None:
+        await asyncio.Event().wait()
+
+    app.store.release = never  # type: ignore[method-assign]
+    running = asyncio.create_task(worker.run())
+    await started.wait()
+    worker.request_stop()
+    worker.request_stop()
+    await running
+    assert (await app.jobs.get(job.id)).state is JobState.RUNNING
 
 
 async def test_worker_wakes_when_a_job_is_enqueued(app: App) -> None:
@@ -723,3 +782,30 @@ def test_workers_prune_after_seven_days_unless_told_otherwise() -> None:
     assert WorkerSettings(retention=None).validated().retention is None
     with pytest.raises(InvalidInput, match="retention"):
         WorkerSettings(retention=timedelta(seconds=5)).validated()
+
+
+async def test_the_first_claim_goes_before_any_background_service(app: App) -> None:
+    """A restarted worker's first claim does not queue behind a prune, a rescue or a
+    schedule's firing on the store's connection: the services start once it has answered."""
+    done = asyncio.Event()
+
+    @app.job("due")
+    async def handle(ctx: JobContext, payload: Any) -> None:
+        done.set()
+
+    await app.enqueue("due")
+    calls: list[str] = []
+    for name in ("claim", "rescue", "prune", "fire_due", "next_fire_at", "beat_worker"):
+        original = getattr(app.store, name)
+
+        async def recorded(*args: Any, _name: str = name, _call: Any = original, **kw: Any) -> Any:
+            calls.append(_name)
+            return await _call(*args, **kw)
+
+        setattr(app.store, name, recorded)
+    worker = app.worker(settings())
+    running = asyncio.create_task(worker.run())
+    await done.wait()
+    worker.request_stop()
+    await running
+    assert calls[0] == "claim", calls

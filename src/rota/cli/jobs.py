@@ -376,7 +376,10 @@ def jobs_reschedule(
 
 @cli.command()
 @uses_database(creates=False)
-@heartbeat_option("The workers' heartbeat interval: alive means a beat within 3 of them.")
+@heartbeat_option(
+    "The heartbeat interval of workers that did not record their own (older versions); "
+    "each other worker is alive while it beat within 3 of its own intervals."
+)
 @json_option
 def workers(target: Target, heartbeat_seconds: float, as_json: bool) -> None:
     """List registered workers: alive or not, by the store's clock, and their last heartbeat."""
@@ -426,6 +429,7 @@ def worker_json(worker: WorkerInfo, now: datetime, heartbeat: timedelta) -> dict
         "started_at": _iso(worker.started_at),
         "beat_at": _iso(worker.beat_at),
         "heartbeat_age_seconds": age.total_seconds() if age is not None else None,
+        "heartbeat_seconds": worker.heartbeat.total_seconds() if worker.heartbeat else None,
         "alive": worker.is_alive(now, heartbeat),
     }
 

@@ -135,6 +135,29 @@ from rota.observability.logging import printable
     show_default=True,
     help="Address the metrics port listens on (no auth: keep it on a private network).",
 )
+@click.option(
+    "--processes",
+    envvar="ROTA_PROCESSES",
+    type=click.IntRange(1, 256),
+    help="Run this many worker processes under a supervisor that restarts any that dies "
+    "and passes signals on (each runs --concurrency jobs; --metrics-port serves them all).",
+)
+@click.option(
+    "--max-jobs-per-child",
+    envvar="ROTA_MAX_JOBS_PER_CHILD",
+    type=click.IntRange(1),
+    help="Replace a worker process once it has run this many jobs (between jobs, "
+    "gracefully); implies --processes 1 when not given.",
+)
+@click.option(
+    "--max-memory-per-child",
+    envvar="ROTA_MAX_MEMORY_PER_CHILD",
+    type=click.IntRange(1),
+    metavar="MIB",
+    help="Replace a worker process whose resident memory passed this many MiB after a job "
+    "(gracefully); implies --processes 1 when not given.",
+)
+@click.option("--supervised-fd", type=int, hidden=True)
 def worker(
     app_ref: str,
     database_url: str | None,
@@ -153,6 +176,10 @@ def worker(
     audit_retention: str,
     metrics_port: int | None,
     metrics_host: str,
+    processes: int | None,
+    max_jobs_per_child: int | None,
+    max_memory_per_child: int | None,
+    supervised_fd: int | None,
 ) -> None:
     """Run a worker for your app's kinds until SIGTERM, SIGINT or SIGHUP.
 
@@ -186,14 +213,41 @@ def worker(
         "audit_retention": parse_retention(audit_retention, what="--audit-retention"),
     }
 
-    async def go() -> bool:
-        stopped: list[Any] = []
-        try:
-            await app.run_worker(
-                handle_signals=True,
-                ready=stopped.append,
+    if supervised_fd is None and (processes or max_jobs_per_child or max_memory_per_child):
+        parent = click.get_current_context().find_root().params
+        code = run(
+            app.workers.run_fleet(
+                app_ref,
+                processes=processes or 1,
+                max_jobs_per_child=max_jobs_per_child,
+                max_memory_per_child_mb=max_memory_per_child,
                 metrics_port=metrics_port,
                 metrics_host=metrics_host,
+                cli_args=("--log-level", parent["log_level"], "--log-format", parent["log_format"]),
+                **options,
+            )
+        )
+        sys.exit(code)
+    link = None
+    if supervised_fd is not None:
+        from rota.runtime.supervised import Link
+
+        link = Link(supervised_fd, max_jobs=max_jobs_per_child, max_memory_mb=max_memory_per_child)
+
+    async def go() -> bool:
+        stopped: list[Any] = []
+
+        def ready(worker: Any) -> None:
+            worker.threads_end_with_process = True  # os._exit below ends the handlers' threads
+            stopped.append(worker)
+
+        try:
+            await app.workers.run(
+                handle_signals=True,
+                ready=ready,
+                metrics_port=metrics_port,
+                metrics_host=metrics_host,
+                link=link,
                 **options,
             )
         finally:

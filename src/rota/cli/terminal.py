@@ -12,21 +12,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Literal
-
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    SpinnerColumn,
-    TextColumn,
-    TimeElapsedColumn,
-)
-from rich.table import Table
-from rich.text import Text
+from typing import TYPE_CHECKING, Literal
 
 from rota.observability.logging import printable
+
+if TYPE_CHECKING:  # rich is imported by the commands that print with it, not by `rota --help`
+    from rich.console import Console
+    from rich.table import Table
 
 #: The width tables get when stdout is not a terminal: wide enough that no row ever wraps, so
 #: `rota jobs list > jobs.txt` keeps one job per line (rich would fold at 80 columns).
@@ -43,6 +35,8 @@ def shown(value: object, *, keep: str = "") -> str:
 def console() -> Console:
     """A rich Console on stdout that reads no markup, emoji or highlighting from what it
     prints, and does not wrap when stdout is not a terminal."""
+    from rich.console import Console
+
     out = Console(markup=False, emoji=False, highlight=False)
     if not out.is_terminal:
         out.width = UNWRAPPED_WIDTH
@@ -56,6 +50,9 @@ def table(
     justify: Mapping[str, Justify] | None = None,
 ) -> Table:
     """A borderless table of ``rows``; every cell is shown escaped and as plain text."""
+    from rich.table import Table
+    from rich.text import Text
+
     drawn = Table(box=None, header_style="bold", pad_edge=False)
     for column in columns:
         drawn.add_column(column, overflow="fold", justify=(justify or {}).get(column, "left"))
@@ -66,6 +63,8 @@ def table(
 
 def stderr_console() -> Console:
     """A rich Console on stderr, reading no markup from what it prints: where progress goes."""
+    from rich.console import Console
+
     return Console(stderr=True, markup=False, emoji=False, highlight=False)
 
 
@@ -80,6 +79,15 @@ def progress(description: str, total: int | None) -> Iterator[Callable[[int], No
     if not out.is_terminal:
         yield lambda amount: None
         return
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
     columns = [
         SpinnerColumn(),
         TextColumn("{task.description}", markup=False),

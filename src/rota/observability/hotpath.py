@@ -13,14 +13,12 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
-from prometheus_client.metrics_core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    Metric,
-)
+if (
+    TYPE_CHECKING
+):  # prometheus-client is imported when a scrape first collects, not by `import rota`
+    from prometheus_client.metrics_core import Metric
 
 _Labels = tuple[str, ...]
 C = TypeVar("C")
@@ -85,6 +83,8 @@ class Histograms(_Family[HistogramChild]):
         self._bounds = bounds
 
     def collect(self) -> Iterator[Metric]:
+        from prometheus_client.metrics_core import HistogramMetricFamily
+
         family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
         for key, child in self._snapshot():
             counts, total = list(child.counts), child.total
@@ -121,14 +121,18 @@ class CounterChild(ValueChild):
 
 
 class _Values(_Family[ValueChild]):
-    _kind: type[GaugeMetricFamily] | type[CounterMetricFamily]
+    #: The prometheus-client family the values are exported as: "gauge" or "counter".
+    _kind: str
     _child: type[ValueChild] = ValueChild
 
     def __init__(self, name: str, documentation: str, labelnames: Sequence[str]) -> None:
         super().__init__(name, documentation, labelnames, self._child)
 
     def collect(self) -> Iterator[Metric]:
-        family = self._kind(self.name, self.documentation, labels=self.labelnames)
+        from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily
+
+        kind = GaugeMetricFamily if self._kind == "gauge" else CounterMetricFamily
+        family = kind(self.name, self.documentation, labels=self.labelnames)
         for key, child in self._snapshot():
             family.add_metric(list(key), child.value)
         yield family
@@ -137,11 +141,11 @@ class _Values(_Family[ValueChild]):
 class Gauges(_Values):
     """A gauge family: ``labels(...).inc()`` and ``.dec()``."""
 
-    _kind = GaugeMetricFamily
+    _kind = "gauge"
 
 
 class Counters(_Values):
     """A counter family (``name`` without ``_total``): ``labels(...).inc()``."""
 
-    _kind = CounterMetricFamily
+    _kind = "counter"
     _child = CounterChild

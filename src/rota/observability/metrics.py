@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Iterator
-from typing import Any
-
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
-from prometheus_client.registry import Collector
+from typing import TYPE_CHECKING, Any
 
 from rota.domain.errors import InvalidInput
+from rota.domain.job import Outcome
 from rota.observability.hotpath import Counters, Gauges, Histograms
+
+if TYPE_CHECKING:  # prometheus-client is imported by the first Metrics, not by `import rota`
+    from prometheus_client import CollectorRegistry, Gauge
+    from prometheus_client.registry import Collector
 
 log = logging.getLogger("rota.metrics")
 
@@ -35,6 +37,8 @@ class Metrics:
     """The metric objects; one instance per process (or per test)."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Gauge
+
         self.registry = registry or CollectorRegistry(auto_describe=True)
         r = self.registry
         # Updated per job by the worker: plain numbers, not prometheus-client's locked values
@@ -171,9 +175,38 @@ class Metrics:
     def process_registry(self) -> CollectorRegistry:
         """A registry of the process metrics alone: what a worker process exports. A store
         gauge it never sets would read 0 there, a false "nothing dead, nothing waiting"."""
+        from prometheus_client import CollectorRegistry
+
         registry = CollectorRegistry(auto_describe=False)
         registry.register(_Only(self.process_metrics))
         return registry
+
+
+class KindMetrics:
+    """One kind's metric children, looked up once instead of once per job."""
+
+    def __init__(self, metrics: Metrics, kind: str) -> None:
+        self._metrics = metrics
+        self._kind = kind
+        self.lag = metrics.schedule_lag.labels(kind)
+        self.running = metrics.running.labels(kind)
+        self._durations = {
+            outcome: metrics.job_duration.labels(kind, outcome.value) for outcome in Outcome
+        }
+        self._finished: dict[Outcome, Any] = {}
+
+    def duration(self, outcome: Outcome) -> Any:
+        return self._durations[outcome]
+
+    def finished(self, outcome: Outcome) -> Any:
+        """The finished-attempts counter for ``outcome``, made on first use (a counter
+        child exports a 0 as soon as it exists, where no series should appear yet)."""
+        counter = self._finished.get(outcome)
+        if counter is None:
+            counter = self._finished[outcome] = self._metrics.jobs_finished.labels(
+                self._kind, outcome.value
+            )
+        return counter
 
 
 class MetricsServer:
@@ -181,6 +214,8 @@ class MetricsServer:
     server), so a scrape never waits on the event loop and never delays a heartbeat."""
 
     def __init__(self, registry: CollectorRegistry, *, host: str, port: int) -> None:
+        from prometheus_client import start_http_server
+
         try:
             self._server, self._thread = start_http_server(port, addr=host, registry=registry)
         except OSError as error:

@@ -41,7 +41,7 @@ from rota.domain.lease import Lease
 from rota.domain.retry import RetryPolicy
 from rota.observability import tracing
 from rota.observability.logging import job_context
-from rota.observability.metrics import Metrics
+from rota.observability.metrics import KindMetrics, Metrics
 from rota.runtime.completions import Completer
 from rota.runtime.context import JobContext
 from rota.runtime.failures import describe, trace
@@ -60,7 +60,12 @@ class Stop(Enum):
 
     LEASE_LOST = "lease lost"  #: heartbeat fenced out, cancelled, or local lease deadline passed
     RELEASE = "release"  #: graceful shutdown past its grace period: hand the job back
-    ABANDON = "abandon"  #: immediate stop: report nothing, the lease will expire
+    ABANDON = "abandon"  #: the handler raised Abandon: report nothing, the lease will expire
+    HALT = "halt"  #: a hard stop (a second signal): hand the job back at once, fenced
+
+
+#: How long a hard stop waits for each job's release before leaving it to lease expiry.
+HALT_S = 1.0
 
 
 @dataclass(slots=True)
@@ -138,6 +143,10 @@ class Executor:
         self._threads = threads
         self._completer = completer
         self._on_abandon = on_abandon
+        #: Whether the process ends as soon as the worker stops (``rota worker``, ``rota
+        #: serve``): a hard stop may then hand back a job whose sync handler still runs,
+        #: since its thread ends with the process.
+        self.threads_end_with_process = False
         self._until_alone = until_alone
         #: Called after a workflow job's success or failure was written: its children may
         #: have become pending in that write, and no store pushes that to its own process
@@ -145,15 +154,15 @@ class Executor:
         self._on_parent_finished = on_parent_finished
         self._lease_s = lease.total_seconds()
         self._unreported_at = -math.inf  # when _unreported last warned
-        self._by_kind: dict[str, _KindMetrics] = {}
+        self._by_kind: dict[str, KindMetrics] = {}
         #: Read on every job (registrations may come after the worker is made); with none
         #: registered the path is as before: two list checks, nothing allocated.
         self._hooks = hooks or Hooks()
 
-    def _kind_metrics(self, kind: str) -> _KindMetrics:
+    def _kind_metrics(self, kind: str) -> KindMetrics:
         found = self._by_kind.get(kind)
         if found is None:
-            found = self._by_kind[kind] = _KindMetrics(self._metrics, kind)
+            found = self._by_kind[kind] = KindMetrics(self._metrics, kind)
         return found
 
     async def run(self, execution: Execution) -> None:
@@ -535,34 +544,27 @@ class Executor:
                 log.info("released at shutdown; the attempt is given back")
             except LeaseLost:
                 self._lost(execution, "release")
+        elif why is Stop.HALT:
+            await self._halted(execution)
         # ABANDON, or the whole worker being torn down: report nothing; the lease expires.
 
-
-class _KindMetrics:
-    """One kind's metric children, looked up once instead of once per job."""
-
-    def __init__(self, metrics: Metrics, kind: str) -> None:
-        self._metrics = metrics
-        self._kind = kind
-        self.lag = metrics.schedule_lag.labels(kind)
-        self.running = metrics.running.labels(kind)
-        self._durations = {
-            outcome: metrics.job_duration.labels(kind, outcome.value) for outcome in Outcome
-        }
-        self._finished: dict[Outcome, Any] = {}
-
-    def duration(self, outcome: Outcome) -> Any:
-        return self._durations[outcome]
-
-    def finished(self, outcome: Outcome) -> Any:
-        """The finished-attempts counter for ``outcome``, made on first use (a counter
-        child exports a 0 as soon as it exists, where no series should appear yet)."""
-        counter = self._finished.get(outcome)
-        if counter is None:
-            counter = self._finished[outcome] = self._metrics.jobs_finished.labels(
-                self._kind, outcome.value
+    async def _halted(self, execution: Execution) -> None:
+        """A hard stop: hand the job back within HALT_S, fenced on its lease, so it runs again
+        now rather than after its lease. A store that cannot answer that fast leaves it to
+        lease expiry, as does a sync handler still running in a process that goes on."""
+        if execution.thread_running and not self.threads_end_with_process:
+            log.warning("sync handler still running at a hard stop: its lease will expire")
+            return
+        execution.reporting = True
+        try:
+            await bounded(self._store.release(execution.lease), HALT_S, "a release")
+            log.info("handed back at a hard stop; the attempt is given back")
+        except LeaseLost:
+            self._lost(execution, "release")
+        except StoreUnavailable as error:
+            log.warning(
+                "could not hand the job back at a hard stop (%s): its lease will expire", error
             )
-        return counter
 
 
 class _HandlerTimeout(Exception):

@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import random
 import socket
 import uuid
 from collections.abc import Awaitable, Sequence
@@ -40,11 +39,12 @@ from rota.runtime.executor import Execution, Executor, Stop
 from rota.runtime.heartbeat import Heartbeater
 from rota.runtime.hooks import Hooks
 from rota.runtime.pruner import Pruner
+from rota.runtime.registration import Registration
 from rota.runtime.registry import Registry
 from rota.runtime.rescuer import Rescuer
 from rota.runtime.services import ErrorLog, Service, bounded, run_service, wait_or_stop
 from rota.runtime.storeclock import StoreClock
-from rota.store.base import ALIVE_BEATS, Store, WorkerInfo
+from rota.store.base import ALIVE_BEATS, Store
 
 log = logging.getLogger("rota.worker")
 
@@ -202,7 +202,9 @@ class Worker:
                 self.settings.unrunnable_grace or timedelta(0),
             ),
         )
-        self.registration = Registration(self)
+        self.registration = Registration(
+            store, registry, name=self.name, queues=self.queues, settings=self.settings
+        )
         self._services: list[Service] = [
             self.heartbeater,
             self.rescuer,
@@ -225,6 +227,7 @@ class Worker:
         self._stopped_services = asyncio.Event()
         self._aborted = asyncio.Event()
         self.idle = asyncio.Event()
+        self._first_claim = asyncio.Event()  # answered or failed: the services may start
         self._wake_timer: asyncio.TimerHandle | None = None
         #: Lease alarms by local deadline: one timer for every held job due at that instant.
         self._alarms: dict[float, _Alarm] = {}
@@ -236,6 +239,16 @@ class Worker:
     def held(self) -> list[Job]:
         """The jobs this worker is executing now."""
         return [execution.job for execution in self._held.values()]
+
+    @property
+    def threads_end_with_process(self) -> bool:
+        """Set by a caller that ends the process once ``run`` returns (``rota worker``): a
+        hard stop then hands back jobs whose sync handler is still running too."""
+        return self._executor.threads_end_with_process
+
+    @threads_end_with_process.setter
+    def threads_end_with_process(self, value: bool) -> None:
+        self._executor.threads_end_with_process = value
 
     @property
     def aborted(self) -> bool:
@@ -254,12 +267,13 @@ class Worker:
 
     def request_stop(self) -> None:
         """Stop claiming; running jobs get the shutdown timeout to finish, then are released.
-        A second call stops at once: jobs are abandoned and their leases simply expire."""
+        A second call stops at once: running jobs are cancelled and handed back, fenced,
+        within a second each (``Executor._halted``)."""
         if self._stop_claiming.is_set():
             self._aborted.set()
-            log.warning("stopping now: running jobs are abandoned; their leases will expire")
+            log.warning("stopping now: running jobs are handed back unfinished")
             for execution in list(self._held.values()):
-                execution.interrupt(Stop.ABANDON)
+                execution.interrupt(Stop.HALT)
         else:
             log.info("stopping: no new claims; waiting for %d running job(s)", len(self._held))
             self._stop_claiming.set()
@@ -295,10 +309,7 @@ class Worker:
         watch_task = asyncio.create_task(self._watch(), name="rota-watch")
         await asyncio.sleep(0)  # let the watcher subscribe before the first claim
         service_tasks = [
-            asyncio.create_task(
-                run_service(service, self._stopped_services, self._clock),
-                name=f"rota-{service.name}",
-            )
+            asyncio.create_task(self._service(service), name=f"rota-{service.name}")
             for service in self._services
         ]
         try:
@@ -312,6 +323,12 @@ class Worker:
                 task.cancel()
             await asyncio.gather(watch_task, *service_tasks, return_exceptions=True)
             await self._finish()
+
+    async def _service(self, service: Service) -> None:
+        # The first claim goes first: a prune, a rescue or a schedule's firing queued ahead
+        # of it on the store's connection would delay the jobs already due at start.
+        await self._first_claim.wait()
+        await run_service(service, self._stopped_services, self._clock)
 
     # ------------------------------------------------------------------ ticks
 
@@ -544,6 +561,12 @@ class Worker:
                 nudge()
 
     async def _claim_loop(self) -> None:
+        try:
+            await self._claiming()
+        finally:
+            self._first_claim.set()
+
+    async def _claiming(self) -> None:
         errors = ErrorLog(self._clock)
         failures = 0
         poll = self.settings.poll.total_seconds()
@@ -564,6 +587,7 @@ class Worker:
             except asyncio.CancelledError:
                 raise
             except Exception as error:
+                self._first_claim.set()
                 failures += 1
                 errors.error("claim failed: %s", error)
                 # Short and capped: in an outage the claim itself waits for the store's next
@@ -571,6 +595,7 @@ class Worker:
                 backoff = RECONNECT_BACKOFF.delay(failures).total_seconds()
                 await wait_or_stop(self._stop_claiming, backoff)
                 continue
+            self._first_claim.set()
             if failures:
                 errors.recovered("claiming")
                 failures = 0
@@ -609,7 +634,8 @@ class Worker:
         if remaining and not aborted:
             log.info("shutdown timeout: releasing %d job(s) for other workers", len(remaining))
         for execution in remaining:
-            execution.interrupt(Stop.ABANDON if aborted else Stop.RELEASE)
+            if execution.stop is None:  # one already stopping (a hard stop) is left to finish
+                execution.interrupt(Stop.HALT if aborted else Stop.RELEASE)
         await asyncio.gather(
             *(execution.task for execution in remaining if execution.task),
             return_exceptions=True,
@@ -651,39 +677,3 @@ async def _first(waiters: Sequence[Awaitable[object]], within_s: float | None = 
     finally:
         for task in tasks:
             task.cancel()
-
-
-class Registration:
-    """Keeps this worker's row in the registry fresh (and prunes long-silent workers)."""
-
-    name = "registry"
-    #: Workers silent this long are forgotten.
-    forget_after = timedelta(hours=1)
-
-    def __init__(self, worker: Worker) -> None:
-        self._worker = worker
-
-    def interval_s(self) -> float:
-        return self._worker.settings.heartbeat.total_seconds()
-
-    def info(self) -> WorkerInfo:
-        worker = self._worker
-        return WorkerInfo(
-            name=worker.name,
-            host=socket.gethostname(),
-            pid=os.getpid(),
-            queues=tuple(worker.queues),
-            concurrency=worker.settings.concurrency,
-            kinds=tuple(worker._registry.kinds()),
-        )
-
-    async def register(self) -> None:
-        await self._worker._store.register_worker(self.info())
-
-    async def tick(self) -> None:
-        store = self._worker._store
-        if not await store.beat_worker(self._worker.name):
-            await self.register()  # our row was pruned while we were silent: come back
-        if random.random() < 0.05:  # pruning is cheap but need not run on every beat
-            now = await store.now()
-            await store.prune_workers(older_than=now - self.forget_after)

@@ -240,16 +240,20 @@ class WorkerInfo:
     running: int = 0
     #: The kinds the worker runs; None when it did not say (it may run any kind).
     kinds: tuple[str, ...] | None = None
+    #: The worker's own heartbeat interval; None for one that did not record it (registered
+    #: before migration 024).
+    heartbeat: timedelta | None = None
 
     def heartbeat_age(self, now: datetime) -> timedelta | None:
         """How long ago, by the store's clock ``now``, the worker last beat (None: never)."""
         return None if self.beat_at is None else now - self.beat_at
 
     def is_alive(self, now: datetime, heartbeat: timedelta) -> bool:
-        """Whether the worker beat within ALIVE_BEATS heartbeat intervals before ``now`` (the
-        store's clock): one late beat, under load, does not make a worker look gone."""
+        """Whether the worker beat within ALIVE_BEATS of its own heartbeat intervals before
+        ``now`` (the store's clock): one late beat, under load, does not make a worker look
+        gone. ``heartbeat`` stands in for the interval of a worker that did not record one."""
         age = self.heartbeat_age(now)
-        return age is not None and age <= ALIVE_BEATS * heartbeat
+        return age is not None and age <= ALIVE_BEATS * (self.heartbeat or heartbeat)
 
 
 def kinds_by_queue(

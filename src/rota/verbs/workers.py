@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -15,7 +16,14 @@ from rota.observability.metrics import Metrics, serve_metrics
 from rota.runtime.hooks import Hooks
 from rota.runtime.services import Service
 from rota.runtime.signals import stop_signals
-from rota.runtime.worker import Worker, WorkerSettings
+from rota.runtime.supervised import Link
+from rota.runtime.supervisor import FleetSettings, Supervisor, child_environment
+from rota.runtime.worker import (
+    Worker,
+    WorkerSettings,
+    default_worker_name,
+    validate_worker_name,
+)
 from rota.store import Store, open_store
 from rota.verbs.binding import Binding
 from rota.verbs.schedules import Schedules
@@ -102,16 +110,22 @@ class Workers:
         ready: Callable[[Worker], None] | None = None,
         metrics_port: int | None = None,
         metrics_host: str = "127.0.0.1",
+        link: Link | None = None,
         **options: Any,
     ) -> None:
-        """Run a worker until it is stopped; see ``App.run_worker``."""
+        """Run a worker until it is stopped; see ``App.run_worker``. ``link``: this process is
+        a child of a supervisor (``rota.runtime.supervised``)."""
         await self._binding.open()
+        if link is not None:
+            link.attach(self._hooks)  # before the worker reads the hooks
         worker = self.worker(settings, **options)
         exporter = (
             serve_metrics(self._metrics, port=metrics_port, host=metrics_host)
             if metrics_port is not None
             else None
         )
+        if link is not None:
+            link.ready(worker, metrics_port=exporter.port if exporter is not None else None)
         loop = asyncio.get_running_loop()
         installed: list[signal.Signals] = []
         if handle_signals:
@@ -128,6 +142,70 @@ class Workers:
                 loop.remove_signal_handler(signum)
             if exporter is not None:
                 exporter.close()
+
+    async def run_fleet(
+        self,
+        app_ref: str,
+        *,
+        processes: int,
+        name: str | None = None,
+        max_jobs_per_child: int | None = None,
+        max_memory_per_child_mb: int | None = None,
+        metrics_port: int | None = None,
+        metrics_host: str = "127.0.0.1",
+        cli_args: Sequence[str] = (),
+        **options: Any,
+    ) -> int:
+        """Run ``processes`` worker processes of the App at ``app_ref`` under a supervisor
+        until it is stopped (``rota.runtime.supervisor``); 0 after a graceful stop, else 1."""
+        binding = self._binding
+        if binding.scheme == "memory":
+            raise InvalidInput(
+                "a memory:// store lives in one process: give worker processes a "
+                "SQLite or PostgreSQL database"
+            )
+        if not 1 <= processes <= 256:
+            raise InvalidInput("processes must be between 1 and 256")
+        settings_of(dict(options), default_poll=None).validated()  # refuse bad ones here, once
+        env = {"ROTA_DATABASE_URL": binding.database_url, **child_environment(options)}
+        if binding.listen_database_url:
+            env["ROTA_LISTEN_DATABASE_URL"] = binding.listen_database_url
+        fleet = FleetSettings(
+            app_ref=app_ref,
+            processes=processes,
+            name=validate_worker_name(name) if name else default_worker_name(),
+            env=env,
+            cli_args=tuple(cli_args),
+            max_jobs_per_child=max_jobs_per_child,
+            max_memory_per_child_mb=max_memory_per_child_mb,
+            metrics_port=metrics_port,
+            metrics_host=metrics_host,
+        )
+        return await Supervisor(fleet).run()
+
+
+def app_reference(app: object) -> str:
+    """``module:attribute`` of a module-level ``app`` its worker processes can import;
+    InvalidInput when there is none (an App made in a function or in a script run as
+    ``__main__`` without ``-m``)."""
+    for module_name, module in list(sys.modules.items()):
+        try:
+            names = list(vars(module).items())
+        except TypeError:  # an object in sys.modules that is no module
+            continue
+        for attribute, value in names:
+            if value is not app:
+                continue
+            if module_name == "__main__":
+                spec = getattr(module, "__spec__", None)
+                if spec is None or not spec.name:
+                    continue
+                module_name = spec.name
+            return f"{module_name}:{attribute}"
+    raise InvalidInput(
+        "worker processes import the App by name: define it at module level in an importable "
+        "module, or pass app_ref='package.module:app'"
+    )
 
 
 def settings_of(options: dict[str, Any], *, default_poll: float | None) -> WorkerSettings:

@@ -908,13 +908,15 @@ WHERE state = 'pending' AND attempt >= 0 AND run_at <= coalesce(%(now)s::timesta
 ORDER BY run_at LIMIT 1;
 
 -- name: register_worker
-INSERT INTO rota_workers (name, host, pid, queues, concurrency, started_at, beat_at, kinds)
+INSERT INTO rota_workers (name, host, pid, queues, concurrency, started_at, beat_at, kinds,
+                          heartbeat_seconds)
 VALUES (%(name)s, %(host)s, %(pid)s, %(queues)s, %(concurrency)s,
         coalesce(%(now)s::timestamptz, now()), coalesce(%(now)s::timestamptz, now()),
-        %(kinds)b::text[])
+        %(kinds)b::text[], %(heartbeat_seconds)s::double precision)
 ON CONFLICT (name) DO UPDATE SET host = excluded.host, pid = excluded.pid,
     queues = excluded.queues, concurrency = excluded.concurrency,
-    started_at = excluded.started_at, beat_at = excluded.beat_at, kinds = excluded.kinds;
+    started_at = excluded.started_at, beat_at = excluded.beat_at, kinds = excluded.kinds,
+    heartbeat_seconds = excluded.heartbeat_seconds;
 
 -- name: beat_worker
 UPDATE rota_workers SET beat_at = coalesce(%(now)s::timestamptz, now()) WHERE name = %(name)s
@@ -926,7 +928,7 @@ DELETE FROM rota_workers WHERE name = %(name)s;
 -- name: list_workers
 SELECT w.name, w.host, w.pid, w.queues, w.concurrency, w.started_at, w.beat_at,
        (SELECT count(*) FROM rota_jobs j WHERE j.state = 'running' AND j.worker = w.name),
-       w.kinds
+       w.kinds, w.heartbeat_seconds
 FROM rota_workers w ORDER BY w.name;
 
 -- name: prune_workers

@@ -1018,6 +1018,9 @@ class PostgresStore(PostgresDurable):
                 "queues": list(info.queues),
                 "concurrency": info.concurrency,
                 "kinds": None if info.kinds is None else list(info.kinds),
+                "heartbeat_seconds": None
+                if info.heartbeat is None
+                else info.heartbeat.total_seconds(),
             },
         )
 
@@ -1040,8 +1043,20 @@ class PostgresStore(PostgresDurable):
                 beat_at=beat_at,
                 running=running,
                 kinds=None if kinds is None else tuple(kinds),
+                heartbeat=None if heartbeat is None else timedelta(seconds=heartbeat),
             )
-            for name, host, pid, queues, concurrency, started_at, beat_at, running, kinds in rows
+            for (
+                name,
+                host,
+                pid,
+                queues,
+                concurrency,
+                started_at,
+                beat_at,
+                running,
+                kinds,
+                heartbeat,
+            ) in rows
         ]
 
     async def prune_workers(self, *, older_than: datetime) -> int:

@@ -49,7 +49,9 @@ LIST_COLUMNS = (
 #: builds a temporary table where SQLite checks it per row (020_no_lists_per_row).
 FINISHED = "(state = 'succeeded' OR state = 'dead' OR state = 'cancelled')"
 ATTEMPT_COLUMNS = "attempt, token, worker, started_at, finished_at, outcome, error, traceback"
-WORKER_COLUMNS = "name, host, pid, queues, concurrency, started_at, beat_at, kinds"
+WORKER_COLUMNS = (
+    "name, host, pid, queues, concurrency, started_at, beat_at, kinds, heartbeat_seconds"
+)
 
 #: Enough placeholders per statement for any SQLite build (older builds allow 999).
 CHUNK = 400
@@ -206,7 +208,7 @@ def attempt_from_row(row: Sequence[Any]) -> Attempt:
 
 def worker_from_row(row: Sequence[Any], running: int) -> WorkerInfo:
     """A WorkerInfo from a row selected as WORKER_COLUMNS."""
-    name, host, pid, queues, concurrency, started_at, beat_at, kinds = row
+    name, host, pid, queues, concurrency, started_at, beat_at, kinds, heartbeat = row
     return WorkerInfo(
         name=name,
         host=host,
@@ -217,6 +219,7 @@ def worker_from_row(row: Sequence[Any], running: int) -> WorkerInfo:
         beat_at=from_us(beat_at),
         running=running,
         kinds=None if kinds is None else tuple(json.loads(kinds)),
+        heartbeat=None if heartbeat is None else timedelta(seconds=heartbeat),
     )
 
 

@@ -10,11 +10,12 @@ from rota.store.base import WorkerInfo
 from rota.store.sqlite.rows import WORKER_COLUMNS, to_us, worker_from_row
 
 _REGISTER = f"""
-INSERT INTO rota_workers ({WORKER_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+INSERT INTO rota_workers ({WORKER_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (name) DO UPDATE SET
     host = excluded.host, pid = excluded.pid, queues = excluded.queues,
     concurrency = excluded.concurrency, started_at = excluded.started_at,
-    beat_at = excluded.beat_at, kinds = excluded.kinds
+    beat_at = excluded.beat_at, kinds = excluded.kinds,
+    heartbeat_seconds = excluded.heartbeat_seconds
 """
 
 
@@ -31,6 +32,7 @@ def register(conn: sqlite3.Connection, info: WorkerInfo, at: datetime) -> None:
             at_us,
             at_us,
             None if info.kinds is None else json.dumps(list(info.kinds)),
+            None if info.heartbeat is None else info.heartbeat.total_seconds(),
         ),
     )
 
