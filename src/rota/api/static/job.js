@@ -7,6 +7,7 @@ import { ApiError, deleteJSON, getJSON, postJSON } from "./api.js";
 import { h, replaceChildren } from "./dom.js";
 import { absolute, badge, duration, parseTime, plural, progressBar, relative, stateNote } from "./format.js";
 import { actionButtons, blockedLabel } from "./jobs.js";
+import { timelineChart } from "./timeline.js";
 import { confirmDialog, notify, poller, reportError } from "./ui.js";
 
 function field(label, value) {
@@ -49,7 +50,8 @@ function timeline(job, now) {
   else if (job.state === "pending") events.push([job.run_at, parseTime(job.run_at) > now ? "due" : "due (waiting for a worker)"]);
   events.sort((a, b) => parseTime(a[0]) - parseTime(b[0]));
   return h("ol", { class: "timeline" }, events.map(([when, what]) =>
-    h("li", {}, h("span", { class: "when" }, relative(when, now)), " ", what)));
+    h("li", {}, h("span", { class: "when" }, absolute(when)), " ",
+      h("span", { class: "muted" }, `(${relative(when, now)})`), " ", what)));
 }
 
 function jobLink(jobId) {
@@ -298,6 +300,9 @@ export function renderJob(root, config, id) {
         : null,
       stepsTable(job, nowMs),
       h("h2", { text: "Timeline" }),
+      timelineChart(job, numbered(job.attempts), nowMs),
+      job.attempts.length ? h("p", { class: "muted hint" },
+        "To scale: each run from its start to its end; dashed, the wait before a worker took the job over, or a running job's lease ahead of it; below, a durable job's steps. Hover for times.") : null,
       timeline(job, nowMs),
       h("h2", { text: "Attempts" }),
       attemptsTable(job));
