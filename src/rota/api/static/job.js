@@ -198,7 +198,7 @@ function operatorButtons(job, config, nowMs, onDone) {
     }
     onDone();
   };
-  const buttons = [];
+  const buttons = [h("a", { class: "button-link small", href: `#/jobs/new?copy=${job.id}`, "data-action": "copy" }, "enqueue a copy")];
   if (job.state === "pending" && parseTime(job.run_at) > nowMs) {
     buttons.push(h("button", { type: "button", class: "small", "data-action": "run-now",
       on: { click: post("reschedule", { run_at: "now" }, "due now") } }, "run now"));

@@ -258,7 +258,8 @@ export function renderJobs(root, config, params) {
   const rows = h("tbody");
   const empty = h("p", { class: "muted", hidden: true }, "No jobs match.");
   appendChildren(root,
-    h("h1", { text: "Jobs" }),
+    h("div", { class: "job-head" }, h("h1", { text: "Jobs" }),
+      config.read_only ? null : h("a", { class: "button-link primary", href: "#/jobs/new", "data-action": "new-job" }, "+ New job")),
     presets(config, () => loop && loop.refresh()),
     tabs,
     form,
