@@ -4,9 +4,10 @@ copy of any job, and no form (and a refused POST) for a read-only identity."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from rota.testing import drain
 from tests.e2e.conftest import (
     ADMIN_TOKEN,
     AS_ADMIN,
+    HOSTILE,
     Served,
     Watched,
     expect_audit,
@@ -165,3 +167,27 @@ async def test_a_read_only_identity_sees_no_form_and_its_enqueue_is_refused(
         assert [job.id for job in (await store.list_jobs(JobFilter())).jobs] == [existing.job.id]
         page.problems.clear()  # the browser logs the refused request's 403 itself
         await page.assert_clean()
+
+
+async def test_a_hostile_job_s_timeline_and_copy_render_as_text(
+    page: Watched, served: Served
+) -> None:
+    [result] = await served.store.enqueue(
+        [JobSpec(kind="email", payload={"html": HOSTILE}, unique_key=HOSTILE[:200])]
+    )
+    [claimed] = await served.store.claim(
+        HOSTILE[:120], queues=["default"], limit=1, lease=timedelta(seconds=30)
+    )
+    await served.store.fail(claimed.lease, error=HOSTILE, retry_in=timedelta(0))
+    tab = page.page
+
+    await tab.goto(served.url + f"/#/jobs/{result.job.id}")
+    label = tab.locator("svg.job-timeline text.row-label").first
+    await expect(label).to_contain_text("#1 <script>")
+    await tab.hover('svg.job-timeline rect[data-run="1"]')
+    await tab.click('a[data-action="copy"]')
+    payload = tab.locator("form.enqueue-form textarea[name=payload]")
+    await expect(payload).to_have_value(json.dumps({"html": HOSTILE}, indent=2))
+    await expect(tab.locator("input[name=unique_key]")).to_have_value(HOSTILE[:200])
+    assert await tab.locator("main img, main script, main svg:not(.chart)").count() == 0
+    await page.assert_clean()

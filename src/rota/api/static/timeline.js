@@ -60,11 +60,12 @@ function rowsOf(job, runs, nowMs) {
   return rows;
 }
 
-function bar(x0, x1, y, cls, title, data) {
+// A bar from x0 to x1; at least `least` wide, so a run of a few milliseconds still shows.
+function bar(x0, x1, y, cls, title, data, least = 0) {
   const rect = s("rect", {
     x: x0.toFixed(2),
     y: y.toFixed(2),
-    width: Math.max(0, x1 - x0).toFixed(2),
+    width: Math.max(least, x1 - x0).toFixed(2),
     height: BAR,
     rx: 2,
     class: cls,
@@ -111,7 +112,7 @@ export function timelineChart(job, runs, nowMs) {
       parts.push(bar(x(row.start), x(row.end), y, `run o-${a.outcome}`,
         `#${a.run} on ${a.worker || "?"} (attempt ${a.attempt}): ${what} after ${duration(took)}, `
         + `${absolute(a.started_at)} to ${a.finished_at ? absolute(a.finished_at) : "now"}`,
-        { "data-run": String(a.run) }));
+        { "data-run": String(a.run) }, 2));
       if (row.lease !== null && row.lease > row.end) {
         parts.push(bar(x(row.end), x(row.lease), y, "lease",
           `lease until ${absolute(job.lease_until)}`, { "data-lease": String(a.run) }));
@@ -119,7 +120,7 @@ export function timelineChart(job, runs, nowMs) {
     } else {
       const st = row.step;
       parts.push(bar(x(row.start), x(row.end), y, `step k-${st.kind} st-${st.state}`,
-        `${st.kind} ${st.name}: ${st.state}`, { "data-step-bar": st.name }));
+        `${st.kind} ${st.name}: ${st.state}`, { "data-step-bar": st.name }, 2));
     }
     return parts;
   });
