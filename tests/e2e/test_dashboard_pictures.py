@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 from playwright.async_api import expect
 
+from rota.domain.audit import AuditAction, AuditRecord
 from rota.domain.job import JobSpec
 from rota.domain.schedule import Rule, ScheduleSpec
 from rota.domain.workflow import Workflow
@@ -81,4 +82,18 @@ async def test_every_page_is_pictured_for_the_docs(page: Watched, served: Served
     await tab.goto(served.url + "/#/queues")
     await expect(tab.get_by_role("heading", name="Queues").first).to_be_visible()
     await screenshot(tab, "queues")
+
+    await tab.goto(served.url + "/#/workers")
+    await expect(tab.locator("main tbody tr")).to_have_count(2)
+    await screenshot(tab, "workers")
+
+    await served.store.record_audit(
+        AuditRecord(identity="token:admin", action=AuditAction.QUEUE_PAUSE, target="queue:reports")
+    )
+    await served.store.record_audit(
+        AuditRecord(identity="basic:alice", action=AuditAction.JOB_RETRY, target="job:6", count=1)
+    )
+    await tab.goto(served.url + "/#/audit")
+    await expect(tab.locator("table.audit tbody tr")).to_have_count(2)
+    await screenshot(tab, "audit")
     await page.assert_clean()
