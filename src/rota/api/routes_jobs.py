@@ -10,7 +10,6 @@ from fastapi import APIRouter, Path, Query, Request, Response
 from pydantic import StringConstraints
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from rota import workflows
 from rota.api.blockers import blocked_by
 from rota.api.body import read_json_object
 from rota.api.context import ApiContext
@@ -194,6 +193,8 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
             unique_states=body.unique_states,
             on_conflict=body.on_conflict or "skip",
         )
+        # Recorded with the identity that asked: the dashboard's form and any API client.
+        operator = ctx.operator(request)
         if ctx.enqueuer is not None:  # the App's own path, its enqueue hooks included
             result = await ctx.enqueuer.enqueue(
                 spec,
@@ -201,12 +202,13 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
                 on_parent_failure=body.on_parent_failure or "cancel",
                 store=client.store,
             )
-        elif body.depends_on is not None:
-            result = await workflows.enqueue_after(
-                client.store, spec, body.depends_on, body.on_parent_failure or "cancel"
-            )
+            await operator.record_enqueue(result)
         else:
-            [result] = await client.enqueue_many([spec])
+            result = await operator.enqueue(
+                spec,
+                depends_on=body.depends_on,
+                on_parent_failure=body.on_parent_failure or "cancel",
+            )
         if result.duplicate:
             response.status_code = 200
         return JobCreated(

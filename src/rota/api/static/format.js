@@ -66,13 +66,27 @@ export function absolute(iso) {
   return `${iso.replace("T", " ").replace(/\.\d+/, "").replace("Z", "")} UTC`;
 }
 
-// The derived views of pending: "retrying" after a failed attempt, "scheduled" when not yet due.
-export function displayState(job, nowMs) {
-  if (job.state !== "pending") return job.state;
-  if (job.attempt > 0) return "retrying";
+// One vocabulary: a badge names the state as the API does (waiting, pending, running,
+// succeeded, dead, cancelled); what a pending job waits for is said beside it (stateNote).
+export function stateNote(job, nowMs) {
+  if (job.state !== "pending") return null;
+  const parts = [];
   const runAt = parseTime(job.run_at);
-  if (runAt !== null && nowMs !== null && runAt > nowMs) return "scheduled";
-  return "pending";
+  if (runAt !== null && nowMs !== null && runAt > nowMs) parts.push(`due ${relative(job.run_at, nowMs)}`);
+  if (job.attempt > 0) parts.push(`attempt ${job.attempt + 1} next`);
+  if (!parts.length) return null;
+  return h("span", { class: "state-note muted", title: absolute(job.run_at) }, parts.join(", "));
+}
+
+// A job's state: its badge, and the note on a pending job that is not yet due or retries.
+export function stateCell(job, nowMs) {
+  const note = stateNote(job, nowMs);
+  return note ? [badge(job.state), " ", note] : badge(job.state);
+}
+
+// "1 job", "3 jobs": a count and its noun, singular or plural as the count asks.
+export function plural(n, noun, nouns = `${noun}s`) {
+  return `${count(n)} ${Number(n) === 1 ? noun : nouns}`;
 }
 
 export function badge(label) {

@@ -3,7 +3,7 @@
 
 import { ApiError, getJSON, postJSON } from "./api.js";
 import { h, replaceChildren } from "./dom.js";
-import { badge } from "./format.js";
+import { badge, plural } from "./format.js";
 import { confirmDialog, poller } from "./ui.js";
 
 const FINISHED = ["succeeded", "dead", "cancelled"];
@@ -61,7 +61,7 @@ export function renderWorkflow(root, config, id) {
           "Cancel them", true, async () => {
             const result = await postJSON(`/api/workflows/${workflow.id}/cancel`);
             loop.refresh();
-            return `${result.count} job(s) cancelled.`;
+            return `${plural(result.count, "job")} cancelled.`;
           }),
       },
     }, "Cancel workflow…");
@@ -70,7 +70,7 @@ export function renderWorkflow(root, config, id) {
         badge(workflow.finished ? "finished" : "running")),
       h("div", { class: "actions" }, cancel));
     replaceChildren(body,
-      h("p", { class: "muted workflow-summary" }, `${done} of ${workflow.total} job(s) finished`),
+      h("p", { class: "muted workflow-summary" }, `${done} of ${plural(workflow.total, "job")} finished`),
       h("table", { class: "grid workflow-jobs" },
         h("thead", {}, h("tr", {}, ["id", "kind", "state", "waiting on", "runs after", "last error"].map((t) => h("th", { text: t })))),
         h("tbody", {}, workflow.jobs.map((job) => h("tr", { "data-job": String(job.id) },
