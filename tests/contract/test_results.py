@@ -156,6 +156,73 @@ async def test_a_result_that_cannot_be_stored_fails_the_job_permanently(
     assert dead.last_error == f"the handler's return value cannot be stored: {why}"
 
 
+async def test_an_integer_too_long_for_json_fails_a_single_attempt_job_once(
+    store: Store, clock: FakeClock
+) -> None:
+    # Python refuses to turn an int of more than 4,300 digits into text (a ValueError inside
+    # the JSON encoder): the attempt fails with that error, and the job runs exactly once.
+    registry = Registry()
+    runs: list[int] = []
+
+    @_handles(registry, "huge", max_attempts=1)
+    async def huge(ctx: JobContext, payload: Any) -> Any:
+        runs.append(ctx.attempt)
+        return 10**5000
+
+    job = await add(store, "huge", max_attempts=1)
+    worker = _worker(store, registry, clock)
+    await worker.run_until_idle()
+    dead = await store.get(job.id)
+    assert dead.state is JobState.DEAD
+    assert dead.last_error is not None
+    assert dead.last_error.startswith(
+        "the handler's return value cannot be stored: result: cannot be written as JSON: "
+        "Exceeds the limit (4300 digits) for integer string conversion"
+    )
+    clock.advance(LEASE * 3)  # nothing is left to a lease: no rescue brings it back
+    await store.rescue()
+    await worker.run_until_idle()
+    assert runs == [1]
+    assert [a.attempt for a in await store.attempts(job.id)] == [1]
+    assert (await store.get(job.id)).state is JobState.DEAD
+
+
+async def test_an_outcome_write_that_raises_fails_the_attempt_instead_of_rerunning_it(
+    store: Store, clock: FakeClock
+) -> None:
+    # A store error (not an outage) on the completion: left to its lease, the attempt would
+    # count as a worker crash, given back on the last attempt, and the job would run twice.
+    registry = Registry()
+    runs: list[int] = []
+
+    @_handles(registry, "once", max_attempts=1)
+    async def once(ctx: JobContext, payload: Any) -> Any:
+        runs.append(ctx.attempt)
+        return {"ok": True}
+
+    async def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the result column refused the value")
+
+    job = await add(store, "once", max_attempts=1)
+    worker = _worker(store, registry, clock)
+    original = store.complete_many
+    store.complete_many = broken  # type: ignore[method-assign]
+    try:
+        await worker.run_until_idle()
+    finally:
+        store.complete_many = original  # type: ignore[method-assign]
+    dead = await store.get(job.id)
+    assert dead.state is JobState.DEAD
+    assert dead.last_error == (
+        "internal error while running the job: RuntimeError: the result column refused the value"
+    )
+    clock.advance(LEASE * 3)
+    await store.rescue()
+    await worker.run_until_idle()
+    assert runs == [1]
+    assert [a.attempt for a in await store.attempts(job.id)] == [1]
+
+
 # ------------------------------------------------------------------ progress
 
 

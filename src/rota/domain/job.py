@@ -275,6 +275,10 @@ def encode_payload(
         encoded = _encode_exact(payload) if exact else _encode(payload).encode("utf-8")
     except UnicodeEncodeError:
         raise InvalidJob(field_name, "must be valid Unicode (no lone surrogates)") from None
+    except (ValueError, OverflowError, RecursionError) as error:
+        # What the walk cannot see coming: an integer past Python's int-to-str digit limit
+        # (ValueError), one msgspec cannot write, a structure too deep for the encoder.
+        raise InvalidJob(field_name, f"cannot be written as JSON: {error}") from None
     if len(encoded) > max_bytes:
         raise InvalidJob(field_name, f"is larger than {max_bytes} bytes as JSON")
     return encoded.decode("utf-8")

@@ -10,7 +10,9 @@ report: the store already holds the outcome;
 kind's backoff (dead when attempts are used up). A job whose lease is lost, or that was
 cancelled, reports nothing: its result is discarded. An attempt that runs alone (a crash
 suspect's, ``rota.domain.blame``) waits until it is the worker's only job, and its start is
-recorded (``Store.begin``) before its handler runs.
+recorded (``Store.begin``) before its handler runs. An outcome write that raises (anything but
+an unreachable store) fails the attempt with that error instead, fenced: never left to its
+lease, where it would count as a crash and be given back on the last attempt.
 """
 
 from __future__ import annotations
@@ -169,8 +171,9 @@ class Executor:
                     await self._run(execution)
                 except asyncio.CancelledError:
                     await self._on_interrupted(execution)
-                except Exception:  # a bug of ours must not kill the worker: log it loudly
+                except Exception as error:  # a bug of ours must not kill the worker
                     log.exception("internal error while running job %s", job.id)
+                    await self._fail_after_internal_error(execution, error)
         finally:
             if execution.finished is not None:
                 execution.finished(execution)
@@ -459,6 +462,37 @@ class Executor:
             log.info("job failed, retrying in %.1fs: %s", delay.total_seconds(), error)
         if isinstance(state, JobState) and (self._hooks.on_failure or self._hooks.on_dead):
             await self._fire(execution, state, error=error, exception=exception, retry_in=delay)
+
+    async def _fail_after_internal_error(self, execution: Execution, error: Exception) -> None:
+        """Fail the attempt with ``error`` (an outcome write that raised, a bug of ours), fenced.
+
+        Left to its lease instead, the attempt would count as its worker's crash, which a
+        job on its last attempt is given back (rota.domain.blame): it would run once more
+        than ``max_attempts`` allows, and its error would be lost. An execution the worker
+        stopped (lease lost, release, abandon) reports nothing, as ever; a job whose outcome
+        was written already refuses the write (fenced), which is harmless."""
+        if execution.stop is not None:
+            return
+        job = execution.job
+        config = self._registry.get(job.kind)
+        delay = (config.retry if config is not None else DEFAULT_RETRY).delay(job.attempt)
+        message = f"internal error while running the job: {describe(error)}"
+
+        def write(traceback: str | None) -> Callable[[], Awaitable[JobState]]:
+            return lambda: self._store.fail(
+                job.lease, error=message, traceback=traceback, retry_in=delay, permanent=False
+            )
+
+        for traceback in (trace(error), None):  # the second time without what may have failed
+            try:
+                await self._retrying(execution, write(traceback))
+            except LeaseLost:
+                return  # its outcome was written, or the lease is gone: nothing to add
+            except Exception:
+                log.exception("could not record the internal error of job %s", job.id)
+                continue
+            self._kind_metrics(job.kind).finished(Outcome.FAILED).inc()
+            return
 
     async def _report(self, execution: Execution, write: Callable[[], Awaitable[Any]]) -> Any:
         """The fenced write's result; None when the lease was lost or the store unreachable."""
