@@ -291,3 +291,105 @@ async def test_progress_reported_by_a_handler_rides_the_next_heartbeat(
     finish.set()
     await worker.wait_for_running()
     assert (await store.get(job.id)).result == "done"
+
+
+async def test_a_succeeded_job_s_progress_is_one_whatever_it_last_reported(store: Store) -> None:
+    reported, silent = await claimed(store), await claimed(store)
+    await store.heartbeat([reported.lease], lease=LEASE, progress={reported.id: Progress(0.92)})
+    assert await store.complete_many([reported.lease, silent.lease], results=['"ok"', None]) == []
+    assert (await store.get(reported.id)).progress == 1.0
+    assert (await store.get(silent.id)).progress == 1.0
+
+
+async def test_a_dead_job_keeps_the_progress_it_last_reported(store: Store) -> None:
+    job = await claimed(store, max_attempts=1)
+    await store.heartbeat([job.lease], lease=LEASE, progress={job.id: Progress(0.3)})
+    await store.fail(job.lease, error="boom", retry_in=timedelta(0))
+    dead = await store.get(job.id)
+    assert (dead.state, dead.progress) == (JobState.DEAD, 0.3)
+
+
+async def test_a_report_is_written_within_a_second_and_at_most_once_a_second(
+    store: Store, clock: FakeClock
+) -> None:
+    registry = Registry()
+    go = asyncio.Event()
+    reported = asyncio.Event()
+    finish = asyncio.Event()
+
+    @_handles(registry, "pages")
+    async def pages(ctx: JobContext, payload: Any) -> str:
+        for page in range(1, 43):
+            await ctx.progress(page / 100, message=f"page {page} of 100")
+        reported.set()
+        await go.wait()
+        for page in range(43, 61):
+            await ctx.progress(page / 100, message=f"page {page} of 100")
+        reported.set()
+        await finish.wait()
+        return "done"
+
+    job = await add(store, "pages")
+    worker = _worker(store, registry, clock)
+    writes: list[Any] = []
+    original = store.heartbeat
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        writes.append(kwargs.get("progress"))
+        return await original(*args, **kwargs)
+
+    store.heartbeat = counted  # type: ignore[method-assign]
+    try:
+        await worker.claim_tick()
+        await reported.wait()
+        progress = worker.progress
+        assert progress.nudged.is_set(), "a report wakes the writer"
+        assert progress.interval_s() == 0, "nothing written yet: due at once"
+        assert await progress.tick() == 1
+        running = await store.get(job.id)
+        assert (running.progress, running.progress_message) == (0.42, "page 42 of 100")
+        assert len(writes) == 1, "42 reports, one write"
+
+        reported.clear()
+        go.set()
+        await reported.wait()
+        assert await progress.tick() == 0, "under a second since the last write: coalesced"
+        assert (await store.get(job.id)).progress == 0.42
+        assert 0 < progress.interval_s() <= 1.0
+        clock.advance(timedelta(seconds=1))
+        assert progress.interval_s() == 0
+        assert await progress.tick() == 1
+        assert (await store.get(job.id)).progress == 0.6
+        assert await progress.tick() == 0, "nothing new to say"
+        assert len(writes) == 2
+        assert progress.interval_s() == worker.settings.heartbeat.total_seconds()
+        finish.set()
+        await worker.wait_for_running()
+    finally:
+        store.heartbeat = original  # type: ignore[method-assign]
+    done = await store.get(job.id)
+    assert (done.state, done.progress, done.result) == (JobState.SUCCEEDED, 1.0, "done")
+
+
+async def test_a_report_of_a_lease_no_longer_held_is_not_written(
+    store: Store, clock: FakeClock
+) -> None:
+    registry = Registry()
+    reported = asyncio.Event()
+    finish = asyncio.Event()
+
+    @_handles(registry, "pages")
+    async def pages(ctx: JobContext, payload: Any) -> None:
+        await ctx.progress(0.5, message="half")
+        reported.set()
+        await finish.wait()
+
+    job = await add(store, "pages")
+    worker = _worker(store, registry, clock)
+    await worker.claim_tick()
+    await reported.wait()
+    await store.cancel(job.id)  # the lease is no longer held; the worker has not heard yet
+    assert await worker.progress.tick() == 0
+    assert (await store.get(job.id)).progress is None, "fenced on the lease token"
+    finish.set()
+    await worker.wait_for_running()

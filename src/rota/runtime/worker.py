@@ -39,6 +39,7 @@ from rota.runtime.durable import DurableRuntime
 from rota.runtime.executor import Execution, Executor, Stop
 from rota.runtime.heartbeat import Heartbeater
 from rota.runtime.hooks import Hooks
+from rota.runtime.progress import ProgressWriter
 from rota.runtime.pruner import Pruner
 from rota.runtime.registry import Registry
 from rota.runtime.rescuer import Rescuer
@@ -202,9 +203,17 @@ class Worker:
                 self.settings.unrunnable_grace or timedelta(0),
             ),
         )
+        self.progress = ProgressWriter(
+            store,
+            self._clock,
+            lease=self.settings.lease,
+            held=self._held,
+            idle=self.settings.heartbeat,
+        )
         self.registration = Registration(self)
         self._services: list[Service] = [
             self.heartbeater,
+            self.progress,
             self.rescuer,
             self.registration,
             *services,
@@ -411,7 +420,7 @@ class Worker:
     def _start(self, job: Job, sent: float, deadline: float) -> None:
         execution = Execution(
             job,
-            JobContext(job, self.name, self._durable),
+            JobContext(job, self.name, self._durable, on_progress=self.progress.reported),
             deadline,
             job.lease,
             finished=self._finished,

@@ -590,11 +590,12 @@ RETURNING id;
 
 -- name: complete
 -- A whole batch of leases in one statement; every row still checks its own token, and its
--- result (JSON text, or NULL for none) is written only with its own success.
+-- result (JSON text, or NULL for none) is written only with its own success; a job that
+-- succeeded has done all its work: its progress is 1, whatever it last reported.
 WITH done AS (
     UPDATE rota_jobs j SET state = 'succeeded', lease_until = NULL,
                            finished_at = coalesce(%(now)s::timestamptz, now()),
-                           result = l.result::json
+                           result = l.result::json, progress = 1
     FROM unnest(%(ids)b::bigint[], %(tokens)b::bigint[], %(results)b::text[])
          AS l(id, token, result)
     WHERE j.id = l.id AND j.state = 'running' AND j.lease_token = l.token

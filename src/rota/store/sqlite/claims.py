@@ -241,7 +241,10 @@ def complete(
             held[found_id, found_token] = queue
     plain = [pair for pair in _pairs(leases) if pair not in with_result]
     held |= _fenced(
-        conn, "state = 'succeeded', lease_until = NULL, finished_at = ?", [at_us], plain
+        conn,
+        "state = 'succeeded', lease_until = NULL, finished_at = ?, progress = 1",
+        [at_us],
+        plain,
     )
     end_attempts(conn, [token for _, token in held], at_us, Outcome.SUCCEEDED)
     # Running to succeeded is counted here, not by the triggers (019).
@@ -260,7 +263,8 @@ def _fitting(leases: Sequence[Lease], texts: Sequence[str | None]) -> list[str |
 
 
 _COMPLETE_WITH_RESULT = """
-UPDATE OR ROLLBACK rota_jobs SET state = 'succeeded', result = ?, lease_until = NULL, finished_at = ?
+UPDATE OR ROLLBACK rota_jobs SET state = 'succeeded', result = ?, lease_until = NULL, finished_at = ?,
+    progress = 1
 WHERE id = ? AND state = 'running' AND lease_token = ?
 RETURNING id, lease_token, queue
 """
