@@ -12,6 +12,7 @@ import click
 
 from rota.cli.group import (
     Target,
+    announce_new_database_url,
     cli,
     database_option,
     heartbeat_option,
@@ -171,6 +172,7 @@ def worker(
         app.with_database(database_url)
     if listen_database_url:
         app.database.listen_database_url = listen_database_url
+    announce_new_database_url(app.database_url)
     options: dict[str, Any] = {
         "name": name,
         "queues": split(queues),
