@@ -187,7 +187,6 @@ def serve(
     if listen_database_url:
         app.database.listen_database_url = listen_database_url
     app.database.auto_migrate = True  # serve applies migrations on start
-    announce_new_database_url(app.database_url)
     if read_database_url:
         check_read_url(app.database_url, read_database_url)
     heartbeat = timing.get("heartbeat")
@@ -204,6 +203,7 @@ def serve(
         max_concurrent_requests=max_requests,
     )
     check_bind(host, settings)
+    announce_new_database_url(app.database_url)  # after every check that may refuse the command
     # Bound before anything else: a busy port must fail before a worker registers or a
     # database is touched.
     listener = _listen(host, port)
