@@ -200,10 +200,13 @@ def run_workers(coro: Coroutine[Any, Any, T]) -> T:
 def open_target(target: Target) -> Store:
     """The target's store, not yet opened; InvalidInput for a SQLite file that does not exist
     when the command may not create it (the store would create it, and its folders, on first
-    use)."""
+    use). On PostgreSQL a refused connection fails the command at once, with its cause."""
     from rota.store import open_store
 
     store = open_store(target.database_url)
+    fail_at_once: Callable[[], None] | None = getattr(store, "fail_at_once", None)
+    if fail_at_once is not None:  # PostgreSQL: a refused connection is said at once
+        fail_at_once()
     path: str | None = getattr(store, "path", None)
     if not target.creates and path is not None and not os.path.isfile(path):
         raise InvalidInput(

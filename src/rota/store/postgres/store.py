@@ -235,6 +235,12 @@ class PostgresStore(PostgresDurable):
             return utc(now)
         return self._clock.now() if self._clock is not None else None
 
+    def fail_at_once(self) -> None:
+        """Say why the first connection failed at its first failure, a refused one included,
+        instead of retrying it for CONNECT_WAIT_S (a server restarting): for one-shot
+        commands, whose user is waiting for the answer. Call before the store is first used."""
+        self._connections.connect_wait_s = 0.0
+
     @property
     def behind_pooler(self) -> bool | None:
         """Whether connections go through a transaction pooler; None until first used."""
