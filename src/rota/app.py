@@ -382,18 +382,21 @@ class App:
         ready: Callable[[Worker], None] | None = None,
         metrics_port: int | None = None,
         metrics_host: str = "127.0.0.1",
+        metrics_allowed_hosts: Iterable[str] = (),
         **options: Any,
     ) -> None:
         """Run a worker until it is stopped (SIGTERM, SIGINT or SIGHUP when ``handle_signals``:
         the first stops gracefully, the second at once; see ``rota.runtime.signals``). With
         ``metrics_port``, this process's metrics are served on
         http://metrics_host:metrics_port/metrics meanwhile (InvalidInput if that address cannot
-        be bound)."""
+        be bound), to requests whose Host is an IP address, localhost or one of
+        ``metrics_allowed_hosts``."""
         await self.workers.run(
             settings,
             handle_signals=handle_signals,
             ready=ready,
             metrics_port=metrics_port,
             metrics_host=metrics_host,
+            metrics_allowed_hosts=metrics_allowed_hosts,
             **options,
         )

@@ -136,6 +136,16 @@ from rota.observability.logging import printable
     show_default=True,
     help="Address the metrics port listens on (no auth: keep it on a private network).",
 )
+@click.option(
+    "--metrics-allowed-host",
+    "metrics_allowed_hosts",
+    envvar="ROTA_METRICS_ALLOWED_HOSTS",
+    multiple=True,
+    metavar="NAME",
+    help="A host name Prometheus scrapes the metrics port by (repeatable; the variable takes "
+    "names separated by spaces). IP addresses and localhost are always answered; any other "
+    "Host gets 421, so a web page cannot read the metrics by DNS rebinding.",
+)
 def worker(
     app_ref: str,
     database_url: str | None,
@@ -154,6 +164,7 @@ def worker(
     audit_retention: str,
     metrics_port: int | None,
     metrics_host: str,
+    metrics_allowed_hosts: tuple[str, ...],
 ) -> None:
     """Run a worker for your app's kinds until SIGTERM, SIGINT or SIGHUP.
 
@@ -196,6 +207,7 @@ def worker(
                 ready=stopped.append,
                 metrics_port=metrics_port,
                 metrics_host=metrics_host,
+                metrics_allowed_hosts=metrics_allowed_hosts,
                 **options,
             )
         finally:

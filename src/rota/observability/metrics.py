@@ -19,10 +19,11 @@ import logging
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.registry import Collector
 
 from rota.domain.errors import InvalidInput
+from rota.observability.exporter import start_metrics_server
 from rota.observability.hotpath import Counters, Gauges, Histograms
 
 log = logging.getLogger("rota.metrics")
@@ -177,12 +178,23 @@ class Metrics:
 
 
 class MetricsServer:
-    """/metrics of one process over HTTP, served from a thread of its own (prometheus-client's
-    server), so a scrape never waits on the event loop and never delays a heartbeat."""
+    """/metrics of one process over HTTP, served from threads of its own, so a scrape never
+    waits on the event loop and never delays a heartbeat; bounded in connections and time,
+    and only for the Host names it is meant for (``rota.observability.exporter``)."""
 
-    def __init__(self, registry: CollectorRegistry, *, host: str, port: int) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        *,
+        host: str,
+        port: int,
+        allowed_hosts: Iterable[str] = (),
+        **limits: Any,
+    ) -> None:
         try:
-            self._server, self._thread = start_http_server(port, addr=host, registry=registry)
+            self._server, self._thread = start_metrics_server(
+                registry, host=host, port=port, allowed_hosts=allowed_hosts, **limits
+            )
         except OSError as error:
             raise InvalidInput(
                 f"could not serve metrics on {host}:{port} ({error.strerror or error})"
@@ -197,10 +209,21 @@ class MetricsServer:
         self._thread.join(timeout=5)
 
 
-def serve_metrics(metrics: Metrics, *, port: int, host: str = "127.0.0.1") -> MetricsServer:
+def serve_metrics(
+    metrics: Metrics,
+    *,
+    port: int,
+    host: str = "127.0.0.1",
+    allowed_hosts: Iterable[str] = (),
+    **limits: Any,
+) -> MetricsServer:
     """Serve ``metrics``' process metrics on http://host:port/metrics until ``close()``
-    (port 0 picks a free port: read ``.port``). Bind errors raise InvalidInput."""
-    return MetricsServer(metrics.process_registry(), host=host, port=port)
+    (port 0 picks a free port: read ``.port``). Bind errors raise InvalidInput. Requests are
+    answered for a Host that is an IP address, ``localhost`` or one of ``allowed_hosts``;
+    ``limits``: ``max_connections``, ``request_timeout_s`` (``exporter.start_metrics_server``)."""
+    return MetricsServer(
+        metrics.process_registry(), host=host, port=port, allowed_hosts=allowed_hosts, **limits
+    )
 
 
 class _Only:

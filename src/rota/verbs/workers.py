@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Any
 
@@ -102,13 +102,19 @@ class Workers:
         ready: Callable[[Worker], None] | None = None,
         metrics_port: int | None = None,
         metrics_host: str = "127.0.0.1",
+        metrics_allowed_hosts: Iterable[str] = (),
         **options: Any,
     ) -> None:
         """Run a worker until it is stopped; see ``App.run_worker``."""
         await self._binding.open()
         worker = self.worker(settings, **options)
         exporter = (
-            serve_metrics(self._metrics, port=metrics_port, host=metrics_host)
+            serve_metrics(
+                self._metrics,
+                port=metrics_port,
+                host=metrics_host,
+                allowed_hosts=metrics_allowed_hosts,
+            )
             if metrics_port is not None
             else None
         )
