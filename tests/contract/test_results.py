@@ -4,6 +4,7 @@ rides the heartbeat, and both are fenced on the lease token like every write aft
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -134,9 +135,8 @@ async def test_a_handler_s_return_value_is_stored_with_its_success(
     [
         ({1, 2}, "result: is not JSON: set is not allowed"),
         ({"x": float("nan")}, "result: must not contain NaN or Infinity"),
-        ("x" * MAX_RESULT_BYTES, f"result: is larger than {MAX_RESULT_BYTES} bytes as JSON"),
     ],
-    ids=["not-json", "nan", "too-large"],
+    ids=["not-json", "nan"],
 )
 async def test_a_result_that_cannot_be_stored_fails_the_job_permanently(
     store: Store, clock: FakeClock, returned: Any, why: str
@@ -221,6 +221,68 @@ async def test_an_outcome_write_that_raises_fails_the_attempt_instead_of_rerunni
     await worker.run_until_idle()
     assert runs == [1]
     assert [a.attempt for a in await store.attempts(job.id)] == [1]
+
+
+# ------------------------------------------------------------------ long results, kept apart
+
+#: A result too long for its job's row (MAX_RESULT_BYTES), with characters of 1 to 4 bytes.
+LONG = {"rows": ["é✓𝄞x" * 40] * 1200}
+
+
+def _text(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+async def test_a_result_longer_than_a_row_holds_is_kept_whole(store: Store) -> None:
+    assert len(_text(LONG).encode()) > MAX_RESULT_BYTES
+    short, long, silent = await claimed(store), await claimed(store), await claimed(store)
+    lost = await store.complete_many(
+        [short.lease, long.lease, silent.lease], results=['{"n":1}', _text(LONG), None]
+    )
+    assert lost == []
+    assert (await store.get(long.id)).result == LONG
+    by_id = {job.id: job.result for job in await store.get_many([short.id, long.id, silent.id])}
+    assert by_id == {short.id: {"n": 1}, long.id: LONG, silent.id: None}
+
+
+async def test_a_fenced_out_completion_keeps_no_long_result(store: Store, clock: FakeClock) -> None:
+    stale, current = await reclaimed(store, clock)
+    assert await store.complete_many([stale.lease], results=[_text(LONG)]) == [stale.lease]
+    assert await store.complete_many([current.lease], results=[None]) == []
+    assert (await store.get(current.id)).result is None
+
+
+@pytest.mark.parametrize("first", [_text(LONG), '{"n":1}'], ids=["long", "short"])
+async def test_a_rerun_drops_the_result_of_the_series_before(store: Store, first: str) -> None:
+    job = await claimed(store)
+    assert await store.complete_many([job.lease], results=[first]) == []
+    assert (await store.rerun(job.id)).result is None
+    again = await claim_one(store)
+    assert again is not None and again.id == job.id
+    assert await store.complete_many([again.lease], results=[None]) == []
+    assert (await store.get(job.id)).result is None
+
+
+async def test_a_worker_stores_a_long_result_and_refuses_one_over_its_cap(
+    store: Store, clock: FakeClock
+) -> None:
+    registry = Registry()
+
+    @_handles(registry, "long", max_attempts=3)
+    async def long(ctx: JobContext, payload: Any) -> Any:
+        return "x" * payload["n"]
+
+    kept = await add(store, "long", payload={"n": 90_000}, max_attempts=3)
+    refused = await add(store, "long", payload={"n": 150_000}, max_attempts=3)
+    settings = WorkerSettings(name="w", concurrency=2, max_result_bytes=100_000)
+    await Worker(store, registry, settings, clock=clock).run_until_idle()
+    done = await store.get(kept.id)
+    assert (done.state, done.result) == (JobState.SUCCEEDED, "x" * 90_000)
+    dead = await store.get(refused.id)
+    assert (dead.state, dead.attempt, dead.result) == (JobState.DEAD, 1, None)
+    assert dead.last_error == (
+        "the handler's return value cannot be stored: result: is larger than 100000 bytes as JSON"
+    )
 
 
 # ------------------------------------------------------------------ progress

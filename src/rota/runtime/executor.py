@@ -1,8 +1,8 @@
 """Executor: runs one claimed job and reports its outcome, fenced on its lease.
 
 Outcomes: success -> complete (batched), with the handler's return value as the job's result
-(a value that is not JSON or is over ``MAX_RESULT_BYTES`` fails the attempt permanently instead:
-the job never succeeds without its result), or, after a ``ctx.transaction()`` outside steps,
+(a value that is not JSON or is over the worker's ``max_result_bytes`` fails the attempt
+permanently instead: the job never succeeds without its result), or, after a ``ctx.transaction()`` outside steps,
 in that transaction (rota.runtime.durable); ``Snooze`` -> pending later, attempt given back;
 ``Settled`` (a durable sleep or wait, a step retried on attempts of its own) -> nothing more to
 report: the store already holds the outcome;
@@ -38,7 +38,7 @@ from rota.domain.errors import (
     Snooze,
     StoreUnavailable,
 )
-from rota.domain.job import Job, JobState, Outcome, encode_result
+from rota.domain.job import DEFAULT_MAX_RESULT_BYTES, Job, JobState, Outcome, encode_result
 from rota.domain.lease import Lease
 from rota.domain.retry import RetryPolicy
 from rota.observability import tracing
@@ -131,6 +131,7 @@ class Executor:
         until_alone: Callable[[Execution], Awaitable[None]] | None = None,
         hooks: Hooks | None = None,
         on_parent_finished: Callable[[], None] = lambda: None,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     ) -> None:
         self._store = store
         self._registry = registry
@@ -146,6 +147,7 @@ class Executor:
         #: (only PostgreSQL notifies, and not through every pooler).
         self._on_parent_finished = on_parent_finished
         self._lease_s = lease.total_seconds()
+        self._max_result_bytes = max_result_bytes
         self._unreported_at = -math.inf  # when _unreported last warned
         self._by_kind: dict[str, _KindMetrics] = {}
         #: Read on every job (registrations may come after the worker is made); with none
@@ -280,7 +282,7 @@ class Executor:
             )
         else:
             try:
-                result = encode_result(value)
+                result = encode_result(value, self._max_result_bytes)
             except InvalidJob as error:
                 outcome = Outcome.FAILED
                 await self._report_failure(

@@ -28,7 +28,7 @@ from datetime import datetime, timedelta
 from rota.domain.audit import DEFAULT_AUDIT_RETENTION
 from rota.domain.clock import Clock, SystemClock
 from rota.domain.errors import InvalidInput, InvalidJob
-from rota.domain.job import Job, validate_name
+from rota.domain.job import DEFAULT_MAX_RESULT_BYTES, MAX_RESULT_CAP, Job, validate_name
 from rota.domain.retry import RECONNECT_BACKOFF
 from rota.observability import tracing
 from rota.observability.logging import current_worker
@@ -91,6 +91,9 @@ class WorkerSettings:
     #: How long a due job of a kind no live worker runs waits (for a worker of newer code, in
     #: a rolling deploy) before the rescuer ends it dead; None: it waits forever.
     unrunnable_grace: timedelta | None = timedelta(minutes=10)
+    #: The largest result a handler may return, as JSON bytes: over it the attempt fails,
+    #: permanently, saying so. Over MAX_RESULT_BYTES (64 KiB) a result is stored apart.
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
 
     def validated(self) -> WorkerSettings:
         """Self, or InvalidInput naming the setting that cannot work."""
@@ -117,6 +120,8 @@ class WorkerSettings:
             )
         if not 1 <= self.claim_batch <= 10_000:
             raise InvalidInput("claim batch must be between 1 and 10000")
+        if not 1 <= self.max_result_bytes <= MAX_RESULT_CAP:
+            raise InvalidInput(f"max result bytes must be between 1 and {MAX_RESULT_CAP}")
         if self.name is not None:
             validate_worker_name(self.name)
         for queue in self.queues or ():
@@ -180,6 +185,7 @@ class Worker:
             until_alone=self._until_alone,
             hooks=hooks,
             on_parent_finished=lambda: self._wake_soon(None),
+            max_result_bytes=self.settings.max_result_bytes,
         )
         self._resume_claims_at = 0.0
         self.heartbeater = Heartbeater(

@@ -809,6 +809,7 @@ class MemoryStore(MemoryDurable):
                 lease_until=None,
                 finished_at=None,
                 last_error=None,
+                result=None,  # the series before's: a new series has none yet
             )
             self._jobs[job_id] = rerun
             if job.unique_key is not None:

@@ -27,6 +27,7 @@ from rota.domain.job import (
     Outcome,
     Progress,
     decode_json,
+    stored_apart,
     truncate,
 )
 from rota.domain.lease import Lease
@@ -233,12 +234,17 @@ def complete(
         if text is not None
     }
     held: dict[tuple[int, int], str] = {}
-    # A job with a result gets a fenced statement of its own; the others share one.
+    # A job with a result gets a fenced statement of its own; the others share one. A long
+    # result goes to rota_results (025), only for a job this completion succeeded.
     for (job_id, token), text in with_result.items():
-        for found_id, found_token, queue in conn.execute(
-            _COMPLETE_WITH_RESULT, (text, at_us, job_id, token)
-        ):
+        apart = stored_apart(text)
+        found = conn.execute(
+            _COMPLETE_WITH_RESULT, (None if apart else text, at_us, job_id, token)
+        ).fetchall()
+        for found_id, found_token, queue in found:
             held[found_id, found_token] = queue
+            if apart:
+                conn.execute(_STORE_APART, (found_id, text))
     plain = [pair for pair in _pairs(leases) if pair not in with_result]
     held |= _fenced(
         conn,
@@ -261,6 +267,8 @@ def _fitting(leases: Sequence[Lease], texts: Sequence[str | None]) -> list[str |
         if fits(lease.job_id) and fits(lease.token)
     ]
 
+
+_STORE_APART = "INSERT OR REPLACE INTO rota_results (job_id, result) VALUES (?, ?)"
 
 _COMPLETE_WITH_RESULT = """
 UPDATE OR ROLLBACK rota_jobs SET state = 'succeeded', result = ?, lease_until = NULL, finished_at = ?,
