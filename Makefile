@@ -104,7 +104,7 @@ ci: ## What CI runs on a clean clone (.ci/run): packages, PostgreSQL, lint, type
 
 .PHONY: serve
 serve: setup ## Run the service with the demo jobs on http://127.0.0.1:8080
-	$(BIN)/rota serve
+	$(BIN)/rota serve --app rota.demo:app
 
 # BENCH_ARGS: e.g. --quick --runs 1 (a harness check), --only drain, or
 # --database-url postgresql://user@host:5432/postgres (a given server instead of its own).

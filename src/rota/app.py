@@ -406,6 +406,7 @@ class App:
         ready: Callable[[Worker], None] | None = None,
         metrics_port: int | None = None,
         metrics_host: str = "127.0.0.1",
+        metrics_allowed_hosts: Iterable[str] = (),
         processes: int | None = None,
         max_jobs_per_child: int | None = None,
         max_memory_per_child: int | None = None,
@@ -416,7 +417,8 @@ class App:
         the first stops gracefully, the second at once; see ``rota.runtime.signals``). With
         ``metrics_port``, this process's metrics are served on
         http://metrics_host:metrics_port/metrics meanwhile (InvalidInput if that address cannot
-        be bound).
+        be bound), to requests whose Host is an IP address, localhost or one of
+        ``metrics_allowed_hosts``.
 
         With ``processes`` (or a per-child limit: ``max_jobs_per_child`` attempts,
         ``max_memory_per_child`` MiB of resident memory), this process supervises that many
@@ -433,6 +435,7 @@ class App:
                 max_memory_per_child_mb=max_memory_per_child,
                 metrics_port=metrics_port,
                 metrics_host=metrics_host,
+                metrics_allowed_hosts=metrics_allowed_hosts,
                 **options,
             )
             return
@@ -442,5 +445,6 @@ class App:
             ready=ready,
             metrics_port=metrics_port,
             metrics_host=metrics_host,
+            metrics_allowed_hosts=metrics_allowed_hosts,
             **options,
         )

@@ -1,6 +1,6 @@
 """Results and progress in headless Chromium: a job's page shows its result as text (hostile
 data included), and running jobs show a progress bar with its message on their page and in
-the jobs list."""
+the jobs list; a job that succeeded shows 100% on its page."""
 
 from __future__ import annotations
 
@@ -66,4 +66,18 @@ async def test_a_large_payload_shows_its_first_part_and_a_link_to_all_of_it(
     assert href == f"/api/jobs/{result.job.id}/payload"
     whole = await page.page.request.get(served.url + href)
     assert whole.ok and await whole.json() == {"rows": blob}
+
+
+async def test_a_succeeded_job_shows_its_progress_as_complete_on_its_page(
+    page: Watched, served: Served
+) -> None:
+    [result] = await served.store.enqueue([JobSpec(kind="crawl")])
+    [job] = await served.store.claim("worker-1", queues=["default"], limit=1, lease=LEASE)
+    await served.store.heartbeat(
+        [job.lease], lease=LEASE, progress={job.id: Progress(0.92, "almost")}
+    )
+    assert await served.store.complete_many([job.lease]) == []
+    await page.page.goto(served.url + f"/#/jobs/{result.job.id}")
+    await expect(page.page.locator("dl.fields .progress-text")).to_have_text("100% almost")
+    assert await page.page.locator("dl.fields progress").get_attribute("value") == "1"
     await page.assert_clean()

@@ -393,9 +393,10 @@ class JobOut(JobFields):
     last_error: str | None
     payload: Any
     result: Any = Field(
-        description="What the handler returned (any JSON value of at most "
-        f"{MAX_RESULT_BYTES} bytes), kept with a succeeded job; null when it returned "
-        "nothing, and for jobs that did not succeed."
+        description="What the handler returned (any JSON value up to the worker's cap, "
+        f"16 MiB by default; over {MAX_RESULT_BYTES} bytes it is stored apart from the "
+        "job's row), kept with a succeeded job; null when it returned nothing, and for jobs "
+        "that did not succeed."
     )
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from rota.cli.group import cli, listen_option, run_workers
+from rota.cli.group import announce_new_database_url, cli, listen_option, run_workers
 from rota.config import DEFAULT_DATABASE_URL, load_app, parse_retention
 from rota.domain.errors import InvalidInput
 from rota.runtime.crew import WorkerThread
@@ -194,10 +194,11 @@ def serve(
     from rota.api.connections import ConnectionLimits, default_max_connections
     from rota.api.credentials import load_credentials
     from rota.app import App
-    from rota.demo import DEMO_HEARTBEAT, DEMO_LEASE, DEMO_RESCUE, add_demo_kinds
+    from rota.demo import DEMO_APP, DEMO_HEARTBEAT, DEMO_LEASE, DEMO_RESCUE, add_demo_kinds
     from rota.store.replica import check_read_url
 
-    demo = app_ref is None
+    # The demo app runs with the demo's short lease, named by --app or not.
+    demo = app_ref in (None, DEMO_APP)
     timing: dict[str, Any] = {}
     if demo:
         app = add_demo_kinds(App(database_url))
@@ -238,6 +239,7 @@ def serve(
         read_rate_per_identity=read_rate_per_identity,
     )
     check_bind(host, settings)
+    announce_new_database_url(app.database_url)  # after every check that may refuse the command
     # Bound before anything else: a busy port must fail before a worker registers or a
     # database is touched.
     listener = _listen(host, port)

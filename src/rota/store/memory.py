@@ -684,6 +684,8 @@ class MemoryStore(MemoryDurable):
             lease_until=None,
             finished_at=at,
             last_error=error if error is not None else job.last_error,
+            # A job that succeeded has done all its work, whatever it last reported.
+            progress=1.0 if state is JobState.SUCCEEDED else job.progress,
         )
         if job.unique_key is not None and self._active_keys.get(job.unique_key) == job.id:
             del self._active_keys[job.unique_key]
@@ -845,6 +847,7 @@ class MemoryStore(MemoryDurable):
                 lease_until=None,
                 finished_at=None,
                 last_error=None,
+                result=None,  # the series before's: a new series has none yet
             )
             self._jobs[job_id] = rerun
             if job.unique_key is not None:

@@ -93,9 +93,11 @@ export function badge(label) {
   return h("span", { class: `badge s-${label}`, text: label });
 }
 
-// A running job's progress, as its last heartbeat carried it: a bar and the message, as text.
-export function progressBar(job) {
-  if (job.state !== "running" || job.progress === null || job.progress === undefined) return null;
+// A running job's progress, as its handler last reported it: a bar and the message, as text.
+// With `finished`, a succeeded job's too (its progress is 1: it did all its work).
+export function progressBar(job, { finished = false } = {}) {
+  const shown = job.state === "running" || (finished && job.state === "succeeded");
+  if (!shown || job.progress === null || job.progress === undefined) return null;
   const percent = `${Math.round(job.progress * 100)}%`;
   const label = job.progress_message ? `${percent} ${job.progress_message}` : percent;
   return h("span", { class: "progress", title: label },

@@ -289,7 +289,7 @@ export function renderJob(root, config, id) {
         field("queue", job.queue),
         field("state", job.state === "waiting" ? `waiting on ${job.waiting_on}` : job.state),
         job.suspended ? field("suspended", suspendedText(job, nowMs)) : null,
-        field("progress", progressBar(job)),
+        field("progress", progressBar(job, { finished: true })),
         field("attempt", job.attempts.length > job.attempt
           ? `${job.attempt} of ${job.max_attempts} (${job.attempts.length} runs in all)`
           : `${job.attempt} of ${job.max_attempts}`),

@@ -8,7 +8,7 @@ from typing import Any, TypeAlias
 import psycopg
 
 from rota.domain.flow import Key, LimitScope
-from rota.domain.job import Job, JobState, Preview
+from rota.domain.job import Job, JobState, Preview, stored_apart
 
 Row: TypeAlias = tuple[Any, ...]
 
@@ -88,3 +88,21 @@ def array_or_null(values: list[Any]) -> list[Any] | None:
 
 def us(delta: timedelta) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def completion(
+    ids: list[int], tokens: list[int], results: list[str | None] | None, now: datetime | None
+) -> tuple[str, dict[str, Any]]:
+    """The statement completing these leases and its parameters: "complete", or, when a
+    result is too long for its job's row, "complete_apart" with those results set aside."""
+    params: dict[str, Any] = {"now": now, "ids": ids, "tokens": tokens}
+    if results is None or not any(stored_apart(text) for text in results):
+        params["results"] = array_or_null(list(results)) if results is not None else None
+        return "complete", params
+    apart = [
+        (job_id, text) for job_id, text in zip(ids, results, strict=True) if stored_apart(text)
+    ]
+    params["results"] = array_or_null([None if stored_apart(text) else text for text in results])
+    params["apart_ids"] = [job_id for job_id, _ in apart]
+    params["apart"] = [text for _, text in apart]
+    return "complete_apart", params

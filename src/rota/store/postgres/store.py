@@ -13,6 +13,7 @@ import contextlib
 import itertools
 import logging
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -102,7 +103,14 @@ from rota.store.postgres.queries import (
     migrations,
     query,
 )
-from rota.store.postgres.rows import Row, array_or_null, micros, row_to_job, row_to_listed, us
+from rota.store.postgres.rows import (
+    Row,
+    completion,
+    micros,
+    row_to_job,
+    row_to_listed,
+    us,
+)
 from rota.store.postgres.workflows import enqueue_workflow_flow
 
 log = logging.getLogger("rota.store.postgres")
@@ -236,6 +244,12 @@ class PostgresStore(PostgresDurable):
         if now is not None:
             return utc(now)
         return self._clock.now() if self._clock is not None else None
+
+    def fail_at_once(self) -> None:
+        """Say why the first connection failed at its first failure, a refused one included,
+        instead of retrying it for CONNECT_WAIT_S (a server restarting): for one-shot
+        commands, whose user is waiting for the answer. Call before the store is first used."""
+        self._connections.connect_wait_s = 0.0
 
     @property
     def behind_pooler(self) -> bool | None:
@@ -574,15 +588,13 @@ class PostgresStore(PostgresDurable):
     ) -> list[Lease]:
         if not leases:
             return []
-        rows = await self._fetch(
-            "complete",
-            {
-                "now": self._now(now),
-                "ids": [held.job_id for held in leases],
-                "tokens": [held.token for held in leases],
-                "results": array_or_null(list(results)) if results is not None else None,
-            },
+        name, params = completion(
+            [held.job_id for held in leases],
+            [held.token for held in leases],
+            list(results) if results is not None else None,
+            self._now(now),
         )
+        rows = await self._fetch(name, params)
         done = {row[0] for row in rows}
         return [held for held in leases if held.job_id not in done]
 
@@ -825,13 +837,25 @@ class PostgresStore(PostgresDurable):
         wanted = sorted({job_id for job_id in job_ids if -(2**63) <= job_id < 2**63})
         if not wanted:
             return []
-        return [row_to_job(row) for row in await self._fetch("get_many", {"ids": wanted})]
+        found = [row_to_job(row) for row in await self._fetch("get_many", {"ids": wanted})]
+        return await self._with_results_apart(found)
 
     async def get(self, job_id: int) -> Job:
         rows = await self._fetch("get", {"id": job_id})
         if not rows:
             raise JobNotFound(job_id)
-        return row_to_job(rows[0])
+        return (await self._with_results_apart([row_to_job(rows[0])]))[0]
+
+    async def _with_results_apart(self, found: list[Job]) -> list[Job]:
+        """``found`` with the results kept in rota_results (025) put on their succeeded jobs:
+        one more statement, only when a succeeded job's row holds no result."""
+        maybe = [job.id for job in found if job.state is JobState.SUCCEEDED and job.result is None]
+        if not maybe:
+            return found
+        apart: dict[int, Any] = dict(await self._fetch("results_apart", {"ids": maybe}))
+        if not apart:
+            return found
+        return [replace(job, result=apart[job.id]) if job.id in apart else job for job in found]
 
     async def list_jobs(
         self,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -260,9 +261,10 @@ def rerun(conn: sqlite3.Connection, job_id: int, at: datetime) -> Job:
         raise StateConflict(f"job {job_id}: another active job holds unique key {unique_key!r}")
     row = conn.execute(
         "UPDATE rota_jobs SET state = 'pending', run_at = ?, attempt = 0, lease_until = NULL, "
-        f"finished_at = NULL, last_error = NULL WHERE id = ? RETURNING {JOB_COLUMNS}",
+        f"finished_at = NULL, last_error = NULL, result = NULL WHERE id = ? RETURNING {JOB_COLUMNS}",
         (to_us(at), job_id),
     ).fetchone()
+    conn.execute("DELETE FROM rota_results WHERE job_id = ?", (job_id,))  # a new series
     return job_from_row(row)
 
 
@@ -506,7 +508,7 @@ def _where(filter: JobFilter, states: frozenset[JobState] | None) -> tuple[str, 
 
 
 def get(conn: sqlite3.Connection, job_id: int) -> Job:
-    return job_from_row(_row(conn, JOB_COLUMNS, job_id))
+    return with_results_apart(conn, [job_from_row(_row(conn, JOB_COLUMNS, job_id))])[0]
 
 
 def get_many(conn: sqlite3.Connection, job_ids: Sequence[int]) -> list[Job]:
@@ -518,7 +520,23 @@ def get_many(conn: sqlite3.Connection, job_ids: Sequence[int]) -> list[Job]:
             f"SELECT {JOB_COLUMNS} FROM rota_jobs WHERE id IN ({marks(len(part))})", part
         ).fetchall()
         found += [job_from_row(row) for row in rows]
-    return found
+    return with_results_apart(conn, found)
+
+
+def with_results_apart(conn: sqlite3.Connection, found: list[Job]) -> list[Job]:
+    """``found`` with the results kept in rota_results (025) put on their succeeded jobs."""
+    maybe = [job.id for job in found if job.state is JobState.SUCCEEDED and job.result is None]
+    if not maybe:
+        return found
+    apart: dict[int, Any] = {}
+    for part in chunks(maybe):
+        rows = conn.execute(
+            f"SELECT job_id, result FROM rota_results WHERE job_id IN ({marks(len(part))})", part
+        )
+        apart.update((job_id, json.loads(text)) for job_id, text in rows)
+    if not apart:
+        return found
+    return [replace(job, result=apart[job.id]) if job.id in apart else job for job in found]
 
 
 def list_jobs(

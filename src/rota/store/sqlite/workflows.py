@@ -112,8 +112,9 @@ def enqueue_workflow(
 def parent_results(conn: sqlite3.Connection, job_id: int) -> dict[int, Any]:
     """Each parent's id and result (None: it stored none) of job ``job_id``."""
     rows = conn.execute(
-        "SELECT p.id, p.result FROM rota_job_deps AS d JOIN rota_jobs AS p ON p.id = d.parent_id "
-        "WHERE d.child_id = ? ORDER BY p.id",
+        "SELECT p.id, coalesce(p.result, (SELECT r.result FROM rota_results AS r "
+        "WHERE r.job_id = p.id)) FROM rota_job_deps AS d JOIN rota_jobs AS p "
+        "ON p.id = d.parent_id WHERE d.child_id = ? ORDER BY p.id",
         (job_id,),
     )
     return {parent: None if text is None else json.loads(text) for parent, text in rows}
