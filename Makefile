@@ -68,7 +68,7 @@ test-fast: setup ## Unit and contract tests (seconds)
 .PHONY: test
 test: setup ## The whole test suite (PostgreSQL tests skip with a hint when no server is found)
 	@# Two lanes at once, as the tests mostly wait (on their processes, PostgreSQL, a browser):
-	@# one runs the soak (10 minutes under CI=true, skipped otherwise), then $(BESIDE); the
+	@# one runs the soak (5 minutes under CI=true, skipped otherwise), then $(BESIDE); the
 	@# other everything else, about as long. A lane that passes prints one line; a failure
 	@# prints its log (the soak's last $(SOAK_SHOWN) lines, its workers' logs and history kept
 	@# in its own temporary directory). pytest's exit 5 (nothing collected, as under -k) passes.
@@ -104,7 +104,7 @@ ci: ## What CI runs on a clean clone (.ci/run): packages, PostgreSQL, lint, type
 
 .PHONY: serve
 serve: setup ## Run the service with the demo jobs on http://127.0.0.1:8080
-	$(BIN)/rota serve
+	$(BIN)/rota serve --app rota.demo:app
 
 # BENCH_ARGS: e.g. --quick --runs 1 (a harness check), --only drain, or
 # --database-url postgresql://user@host:5432/postgres (a given server instead of its own).

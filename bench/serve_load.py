@@ -9,6 +9,19 @@ it kept its lease).
 
     python -m bench.serve_load [--seconds 30] [--clients 20] [--schedules 3000]
 
+These twenty clients are one identity (anonymous, one address): the server lifts the per-identity
+read share for this scenario, which measures the request gate and the leases.
+
+With ``--greedy-reader``, one read-only identity runs ``--clients`` threads (30 is the trial of
+issue 41) of 500-schedule pages (a refused thread waits what Retry-After says; with
+``--hammer`` it retries at once), while an admin enqueues a
+job every 200 ms and the probe asks /healthz: it prints the admin's write latency and /healthz
+beside the reader's pages and refusals. ``--lift-shares`` runs the same with the share lifted,
+to compare (issue 41, point 4; rota.api.shares); so does an older rota, with its src first on
+PYTHONPATH (the reader is then its ROTA_READ_TOKEN):
+
+    python -m bench.serve_load --greedy-reader --clients 30 [--lift-shares]
+
 Everything runs on 127.0.0.1; the server is a child process, stopped by its PID. The schedules
 and the paging clients are those of `integration/test_serve_load.py` (tests/support/schedule_load.py).
 """
@@ -25,8 +38,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +50,15 @@ from tests.support.schedule_load import call, paging, populate
 HOLD_SECONDS = 20.0
 PROBE_EVERY_S = 0.05
 TARGET_MS = 100.0
+WRITE_EVERY_S = 0.2
+WRITE_TARGET_MS = 200.0
+ADMIN_TOKEN = "bench-admin-token-0123456789"
+READER_TOKEN = "bench-reader-token-0123456789"
+#: Read shares no client of this bench reaches.
+LIFTED = {"max_reads_per_identity": 100_000, "read_rate_per_identity": 1e9}
 
 
-def serve_child(directory: str, port: int) -> None:
+def serve_child(directory: str, port: int, mode: str = "anonymous") -> None:
     """The server: what `rota serve` runs for the demo, plus the 20 s `hold` kind."""
     from rota.api import ApiSettings
     from rota.app import App
@@ -54,7 +75,12 @@ def serve_child(directory: str, port: int) -> None:
 
     app.database.auto_migrate = True
     timing = {"lease": DEMO_LEASE, "heartbeat": DEMO_HEARTBEAT, "rescue": DEMO_RESCUE, "poll": 0.2}
-    settings = ApiSettings(heartbeat_interval_seconds=DEMO_HEARTBEAT.total_seconds())
+    options: dict[str, Any] = {"heartbeat_interval_seconds": DEMO_HEARTBEAT.total_seconds()}
+    if mode != "anonymous":
+        options |= {"auth_token": ADMIN_TOKEN, "read_token": READER_TOKEN}
+    if mode != "greedy" and "read_rate_per_identity" in ApiSettings.__dataclass_fields__:
+        options |= LIFTED  # an older rota (PYTHONPATH=its src) has no read shares to lift
+    settings = ApiSettings(**options)
     aborted = asyncio.run(
         _serve(
             app,
@@ -95,7 +121,9 @@ def _percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
 
 
-def measure(seconds: float, clients: int, schedules: int) -> dict[str, Any]:
+def measure(
+    seconds: float, clients: int, schedules: int, mode: str = "anonymous", hammer: bool = False
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="rota-serve-load-") as directory:
         started = time.perf_counter()
         asyncio.run(populate(Path(directory) / "rota.db", schedules))
@@ -104,12 +132,14 @@ def measure(seconds: float, clients: int, schedules: int) -> dict[str, Any]:
         url = f"http://127.0.0.1:{port}"
         log = (Path(directory) / "serve.log").open("wb")
         process = subprocess.Popen(
-            [sys.executable, "-m", "bench.serve_load", "--child", directory, str(port)],
+            [sys.executable, "-m", "bench.serve_load", "--child", directory, str(port), mode],
             stdout=log,
             stderr=subprocess.STDOUT,
         )
         try:
             _wait_healthy(url, process, timeout=60)
+            if mode != "anonymous":
+                return _greedy(url, seconds, clients, hammer) | {"populate_s": populate_s}
             return _load(url, seconds, clients) | {"populate_s": populate_s}
         finally:
             if process.poll() is None:
@@ -157,6 +187,87 @@ def _load(url: str, seconds: float, clients: int) -> dict[str, Any]:
     }
 
 
+def _authorized(url: str, token: str, body: Any = None) -> tuple[int, float, float]:
+    """(status, seconds, Retry-After seconds) of a GET (a POST of ``body``) with ``token``;
+    refusals included."""
+    data = None if body is None else json.dumps(body).encode()
+    headers = {"Authorization": f"Bearer {token}"}
+    if data is not None:
+        headers["Content-Type"] = "application/json"
+    request = urllib.request.Request(url, data=data, headers=headers)
+    began = time.perf_counter()
+    retry_after = 0.0
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            response.read()
+            status = response.status
+    except urllib.error.HTTPError as error:
+        error.read()
+        status = error.code
+        retry_after = float(error.headers.get("Retry-After") or 0)
+    return status, time.perf_counter() - began, retry_after
+
+
+def _greedy(url: str, seconds: float, clients: int, hammer: bool = False) -> dict[str, Any]:
+    """One read-only identity's ``clients`` threads read 500-schedule pages without pause
+    (a refused thread waits its Retry-After, or with ``hammer`` retries at once) while an
+    admin enqueues every WRITE_EVERY_S."""
+    stop = threading.Event()
+    reads: list[tuple[int, float, float]] = []
+    writes: list[tuple[int, float, float]] = []
+
+    def reader() -> None:
+        while not stop.is_set():
+            read = _authorized(url + "/api/schedules?limit=500", READER_TOKEN)
+            reads.append(read)
+            if read[0] == 429 and not hammer:
+                stop.wait(read[2])
+
+    def writer() -> None:
+        while not stop.is_set():
+            writes.append(_authorized(url + "/api/jobs", ADMIN_TOKEN, {"kind": "email"}))
+            stop.wait(WRITE_EVERY_S)
+
+    threads = [threading.Thread(target=reader, daemon=True) for _ in range(clients)]
+    threads.append(threading.Thread(target=writer, daemon=True))
+    for thread in threads:
+        thread.start()
+    try:
+        probe_run = subprocess.run(
+            [sys.executable, "-m", "bench.serve_load", "--probe", url, str(seconds)],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=seconds + 60,
+        )
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=120)
+    health, probe_errors = json.loads(probe_run.stdout)
+    write_ms = [elapsed * 1000 for status, elapsed, _ in writes if status == 201]
+    served = [elapsed for status, elapsed, _ in reads if status == 200]
+    return {
+        "seconds": seconds,
+        "clients": clients,
+        "pages": len(served),
+        "pages_per_s": len(served) / seconds,
+        "page_p50_ms": statistics.median(served) * 1000 if served else None,
+        "refused": sum(1 for status, _, _ in reads if status == 429),
+        "other_read_errors": sum(1 for status, _, _ in reads if status not in (200, 429)),
+        "writes": len(write_ms),
+        "write_errors": len(writes) - len(write_ms),
+        "write_p50_ms": statistics.median(write_ms),
+        "write_p99_ms": _percentile(write_ms, 0.99),
+        "write_max_ms": max(write_ms),
+        "errors": len(probe_errors),
+        "healthz_samples": len(health),
+        "healthz_p50_ms": statistics.median(health),
+        "healthz_p99_ms": _percentile(health, 0.99),
+        "healthz_max_ms": max(health),
+    }
+
+
 def probe(url: str, seconds: float) -> None:
     """Ask /healthz every PROBE_EVERY_S for ``seconds``; print the latencies (ms) and errors."""
     latencies: list[float] = []
@@ -178,14 +289,22 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--clients", type=int, default=20)
     parser.add_argument("--schedules", type=int, default=3000)
-    parser.add_argument("--child", nargs=2, metavar=("DIR", "PORT"), help=argparse.SUPPRESS)
+    parser.add_argument("--greedy-reader", action="store_true")
+    parser.add_argument("--lift-shares", action="store_true")
+    parser.add_argument("--hammer", action="store_true")
+    parser.add_argument("--child", nargs=3, metavar=("DIR", "PORT", "MODE"), help=argparse.SUPPRESS)
     parser.add_argument("--probe", nargs=2, metavar=("URL", "SECONDS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        serve_child(args.child[0], int(args.child[1]))
+        serve_child(args.child[0], int(args.child[1]), args.child[2])
         return
     if args.probe:
         probe(args.probe[0], float(args.probe[1]))
+        return
+    if args.greedy_reader:
+        mode = "lifted" if args.lift_shares else "greedy"
+        result = measure(args.seconds, args.clients, args.schedules, mode, args.hammer)
+        report_greedy(result, mode, args.hammer)
         return
     result = measure(args.seconds, args.clients, args.schedules)
     held = result["hold_attempts"] == [(1, "succeeded")]
@@ -202,6 +321,29 @@ def main() -> None:
     print(
         f"  20 s job, lease 3 s           {result['hold_state']}, attempts "
         f"{result['hold_attempts']} ({'kept its lease' if held else 'LOST ITS LEASE'})"
+    )
+
+
+def report_greedy(result: dict[str, Any], mode: str, hammer: bool) -> None:
+    shares = "lifted" if mode == "lifted" else "default shares (16 in flight, 20/s)"
+    retry = "retrying refusals at once" if hammer else "waiting Retry-After when refused"
+    print(
+        f"one read-only identity, {result['clients']} threads of 500-row pages ({shares}; {retry})"
+    )
+    print(
+        f"  admin POST /api/jobs p50 / p99 / max  {result['write_p50_ms']:.1f} / "
+        f"{result['write_p99_ms']:.1f} / {result['write_max_ms']:.1f} ms "
+        f"({result['writes']} writes, {result['write_errors']} failed; "
+        f"target <= {WRITE_TARGET_MS:.0f} ms)"
+    )
+    print(
+        f"  /healthz p50 / p99 / max              {result['healthz_p50_ms']:.1f} / "
+        f"{result['healthz_p99_ms']:.1f} / {result['healthz_max_ms']:.1f} ms "
+        f"({result['healthz_samples']} probes, {result['errors']} errors)"
+    )
+    print(
+        f"  reader pages served / refused (429)   {result['pages']} ({result['pages_per_s']:.0f}/s)"
+        f" / {result['refused']}; other errors {result['other_read_errors']}"
     )
 
 

@@ -29,7 +29,7 @@ from rota.runtime.registry import Handler, Registry
 from rota.runtime.worker import Worker, WorkerSettings
 from rota.store import Store
 from rota.verbs.binding import Binding
-from rota.verbs.enqueue import Enqueuer
+from rota.verbs.enqueue import AfterEnqueue, BeforeEnqueue, Enqueuer
 from rota.verbs.jobs import Jobs
 from rota.verbs.queues import Limits, Queues
 from rota.verbs.results import Results
@@ -41,6 +41,8 @@ from rota.verbs.workflows import Workflows
 H = TypeVar("H", bound=Handler)
 M = TypeVar("M", bound=Middleware)
 K = TypeVar("K", bound=Hook)
+B = TypeVar("B", bound=BeforeEnqueue)
+A = TypeVar("A", bound=AfterEnqueue)
 
 
 class App:
@@ -128,6 +130,28 @@ class App:
         is outermost; it cannot keep a stopped job running). See docs/concepts/hooks.md."""
         self.hooks.add_middleware(middleware)
         return middleware
+
+    def before_enqueue(self, hook: B) -> B:
+        """Register ``hook(spec)`` (a plain ``def``), run before each job this App enqueues,
+        from the library, ``rota enqueue --app``, the HTTP API of ``rota serve`` and the Django
+        backend: it returns the JobSpec to enqueue instead (``dataclasses.replace(spec,
+        ...)``) or None to keep it, or raises to refuse it (``rota.InvalidInput``: nothing is
+        written; 400 at the API, exit 2 at the CLI). See docs/concepts/hooks.md."""
+        self._enqueuer.hooks.add("before", hook)
+        return hook
+
+    def after_enqueue(self, hook: A) -> A:
+        """Register ``hook(spec, result)`` (a plain ``def``), run once each job is written (or
+        joined the caller's transaction), on every path ``before_enqueue`` names. A hook that
+        raises is logged in one line; the job stays enqueued."""
+        self._enqueuer.hooks.add("after", hook)
+        return hook
+
+    @property
+    def enqueuer(self) -> Enqueuer:
+        """The one path this App's jobs are enqueued through, hooks included; the HTTP API
+        (``rota.api.create_app(..., enqueuer=app.enqueuer)``) enqueues through it too."""
+        return self._enqueuer
 
     def on_success(self, hook: K) -> K:
         """Register ``hook(ctx, result)`` (async or plain ``def``), run in the worker after a
@@ -382,6 +406,7 @@ class App:
         ready: Callable[[Worker], None] | None = None,
         metrics_port: int | None = None,
         metrics_host: str = "127.0.0.1",
+        metrics_allowed_hosts: Iterable[str] = (),
         processes: int | None = None,
         max_jobs_per_child: int | None = None,
         max_memory_per_child: int | None = None,
@@ -392,7 +417,8 @@ class App:
         the first stops gracefully, the second at once; see ``rota.runtime.signals``). With
         ``metrics_port``, this process's metrics are served on
         http://metrics_host:metrics_port/metrics meanwhile (InvalidInput if that address cannot
-        be bound).
+        be bound), to requests whose Host is an IP address, localhost or one of
+        ``metrics_allowed_hosts``.
 
         With ``processes`` (or a per-child limit: ``max_jobs_per_child`` attempts,
         ``max_memory_per_child`` MiB of resident memory), this process supervises that many
@@ -409,6 +435,7 @@ class App:
                 max_memory_per_child_mb=max_memory_per_child,
                 metrics_port=metrics_port,
                 metrics_host=metrics_host,
+                metrics_allowed_hosts=metrics_allowed_hosts,
                 **options,
             )
             return
@@ -418,5 +445,6 @@ class App:
             ready=ready,
             metrics_port=metrics_port,
             metrics_host=metrics_host,
+            metrics_allowed_hosts=metrics_allowed_hosts,
             **options,
         )

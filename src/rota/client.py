@@ -137,9 +137,16 @@ class Client:
         return await self.store.signal(key, text, expire_after=expire)
 
     async def list_jobs(
-        self, filter: JobFilter | None = None, *, cursor: str | None = None, limit: int = 50
+        self,
+        filter: JobFilter | None = None,
+        *,
+        cursor: str | None = None,
+        limit: int = 50,
+        previews: bool = False,
     ) -> Page:
-        return await self.store.list_jobs(filter or JobFilter(), cursor=cursor, limit=limit)
+        return await self.store.list_jobs(
+            filter or JobFilter(), cursor=cursor, limit=limit, previews=previews
+        )
 
     async def list_schedules(
         self, *, cursor: str | None = None, limit: int = 50, due_first: bool = False

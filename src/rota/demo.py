@@ -1,4 +1,6 @@
-"""The demo kinds `rota serve` registers when no --app is given (the walkthrough's jobs).
+"""The demo app, ``rota.demo:app``: what `rota serve` runs when no --app is given (the
+walkthrough's jobs), on ``rota.db`` in the working directory. Other commands take it as any
+app: ``rota enqueue email --app rota.demo:app`` gets the demo kinds' attempts.
 
 ``email`` takes 300 ms; ``flaky`` fails 60% of the time; ``slow`` runs 6 s, longer than the
 demo's 3 s lease, kept alive by heartbeats, reporting its progress each second and returning
@@ -15,8 +17,12 @@ from datetime import timedelta
 from typing import Any
 
 from rota.app import App
+from rota.config import DEFAULT_DATABASE_URL
 from rota.domain.errors import Abandon
 from rota.runtime.context import JobContext
+
+#: How --app names the demo app.
+DEMO_APP = "rota.demo:app"
 
 #: The demo's worker timing: short enough to watch recovery happen.
 DEMO_LEASE = timedelta(seconds=3)
@@ -58,3 +64,8 @@ def add_demo_kinds(app: App) -> App:
     if schedule is not None:
         schedule("report", kind="report", every=timedelta(seconds=15))
     return app
+
+
+#: The demo app (``--app rota.demo:app``); its URL is resolved against the working directory
+#: when the module is first imported.
+app = add_demo_kinds(App(DEFAULT_DATABASE_URL))

@@ -11,7 +11,7 @@ action itself stands.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -20,7 +20,7 @@ from rota.client import Client
 from rota.domain.audit import AuditAction, AuditRecord, check_identity
 from rota.domain.durable import SignalResult
 from rota.domain.flow import Limit, LimitScope
-from rota.domain.job import EnqueueResult, Job
+from rota.domain.job import EnqueueResult, Job, JobSpec
 from rota.domain.schedule import ScheduleSpec
 from rota.domain.schedule_state import Schedule
 from rota.domain.workflow import WorkflowBuilder
@@ -76,6 +76,32 @@ class Operator:
         )
 
     # ------------------------------------------------------------------ one job
+
+    async def enqueue(
+        self,
+        spec: JobSpec,
+        *,
+        depends_on: Sequence[int] | None = None,
+        on_parent_failure: str = "cancel",
+    ) -> EnqueueResult:
+        """Enqueue ``spec`` (after ``depends_on``, see ``workflows.enqueue_after``). A job that
+        already held the unique key is recorded too, as touching no job (count 0)."""
+        if depends_on is None:
+            [result] = await self.client.enqueue_many([spec])
+        else:
+            result = await workflows.enqueue_after(self.store, spec, depends_on, on_parent_failure)
+        await self.record_enqueue(result)
+        return result
+
+    async def record_enqueue(self, result: EnqueueResult) -> None:
+        """Record an enqueue made elsewhere (the App's path, with its hooks) as this identity's."""
+        job = result.job
+        await self._record(
+            AuditAction.JOB_CREATE,
+            f"job:{job.id}",
+            detail={"kind": job.kind, "queue": job.queue, "duplicate": result.duplicate},
+            count=0 if result.duplicate else 1,
+        )
 
     async def retry(self, job_id: int, *, max_attempts: int | None = None) -> Job:
         job = await self.client.retry(job_id, max_attempts=max_attempts)

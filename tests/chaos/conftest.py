@@ -123,6 +123,14 @@ def cluster_url(cluster: Cluster) -> str:
 
 
 @pytest.fixture
+async def cluster_store(cluster_url: str) -> AsyncIterator[Store]:
+    """A store on the throwaway cluster's database."""
+    store = open_store(cluster_url)
+    yield store
+    await store.close()
+
+
+@pytest.fixture
 def proxies() -> Iterator[list[ChaosProxy]]:
     """Proxies a test starts (append them); all closed at the end."""
     started: list[ChaosProxy] = []

@@ -30,7 +30,8 @@ import pytest
 from rota.domain.durable import StepState
 from rota.domain.job import JobSpec, JobState
 from rota.store import Store
-from tests.chaos.conftest import BACKENDS, CHAOS_OPTIONS, MARGIN_S
+from tests.chaos.conftest import BACKENDS, CHAOS_OPTIONS, MARGIN_S, proxied, through
+from tests.support import faketime
 from tests.support.chaosfleet import all_terminal, sqlite_integrity
 from tests.support.durablerecord import (
     RECORD_ENV,
@@ -41,7 +42,8 @@ from tests.support.durablerecord import (
 )
 from tests.support.history import check_store
 from tests.support.nemesis import Fault, Nemesis
-from tests.support.processes import Fleet
+from tests.support.processes import Fleet, WorkerProcess, reaped
+from tests.support.proxy import BLACKHOLE, PASS, ChaosProxy
 
 pytestmark = [pytest.mark.slow]
 
@@ -73,12 +75,8 @@ def record(database_url: str, tmp_path: Path) -> str:
 
 @pytest.fixture
 def durable_fleet(database_url: str, store: Store, tmp_path: Path, record: str) -> Iterator[Fleet]:
-    fleet = Fleet(database_url, store, tmp_path, CHAOS_OPTIONS)
-    try:
+    with reaped(Fleet(database_url, store, tmp_path, CHAOS_OPTIONS)) as fleet:
         yield fleet
-    finally:
-        fleet.close()
-        print(fleet.logs(tail=40))
 
 
 @pytest.mark.timeout(240)
@@ -127,6 +125,125 @@ async def test_killed_workers_never_rerun_a_committed_step_nor_repeat_an_effect(
     print(f"{len(nemesis.log)} kills; all terminal {took:.1f}s after the last one")
     assert time.monotonic() - last_kill <= LIVENESS_S + MARGIN_S + 30
 
+    await assert_steps_and_effects(store, ids, specs, record, database_url)
+
+    report = await check_store(
+        store, fleet.history, enqueued=ids, expected=dict.fromkeys(ids, JobState.SUCCEEDED)
+    )
+    report.assert_clean()
+    if backend == "sqlite":
+        assert sqlite_integrity(database_url.removeprefix("sqlite:///")) == "ok"
+
+
+#: The workers of the skew and partition run: two with wall clocks off (as T14's), one whose
+#: connections to PostgreSQL pass through a proxy the nemesis cuts (as T20's).
+SKEWED = {"behind": "-120", "fast": "+120 x1.5"}
+CUT = "cut"
+
+
+@pytest.mark.postgres
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+async def test_skewed_clocks_and_cut_connections_never_rerun_a_committed_step(
+    durable_fleet: Fleet,
+    store: Store,
+    database_url: str,
+    record: str,
+    proxies: list[ChaosProxy],
+    tmp_path: Path,
+    seed: int,
+) -> None:
+    """C11 and C12 when workers' clocks are off and one worker's connections go dead: a cut
+    worker's handler must stop before its lease can be taken over, its late checkpoints and
+    transactions are fenced, and durable sleeps wake by the database's clock."""
+    if faketime.library() is None:
+        pytest.skip(faketime.INSTALL_HINT)
+    fleet = durable_fleet
+    proxy = proxied(database_url, proxies)
+    clocks = {
+        name: faketime.FakeTime(tmp_path / f"{name}.rc", spec) for name, spec in SKEWED.items()
+    }
+
+    def launch(name: str, incarnation: int) -> WorkerProcess:
+        env = {RECORD_ENV: record, **(clocks[name].env() if name in clocks else {})}
+        url = through(proxy, database_url) if name == CUT else None
+        return fleet.start(f"{name}-{incarnation}", app=APP, env=env, database_url=url)
+
+    names = [*SKEWED, CUT]
+    live = {name: launch(name, 0) for name in names}
+    for worker in live.values():
+        await fleet.wait_ready(worker)
+    nemesis = Nemesis(
+        seed=seed,
+        kinds=["cut", "kill"],
+        every_s=3.0,
+        count=20,
+        targets=len(names),
+        rotate=True,
+    )
+    rng = nemesis.rng("workload")
+    specs = workload(400, rng)
+    sleepers = [
+        JobSpec(kind="sleep_then", payload={"s": round(rng.uniform(1.0, 5.0), 2)}, max_attempts=20)
+        for _ in range(40)
+    ]
+    ids = [result.job.id for result in await store.enqueue(specs)]
+    sleeper_ids = [result.job.id for result in await store.enqueue(sleepers)]
+    everything = ids + sleeper_ids
+    incarnations = 0
+
+    async def act(fault: Fault) -> None:
+        nonlocal incarnations
+        if fault.kind == "cut":
+            # Every packet dropped, no RST or FIN, for twice the lease; then new connections pass.
+            proxy.set(BLACKHOLE)
+            await asyncio.sleep(2 * CHAOS_OPTIONS.lease_s)
+            proxy.set(PASS)
+            return
+        name = names[fault.target]
+        live[name].kill()
+        assert await live[name].wait_exit() == -signal.SIGKILL
+        await asyncio.sleep(0.5)
+        incarnations += 1
+        live[name] = launch(name, incarnations)
+
+    done_enough = False
+
+    async def progress() -> None:
+        nonlocal done_enough
+        while not done_enough:
+            counts = await store.counts()
+            done_enough = counts.total(JobState.SUCCEEDED) >= 0.9 * len(everything)
+            await asyncio.sleep(0.2)
+
+    watcher = asyncio.create_task(progress())
+    # At least two of each fault, however fast the jobs go.
+    await nemesis.run(act, stop=lambda: done_enough and len(nemesis.log) >= 4, limit_s=90)
+    watcher.cancel()
+    proxy.set(PASS)
+    print(nemesis.describe())
+    took = await all_terminal(store, len(everything), within_s=LIVENESS_S + MARGIN_S + 30)
+    print(f"{len(nemesis.log)} faults; all terminal {took:.1f}s after the last one")
+
+    await assert_steps_and_effects(store, ids, specs, record, database_url)
+    for job_id in sleeper_ids:
+        job = await store.get(job_id)
+        assert (job.state, job.result) == (JobState.SUCCEEDED, "woke"), job
+    report = await check_store(
+        store,
+        fleet.history,
+        enqueued=everything,
+        expected=dict.fromkeys(everything, JobState.SUCCEEDED),
+    )
+    report.assert_clean()
+
+
+async def assert_steps_and_effects(
+    store: Store, ids: list[int], specs: list[JobSpec], record: str, database_url: str
+) -> None:
+    """Every ``steps`` job succeeded with the sum of its steps; no step ran under a lease later
+    than the one that checkpointed it (C11); each job's transaction row landed once, under the
+    lease that checkpointed its step (C12)."""
     # Nothing lost: every job succeeded with the sum of its steps.
     for job_id, spec in zip(ids, specs, strict=True):
         job = await store.get(job_id)
@@ -165,10 +282,3 @@ async def test_killed_workers_never_rerun_a_committed_step_nor_repeat_an_effect(
     for job_id in ids:
         assert by_job[job_id] == [checkpoints[(job_id, "step-2")]], (job_id, by_job[job_id])
     assert len(rows) == len(ids)
-
-    report = await check_store(
-        store, fleet.history, enqueued=ids, expected=dict.fromkeys(ids, JobState.SUCCEEDED)
-    )
-    report.assert_clean()
-    if backend == "sqlite":
-        assert sqlite_integrity(database_url.removeprefix("sqlite:///")) == "ok"

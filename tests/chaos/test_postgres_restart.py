@@ -16,7 +16,7 @@ import asyncio
 import random
 import subprocess
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -27,7 +27,7 @@ import pytest
 from rota.domain.errors import StoreUnavailable
 from rota.domain.job import JobSpec, JobState
 from rota.domain.retry import RECONNECT_BACKOFF
-from rota.store import JobFilter, Store, open_store
+from rota.store import JobFilter, Store
 from tests.chaos.conftest import CHAOS_OPTIONS, MARGIN_S
 from tests.support.chaosfleet import ChaosFleet, all_terminal, fleet_on
 from tests.support.history import START, check_store, read_events
@@ -39,13 +39,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
 RECLAIM_S = 10.0
 OPTIONS = replace(CHAOS_OPTIONS, poll_s=60.0)
-
-
-@pytest.fixture
-async def cluster_store(cluster_url: str) -> AsyncIterator[Store]:
-    store = open_store(cluster_url)
-    yield store
-    await store.close()
 
 
 @pytest.fixture

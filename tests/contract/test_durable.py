@@ -11,7 +11,7 @@ import pytest
 from rota.domain.durable import StepKind, StepState
 from rota.domain.errors import InvalidInput, LeaseLost
 from rota.domain.job import Job, JobState, Outcome
-from rota.store import Store
+from rota.store import Store, open_store
 from rota.testing import FakeClock
 from tests.contract.helpers import LEASE, claim_one, claimed, reclaimed
 
@@ -420,9 +420,8 @@ async def test_effects_left_without_a_commit_roll_back(store: Store, store_url: 
     assert await store.steps(job.id) == []
 
 
-async def test_the_memory_store_refuses_effects_saying_why(store: Store, store_url: str) -> None:
-    if not store_url.startswith("memory"):
-        pytest.skip("the memory store's own answer")
+async def test_the_memory_store_refuses_effects_saying_why(clock: FakeClock) -> None:
+    store = open_store("memory://", clock=clock)
     job = await claimed(store)
     with pytest.raises(InvalidInput, match="memory store"):
         async with store.effects(job.lease):

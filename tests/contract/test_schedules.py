@@ -293,6 +293,30 @@ async def test_misfire_skip_runs_only_slots_within_grace(store: Store, clock: Fa
     assert slots_of([on_time]) == [START + 6 * MINUTE]
 
 
+@pytest.mark.parametrize(("limit", "missed"), [(1000, 440), (500, 940)])
+async def test_misfire_all_counts_every_missed_cron_slot_past_a_thousand(
+    store: Store, clock: FakeClock, limit: int, missed: int
+) -> None:
+    # A day of minute slots comes due at once: 1,440 of them, the latest ``limit`` fire.
+    spec = ScheduleSpec(
+        name="minutely",
+        kind="k",
+        rule=Rule.cron("* * * * *"),
+        misfire=Misfire.ALL,
+        misfire_limit=limit,
+        overlap=Overlap.ALLOW,
+    )
+    created = await store.upsert_schedule(spec)
+    assert created.next_run_at == START
+    clock.advance(timedelta(days=1) - MINUTE)
+
+    [firing] = await store.fire_due()
+
+    assert len(firing.jobs) == limit
+    assert firing.missed == missed
+    assert slots_of([firing])[-1] == START + timedelta(days=1) - MINUTE
+
+
 async def test_misfire_all_backfills_up_to_the_limit_most_recent_first(
     store: Store, clock: FakeClock
 ) -> None:

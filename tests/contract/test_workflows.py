@@ -4,6 +4,7 @@ retrying the parent re-arms them; a graph is checked before anything is written.
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from typing import Any
 
@@ -261,6 +262,14 @@ async def test_the_child_reads_its_parents_results(store: Store) -> None:
     await run(store, second.id)
     assert await store.parent_results(child.id) == {first.id: {"n": 1}, second.id: None}
     assert await store.parent_results(first.id) == {}
+
+
+async def test_the_child_reads_a_parent_s_result_kept_apart(store: Store) -> None:
+    parent = await add(store)
+    child = await after(store, [parent.id])
+    long = {"text": "é" * 40_000}  # 80 KB of JSON: longer than a row keeps
+    await run(store, parent.id, result=json.dumps(long, ensure_ascii=False))
+    assert await store.parent_results(child.id) == {parent.id: long}
 
 
 # ------------------------------------------------------------------ graphs

@@ -226,5 +226,35 @@ def refusals() -> dict[str, Any]:
     return outcomes
 
 
+@step
+def enqueue_hooks() -> dict[str, Any]:
+    """The backend's App honours enqueue hooks registered on it (as a project would in
+    ``AppConfig.ready``): the before hook raises the priority and refuses one argument, the
+    after hook sees each job written; on PostgreSQL inside Django's own transaction."""
+    import dataclasses
+
+    from rota.domain.errors import InvalidInput
+
+    app = backend().app
+    seen: list[int] = []
+
+    def before(spec: Any) -> Any:
+        if spec.payload["args"] == ["refused"]:
+            raise InvalidInput("refused by the project's hook")
+        return dataclasses.replace(spec, priority=spec.priority + 7)
+
+    app.before_enqueue(before)
+    app.after_enqueue(lambda spec, result: seen.append(result.job.id))
+    with transaction.atomic():
+        kept = tasks.record.using(priority=3).enqueue("hooked")
+    try:
+        tasks.record.enqueue("refused")
+        refused = "written"
+    except InvalidInput as error:
+        refused = str(error)
+    job = app.jobs.get_sync(int(kept.id))
+    return {"id": int(kept.id), "priority": job.priority, "seen": seen, "refused": refused}
+
+
 if __name__ == "__main__":
     print(json.dumps(STEPS[sys.argv[1]]()))

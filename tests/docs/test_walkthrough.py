@@ -33,7 +33,7 @@ def test_a_crash_job_loses_its_lease_and_another_worker_finishes_it(tmp_path: Pa
     log = tmp_path / "serve.log"
     with log.open("wb") as sink:
         serve = subprocess.Popen(
-            [ROTA, "serve", "--port", str(free_port())],
+            [ROTA, "serve", "--app", "rota.demo:app", "--port", str(free_port())],
             cwd=tmp_path,
             env=ENV,
             stdout=subprocess.DEVNULL,
@@ -45,7 +45,7 @@ def test_a_crash_job_loses_its_lease_and_another_worker_finishes_it(tmp_path: Pa
             assert serve.poll() is None and time.monotonic() < deadline, log.read_text()
             time.sleep(0.05)  # polling the log for readiness, bounded by the deadline
 
-        job_id = int(rota(tmp_path, "enqueue", "crash").split()[1])
+        job_id = int(rota(tmp_path, "enqueue", "crash", "--app", "rota.demo:app").split()[1])
         while (job := rota(tmp_path, "jobs", "show", str(job_id), "--json"))["state"] != (
             "succeeded"
         ):

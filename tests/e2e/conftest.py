@@ -115,6 +115,29 @@ def served(request: pytest.FixtureRequest) -> Iterator[Served]:
         yield Served(url, store)
 
 
+@contextlib.contextmanager
+def serve_store(store: MemoryStore, settings: ApiSettings, **app_options: Any) -> Iterator[Served]:
+    """``store`` served by create_app with ``settings`` and ``app_options`` (kinds=...)."""
+    with serve_asgi(create_app(Client(store), settings=settings, **app_options)) as url:
+        yield Served(url, store)
+
+
+#: Where the tests save the pictures of the docs page "The dashboard" (docs/dashboard.md) and
+#: of the README: each is taken by the test that checks what it shows, so none is ever stale.
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+#: The size of the window the pictures are taken in.
+SCREEN = {"width": 1280, "height": 800}
+
+
+async def screenshot(tab: Page, name: str, *, full_page: bool = False) -> Path:
+    """Save what ``tab`` shows as docs/screenshots/NAME.png (the window, or the whole page)."""
+    SCREENSHOTS.mkdir(exist_ok=True)
+    path = SCREENSHOTS / f"{name}.png"
+    await tab.set_viewport_size(SCREEN)
+    await tab.screenshot(path=str(path), full_page=full_page, animations="disabled")
+    return path
+
+
 class Watched:
     """A tab and what went wrong in it: console errors and warnings, page errors."""
 

@@ -39,7 +39,7 @@ async def test_dashboard_loads_every_view_without_errors(page: Watched, served: 
 
     await page.page.goto(served.url + "/#/jobs")
     await expect(page.page.locator("table.jobs tbody tr")).to_have_count(2)
-    await expect(page.page.locator("table.jobs .badge", has_text="scheduled")).to_have_count(1)
+    await expect(page.page.locator("table.jobs .state-note", has_text="due in")).to_have_count(1)
 
     await page.page.goto(served.url + f"/#/jobs/{job_id}")
     await expect(page.page.locator("h1 .badge")).to_have_text("dead")
@@ -147,10 +147,10 @@ async def test_a_bulk_action_confirms_scope_and_count_and_is_audited(
     dialog = page.page.locator("dialog.confirm")
     label = verb.capitalize()
     await expect(dialog).to_contain_text(
-        f"{label} 3 {which} job(s) matching state = {state}, kind = sync?"
+        f"{label} 3 {which} jobs matching state = {state}, kind = sync?"
     )
     await dialog.get_by_role("button", name=f"{label} them").click()
-    await expect(dialog).to_contain_text(f"{done} 3 job(s).")
+    await expect(dialog).to_contain_text(f"{done} 3 jobs.")
     await dialog.get_by_role("button", name="Close").click()
     await expect(page.page.locator("table.jobs tbody tr")).to_have_count(0)
     for job_id in ids:

@@ -28,7 +28,10 @@ async def test_a_durable_job_s_page_lists_its_steps_and_what_it_waits_for(
     await store.checkpoint(job.lease, "email", result=None)
     await store.wait_for(job.lease, "wait-1", "shipped:o-42", timeout=timedelta(days=2))
     await page.page.goto(served.url + f"/#/jobs/{result.job.id}")
-    await expect(page.page.locator("h1 .badge")).to_have_text("awaiting-signal")
+    await expect(page.page.locator("h1 .badge")).to_have_text("pending")
+    await expect(page.page.locator("h1 .state-note")).to_contain_text(
+        "waiting for signal shipped:o-42"
+    )
     await expect(page.page.locator("dl.fields")).to_contain_text("waiting for signal shipped:o-42")
     rows = page.page.locator("table.steps tbody tr")
     await expect(rows).to_have_count(3)

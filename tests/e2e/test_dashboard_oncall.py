@@ -63,11 +63,11 @@ async def test_selected_rows_are_retried_after_a_dialog_naming_them(
     await tab.click("button[data-selection=retry]")
     dialog = tab.locator("dialog.confirm")
     await expect(dialog).to_contain_text(
-        f"Retry 2 selected dead or cancelled job(s): {dead[0]}, {dead[2]}? "
-        "1 selected job(s) that are not dead or cancelled are left alone."
+        f"Retry 2 selected dead or cancelled jobs: {dead[0]}, {dead[2]}? "
+        "1 selected job that is not dead or cancelled is left alone."
     )
     await dialog.locator("button.primary").click()
-    await expect(dialog).to_contain_text("Retried 2 job(s).")
+    await expect(dialog).to_contain_text("Retried 2 jobs.")
     await dialog.get_by_role("button", name="Close").click()
     await expect(tab.locator(".selected-count")).to_have_text("1 selected")
 
@@ -102,12 +102,12 @@ async def test_selected_rows_are_cancelled_and_deleted_and_refusals_reported(
     await tab.click("button[data-selection=cancel]")
     dialog = tab.locator("dialog.confirm")
     await expect(dialog).to_contain_text(
-        f"Cancel 2 selected waiting, pending or running job(s): {first}, {second}?"
+        f"Cancel 2 selected waiting, pending or running jobs: {first}, {second}?"
     )
     # Meanwhile a worker takes one and another operator cancels it: the server refuses.
     await served.store.cancel(second)
     await dialog.locator("button.danger").click()
-    await expect(dialog).to_contain_text("Cancelled 1 job(s). Refused: job")
+    await expect(dialog).to_contain_text("Cancelled 1 job. Refused: job")
     await expect(dialog).to_contain_text(f"job {second}:")
     page.problems.clear()  # the browser logs the refused request's 409 itself
     await dialog.get_by_role("button", name="Close").click()
@@ -119,11 +119,11 @@ async def test_selected_rows_are_cancelled_and_deleted_and_refusals_reported(
     await tab.locator("input.select-all").check()
     await tab.click("button[data-selection=delete]")
     await expect(dialog).to_contain_text(
-        f"Delete 3 selected not running job(s): {first}, {second}, {finished}? "
+        f"Delete 3 selected not running jobs: {first}, {second}, {finished}? "
         "Their history goes too; this cannot be undone."
     )
     await dialog.locator("button.danger").click()
-    await expect(dialog).to_contain_text("Deleted 3 job(s).")
+    await expect(dialog).to_contain_text("Deleted 3 jobs.")
     await dialog.get_by_role("button", name="Close").click()
     await expect(tab.locator("table.jobs tbody tr")).to_have_count(0)
     await expect(tab.locator(".selection")).to_be_hidden()
@@ -155,7 +155,7 @@ async def test_finished_jobs_matching_a_filter_are_deleted_after_the_scope_dialo
     await tab.click("button[data-bulk=delete]")
     dialog = tab.locator("dialog.confirm")
     await expect(dialog).to_contain_text(
-        "Delete 2 finished (succeeded, dead or cancelled) job(s) matching kind = sync? "
+        "Delete 2 finished (succeeded, dead or cancelled) jobs matching kind = sync? "
         "Their history goes too; this cannot be undone."
     )
     await dialog.get_by_role("button", name="Cancel").click()
@@ -165,7 +165,7 @@ async def test_finished_jobs_matching_a_filter_are_deleted_after_the_scope_dialo
 
     await tab.click("button[data-bulk=delete]")
     await dialog.locator("button.danger").click()
-    await expect(dialog).to_contain_text("Deleted 2 job(s).")
+    await expect(dialog).to_contain_text("Deleted 2 jobs.")
     assert (await served.store.get(kept)).state is JobState.DEAD
     assert (await served.store.get(waiting)).state is JobState.PENDING
     await expect_audit(tab, served, [("token:admin", "jobs.purge", "", "kind sync", "2")])

@@ -31,7 +31,7 @@ async def test_a_waiting_job_shows_what_it_waits_on_and_links_its_workflow(
     await page.page.goto(served.url + f"/#/jobs/{merge.id}")
     await expect(page.page.locator("dl.fields").first).to_contain_text("waiting on 2")
     section = page.page.locator("dl.workflow")
-    await expect(section).to_contain_text(f"{a.id}: 0 of 4 job(s) finished")
+    await expect(section).to_contain_text(f"{a.id}: 0 of 4 jobs finished")
     await expect(section.locator(f'a[href="#/jobs/{a.id}"]')).to_have_text(str(a.id))
     await expect(section.locator(f'a[href="#/jobs/{b.id}"]')).to_have_text(str(b.id))
     await section.locator(f'a[href="#/jobs/{report.id}"]').click()
@@ -67,7 +67,7 @@ async def test_a_workflow_page_lists_its_jobs_live_and_cancels_what_has_not_fini
 
     await page.page.get_by_role("button", name="Cancel workflow…").click()
     await page.page.get_by_role("button", name="Cancel them").click()
-    await expect(page.page.locator("dialog .dialog-text")).to_have_text("2 job(s) cancelled.")
+    await expect(page.page.locator("dialog .dialog-text")).to_have_text("2 jobs cancelled.")
     assert (await served.store.get(c.id)).state.value == "cancelled"
     await expect_audit(
         page.page, served, [("token:admin", "workflow.cancel", f"workflow:{a.id}", "", "2")]

@@ -228,3 +228,15 @@ async def test_bad_input_is_refused_and_a_job_that_is_no_task_never_runs(
     assert job.state is JobState.DEAD and "os.system" in (job.last_error or "")
     page = await project.store.list_jobs(JobFilter(), limit=10)
     assert [job.kind for job in page.jobs] == ["os.system"]  # the refused enqueues wrote nothing
+
+
+async def test_enqueue_hooks_registered_on_the_backends_app_run_on_each_enqueue(
+    project: Project,
+) -> None:
+    outcome = project.step("enqueue_hooks")
+
+    assert outcome["priority"] == 10, "the before hook raised the task's priority of 3"
+    assert outcome["seen"] == [outcome["id"]], "the after hook saw the job written"
+    assert outcome["refused"] == "refused by the project's hook"
+    page = await project.store.list_jobs(JobFilter(), limit=10)
+    assert [job.id for job in page.jobs] == [outcome["id"]], "the refused task wrote nothing"

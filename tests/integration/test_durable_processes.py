@@ -27,7 +27,14 @@ from tests.support.durablerecord import (
     read_tx,
 )
 from tests.support.history import check_store
-from tests.support.processes import Fleet, WorkerOptions, WorkerProcess, eventually, supervise
+from tests.support.processes import (
+    Fleet,
+    WorkerOptions,
+    WorkerProcess,
+    eventually,
+    reaped,
+    supervise,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -63,12 +70,8 @@ def record(database_url: str, tmp_path: Path) -> str:
 
 @pytest.fixture
 def fleet(database_url: str, store: Store, tmp_path: Path, record: str) -> Iterator[Fleet]:
-    fleet = Fleet(database_url, store, tmp_path, OPTIONS)
-    try:
+    with reaped(Fleet(database_url, store, tmp_path, OPTIONS)) as fleet:
         yield fleet
-    finally:
-        fleet.close()
-        print(fleet.logs(tail=40))
 
 
 def start(fleet: Fleet, record: str, name: str, **overrides: object) -> WorkerProcess:

@@ -4,6 +4,7 @@ fleet's counters add up to the jobs it ran (rota serve's /metrics only sees its 
 from __future__ import annotations
 
 import asyncio
+import http.client
 import re
 import socket
 import urllib.request
@@ -60,7 +61,13 @@ async def test_each_worker_serves_its_own_counters_and_they_add_up(
     fleet: Fleet, store: Store
 ) -> None:
     ports = {name: free_port() for name in ("a", "b")}
-    await fleet.start_ready("a", env={"ROTA_METRICS_PORT": str(ports["a"])})
+    await fleet.start_ready(
+        "a",
+        env={
+            "ROTA_METRICS_PORT": str(ports["a"]),
+            "ROTA_METRICS_ALLOWED_HOSTS": "worker-a.internal",
+        },
+    )
     await fleet.start_ready("b", env={"ROTA_METRICS_PORT": str(ports["b"])})
     results = await store.enqueue([JobSpec(kind="sleep", payload=0.05) for _ in range(12)])
 
@@ -80,6 +87,10 @@ async def test_each_worker_serves_its_own_counters_and_they_add_up(
         text = await asyncio.to_thread(scrape, port)
         assert "rota_job_duration_seconds_bucket" in text
         assert "rota_queue_jobs" not in text
+    # Scraped by a configured name, an address or localhost; any other name is refused.
+    for host, status in (("worker-a.internal", 200), ("localhost", 200), ("evil.example", 421)):
+        assert await asyncio.to_thread(status_for, ports["a"], host) == status, host
+    assert await asyncio.to_thread(status_for, ports["b"], "worker-a.internal") == 421
 
 
 async def test_a_metrics_port_that_cannot_be_bound_is_one_line_and_exit_code_2(
@@ -97,3 +108,12 @@ async def test_a_metrics_port_that_cannot_be_bound_is_one_line_and_exit_code_2(
     out_of_range = fleet.start("range", env={"ROTA_METRICS_PORT": "70000"})
     assert await out_of_range.wait_exit() == 2
     assert "70000 is not in the range" in out_of_range.stderr()
+
+
+def status_for(port: int, host: str) -> int:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("GET", "/metrics", headers={"Host": f"{host}:{port}"})
+        return conn.getresponse().status
+    finally:
+        conn.close()

@@ -110,6 +110,22 @@ async def test_a_refused_connection_is_retried_within_the_wait_then_named_with_h
     assert PASSWORD not in str(failure) + caplog.text
 
 
+@pytest.mark.parametrize("command", [["jobs", "list"], ["enqueue", "email"], ["migrate"]])
+def test_a_command_reports_a_refused_connection_at_its_first_attempt(
+    refused_url: str, tmp_path: Path, command: list[str]
+) -> None:
+    # A one-shot command's user is waiting: no retrying a refused connection for seconds
+    # first (a long-running store still does, in case the server is restarting).
+    result = cli("--log-level", "debug", *command, url=refused_url, cwd=tmp_path)
+    assert result.returncode == 2
+    tried = [line for line in result.stderr.splitlines() if "connection attempt" in line]
+    assert len(tried) == 1, result.stderr
+    assert result.stderr.splitlines()[-1] == (
+        f"error: connection refused at 127.0.0.1:{urlsplit(refused_url).port}: "
+        "is PostgreSQL running there?"
+    )
+
+
 @pytest.fixture(scope="module")
 def password_cluster(pg_server: Server) -> Iterator[Cluster]:
     """A throwaway cluster where the role ``rota_pw`` must give its password."""

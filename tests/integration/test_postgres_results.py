@@ -152,3 +152,27 @@ def test_result_sync_waits_on_postgresql_from_synchronous_code(pg_url: str) -> N
         assert app.results.get_sync(job.id, timeout=60) == {"sync": True}
     finally:
         asyncio.run(app.close())
+
+
+async def test_a_long_result_is_kept_out_of_its_job_s_row_and_pruned_with_it(
+    pg_url: str,
+) -> None:
+    store = PostgresStore.from_url(pg_url)
+    try:
+        [enqueued] = await store.enqueue([JobSpec(kind="report")])
+        [job] = await store.claim("w", queues=["default"], limit=1, lease=timedelta(seconds=30))
+        text = '"' + "x" * 100_000 + '"'
+        assert await store.complete_many([job.lease], results=[text]) == []
+        assert (await store.get(job.id)).result == "x" * 100_000
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            row = conn.execute("SELECT result FROM rota_jobs WHERE id = %s", (job.id,)).fetchone()
+            assert row == (None,), "the row stays small"
+            kept = conn.execute("SELECT count(*) FROM rota_results WHERE job_id = %s", (job.id,))
+            assert kept.fetchone() == (1,)
+            assert enqueued.job.id == job.id
+        await store.prune(older_than=job.created_at + timedelta(days=1))
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            left = conn.execute("SELECT count(*) FROM rota_results WHERE job_id = %s", (job.id,))
+            assert left.fetchone() == (0,), "gone with its job"
+    finally:
+        await store.close()

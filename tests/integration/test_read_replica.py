@@ -168,6 +168,31 @@ async def test_reads_come_from_the_replica_and_writes_and_their_answers_from_the
     await eventually(lambda: _lag_is(api, 0.0), within_s=30, what="the lag back to 0")
 
 
+@pytest.mark.postgres
+async def test_an_idle_primary_s_replica_has_no_lag_while_it_has_wal_without_commits_to_replay(
+    pair: tuple[str, str], api: httpx.AsyncClient, primary: Store, replay: Replay
+) -> None:
+    await primary.enqueue([JobSpec(kind="email")])  # a commit for the replica to replay
+    await eventually(lambda: _lag_is(api, 0.0), within_s=30, what="the replica to catch up")
+    await replay.pause()
+    # WAL without a commit, as an idle primary writes (checkpoints, standby snapshots): the
+    # replica has less WAL replayed than the primary wrote, but lacks no committed row.
+    async with await psycopg.AsyncConnection.connect(pair[0], autocommit=True) as conn:
+        await conn.execute("CHECKPOINT")
+        row = await (await conn.execute("SELECT pg_current_wal_lsn()::text")).fetchone()
+    assert row is not None
+    async with await psycopg.AsyncConnection.connect(pair[1], autocommit=True) as conn:
+        behind = await conn.execute("SELECT pg_last_wal_replay_lsn() < %s::pg_lsn", (row[0],))
+        assert (await behind.fetchone()) == (True,), "the replica has WAL left to replay"
+    assert await lag(api) == {"replaying": True, "lag_seconds": 0.0}
+
+    # A commit the replica lacks is lag.
+    await primary.enqueue([JobSpec(kind="email")])
+    assert (await lag(api))["lag_seconds"] > 0
+    await replay.resume()
+    await eventually(lambda: _lag_is(api, 0.0), within_s=30, what="the lag back to 0")
+
+
 async def _lag_is(api: httpx.AsyncClient, seconds: float) -> dict[str, Any] | None:
     found = await lag(api)
     return found if found["lag_seconds"] == seconds else None

@@ -524,6 +524,22 @@ async def test_every_kind_of_outcome_ends_in_the_right_state_in_a_real_process(
     report.assert_clean()
 
 
+async def test_a_single_attempt_job_returning_a_huge_integer_ends_dead_after_one_run(
+    fleet: Fleet, store: Store
+) -> None:
+    await fleet.start_ready("a")
+    job = await enqueue(store, "huge_result", max_attempts=1)
+    dead = await finished(store, job.id)
+    assert (dead.state, dead.attempt) == (JobState.DEAD, 1)
+    assert dead.last_error is not None
+    assert dead.last_error.startswith(
+        "the handler's return value cannot be stored: result: cannot be written as JSON: "
+        "Exceeds the limit (4300 digits) for integer string conversion"
+    )
+    assert len(events_of(fleet, job.id, START)) == 1
+    assert [outcome for _, outcome in await outcomes(store, job.id)] == [Outcome.FAILED]
+
+
 async def test_a_timed_out_sync_handler_is_not_run_again_while_its_thread_still_runs(
     fleet: Fleet, store: Store
 ) -> None:

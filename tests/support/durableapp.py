@@ -18,6 +18,8 @@ Kinds:
   (a process paused inside the transaction, with its write not yet committed).
 - ``sleep_then`` ``{"s": seconds}``: a durable sleep, then success.
 - ``wait_then`` ``{"key": k, "timeout": seconds}``: returns the signal's data.
+- ``wait_or_not`` ``{"key": k, "timeout": seconds}``: returns the signal's data, or
+  ``"timed out"`` when the wait's deadline came first (the documented ``WaitTimeout``, caught).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import rota
-from rota import JobContext, RetryPolicy
+from rota import JobContext, RetryPolicy, WaitTimeout
 from tests.support.durablerecord import RECORD_ENV, read_record
 from tests.support.history import HISTORY_ENV, Recorder
 
@@ -142,6 +144,15 @@ async def sleep_then(ctx: JobContext, payload: Any) -> str:
 async def wait_then(ctx: JobContext, payload: Any) -> Any:
     with recorder.execution(ctx):
         return await ctx.wait_for(payload["key"], timeout=timedelta(seconds=payload["timeout"]))
+
+
+@app.job("wait_or_not", retry=FAST_RETRY, max_attempts=20)
+async def wait_or_not(ctx: JobContext, payload: Any) -> Any:
+    with recorder.execution(ctx):
+        try:
+            return await ctx.wait_for(payload["key"], timeout=timedelta(seconds=payload["timeout"]))
+        except WaitTimeout:
+            return "timed out"
 
 
 @app.job("quick", retry=FAST_RETRY)

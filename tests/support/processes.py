@@ -17,10 +17,10 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rota.store import Store
 from tests.support.history import HISTORY_ENV
@@ -343,3 +343,17 @@ def sqlite_write_lock_is_free(path: str | os.PathLike[str]) -> bool:
         raise
     finally:
         conn.close()
+
+
+F = TypeVar("F", bound=Fleet)
+
+
+@contextlib.contextmanager
+def reaped(fleet: F, *, tail: int = 40) -> Iterator[F]:
+    """``fleet``; on exit every worker is reaped and the last ``tail`` lines of each one's log
+    printed (pytest shows them when the test failed)."""
+    try:
+        yield fleet
+    finally:
+        fleet.close()
+        print(fleet.logs(tail=tail))

@@ -102,6 +102,13 @@ async def snooze_once(ctx: JobContext, payload: Any) -> None:
             raise Snooze(float(payload))
 
 
+@app.job("huge_result", retry=FAST_RETRY)
+async def huge_result(ctx: JobContext, payload: Any) -> int:
+    """Returns an integer of 5,001 digits: more than Python turns into text (4,300)."""
+    with recorder.execution(ctx):
+        return 10**5000
+
+
 @app.job("pill", retry=FAST_RETRY)
 async def pill(ctx: JobContext, payload: Any) -> None:
     """A poison pill: kills its own worker process (SIGKILL) as soon as it starts."""

@@ -153,6 +153,7 @@ def test_worker_claims_up_to_its_claim_batch(
         ready: object,
         metrics_port: object,
         metrics_host: object,
+        metrics_allowed_hosts: object = (),
         **options: object,
     ) -> None:
         await self.open()

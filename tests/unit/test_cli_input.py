@@ -150,14 +150,56 @@ def test_a_read_does_not_turn_another_sqlite_file_into_a_rota_database(tmp_path:
     assert tables == ["users"]
 
 
-def test_commands_that_create_still_create(tmp_path: Path) -> None:
-    for args, name in (
-        (["enqueue", "k"], "a.db"),
-        (["schedules", "add", "s", "--kind", "k", "--every", "1h"], "b.db"),
-        (["queues", "pause", "q"], "c.db"),
-        (["limits", "set", "--kind", "k", "--concurrency", "1"], "d.db"),
-        (["migrate"], "e.db"),
-    ):
+CREATING_COMMANDS = (
+    (["enqueue", "k"], "a.db"),
+    (["schedules", "add", "s", "--kind", "k", "--every", "1h"], "b.db"),
+    (["queues", "pause", "q"], "c.db"),
+    (["limits", "set", "--kind", "k", "--concurrency", "1"], "d.db"),
+    (["migrate"], "e.db"),
+)
+
+
+def test_commands_that_create_still_create_and_say_so(tmp_path: Path) -> None:
+    for args, name in CREATING_COMMANDS:
+        path = tmp_path / name
+        ran = invoke(*args, env={"ROTA_DATABASE_URL": sqlite_url(path)})
+        assert ran.code == 0, args
+        assert path.is_file()
+        assert f"creating a new SQLite database at {path}\n" in ran.err, args
+    again = invoke("enqueue", "k", env={"ROTA_DATABASE_URL": sqlite_url(tmp_path / "a.db")})
+    assert again.code == 0
+    assert "creating" not in again.err, "an existing database is not announced"
+
+
+def test_commands_that_create_refuse_a_folder_that_does_not_exist(tmp_path: Path) -> None:
+    for args, name in CREATING_COMMANDS:
         url = sqlite_url(tmp_path / "new" / name)
-        assert invoke(*args, env={"ROTA_DATABASE_URL": url}).code == 0, args
-        assert (tmp_path / "new" / name).is_file()
+        with pytest.raises(InvalidInput) as refused:
+            invoke(*args, env={"ROTA_DATABASE_URL": url})
+        assert str(refused.value).startswith(
+            f"no folder {tmp_path}/new for the database {tmp_path}/new/{name}: create it first"
+        ), args
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_relative_path_from_another_folder_is_one_line_exit_2(tmp_path: Path) -> None:
+    (tmp_path / "elsewhere").mkdir()
+    ran = rota("enqueue", "email", url="sqlite:///data/rota.db", cwd=tmp_path / "elsewhere")
+    assert_one_line_exit_2(
+        ran.code,
+        ran.out,
+        ran.err_lines,
+        f"no folder {tmp_path}/elsewhere/data for the database {tmp_path}/elsewhere/data/rota.db",
+    )
+    assert os.listdir(tmp_path / "elsewhere") == []
+
+
+@pytest.mark.parametrize("command", [["worker"], ["serve", "--port", "0"]])
+def test_worker_and_serve_refuse_a_database_folder_that_does_not_exist(
+    tmp_path: Path, command: list[str]
+) -> None:
+    ran = rota(*command, "--app", "rota.demo:app", url="sqlite:///data/rota.db", cwd=tmp_path)
+    assert_one_line_exit_2(
+        ran.code, ran.out, ran.err_lines, f"no folder {tmp_path}/data for the database"
+    )
+    assert os.listdir(tmp_path) == []

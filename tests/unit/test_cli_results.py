@@ -50,9 +50,10 @@ def test_jobs_show_prints_the_result_and_the_progress(tmp_path: Path) -> None:
     [line] = [line for line in shown.splitlines() if line.strip().startswith("result:")]
     assert '"answer": 42' in line
     assert "\x1b" not in shown, "control characters from data are escaped"
-    assert "progress:" not in shown
+    assert "progress: 100%" in shown, "a job that succeeded did all its work"
     as_json = json.loads(_show(db, str(done), "--json"))
     assert as_json["result"] == {"answer": 42, "note": "\x1b[31mred"}
+    assert as_json["progress"] == 1.0
 
     shown = _show(db, str(running))
     assert "progress: 42% page 42 of 100" in shown

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -11,7 +12,9 @@ import pytest
 from click.testing import CliRunner
 
 from rota.cli import cli
-from tests.support.cli import migrated
+from rota.store import open_store
+from rota.store.base import WorkerInfo
+from tests.support.cli import invoke, migrated, sqlite_url
 
 
 def run(*args: str, db: Path, **env: str) -> tuple[int, str, str]:
@@ -238,3 +241,46 @@ def test_list_pages_by_name_with_a_cursor(tmp_path: Path) -> None:
 
     code, out, _ = run("schedules", "list", "--limit", "2", db=db, COLUMNS="200")
     assert code == 0 and f"more: --cursor {first['next_cursor']}" in out
+
+
+def _register_workers(db: Path, *workers: WorkerInfo) -> None:
+    async def go() -> None:
+        store = open_store(sqlite_url(db))
+        try:
+            for worker in workers:
+                await store.register_worker(worker)
+        finally:
+            await store.close()
+
+    asyncio.run(go())
+
+
+def test_add_warns_for_a_kind_no_live_worker_runs(tmp_path: Path) -> None:
+    db = migrated(tmp_path / "cli.db")
+    _register_workers(
+        db,
+        WorkerInfo("w1", "h", 1, ("default",), 4, kinds=("email", "report")),
+        WorkerInfo("w2", "h", 2, ("other",), 4, kinds=("emial",)),
+    )
+    env = {"ROTA_DATABASE_URL": sqlite_url(db)}
+    typo = invoke("schedules", "add", "s1", "--kind", "emial", "--every", "1h", env=env)
+    assert typo.code == 0, "accepted: workers for it may come later"
+    assert typo.err_lines == [
+        "warning: no live worker runs kind 'emial' on queue 'default' (kinds run there: "
+        "'email', 'report'); its jobs will wait until a worker that runs it starts (--app "
+        "checks the kind against your app)"
+    ]
+    known = invoke("schedules", "add", "s2", "--kind", "email", "--every", "1h", env=env)
+    assert (known.code, known.err_lines) == (0, [])
+
+
+def test_add_warns_when_no_worker_is_alive_and_not_for_one_that_runs_any_kind(
+    tmp_path: Path,
+) -> None:
+    db = migrated(tmp_path / "cli.db")
+    env = {"ROTA_DATABASE_URL": sqlite_url(db)}
+    alone = invoke("schedules", "add", "s1", "--kind", "email", "--every", "1h", env=env)
+    assert "(kinds run there: none)" in alone.err
+    _register_workers(db, WorkerInfo("any", "h", 1, ("default",), 4, kinds=None))
+    anything = invoke("schedules", "add", "s2", "--kind", "whatever", "--every", "1h", env=env)
+    assert (anything.code, anything.err_lines) == (0, [])

@@ -284,5 +284,11 @@ def test_workers_alive_by_postgresqls_clock(pg_url: str) -> None:
     asyncio.run(register(pg_url, AGES))
     ran = rota("workers", "--json", url=pg_url)
     assert ran.code == 0, ran.err
-    alive = {w["name"]: w["alive"] for w in json.loads(ran.out)["workers"]}
-    assert alive == {"fresh": True, "late": True, "gone": False}
+    workers = json.loads(ran.out)["workers"]
+    # Verdict by verdict on the age the answer reports: the command may take seconds to start
+    # on a busy machine, and "late" may cross the line meanwhile.
+    verdicts = judged(workers, 10.0)
+    assert all(alive == by_rule for alive, by_rule in verdicts.values()), verdicts
+    assert verdicts["fresh"] == (True, True) and verdicts["gone"] == (False, False)
+    ages = {w["name"]: w["heartbeat_age_seconds"] for w in workers}
+    assert ages["late"] >= AGES["late"].total_seconds(), ages  # the database's clock

@@ -1,4 +1,4 @@
-"""ctx.progress: validated in the handler, carried by the next heartbeat, never written alone."""
+"""ctx.progress: validated in the handler, written within a second (coalesced), fenced."""
 
 from __future__ import annotations
 

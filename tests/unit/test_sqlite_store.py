@@ -581,3 +581,24 @@ async def _drive_randomly(
                 await both("prune_workers", older_than=clock.now() - timedelta(seconds=30))
     await both("list_jobs", JobFilter(), limit=500)
     await both("counts")
+
+
+async def test_a_long_result_is_kept_out_of_its_job_s_row_and_deleted_with_it(
+    store: SqliteStore, clock: FakeClock
+) -> None:
+    await store.enqueue([JobSpec(kind="report")])
+    [job] = await store.claim("w", queues=["default"], limit=1, lease=timedelta(seconds=30))
+    text = '"' + "x" * 100_000 + '"'
+    assert await store.complete_many([job.lease], results=[text]) == []
+    assert (await store.get(job.id)).result == "x" * 100_000
+    with sqlite3.connect(store.path) as conn:
+        assert conn.execute("SELECT result FROM rota_jobs WHERE id = ?", (job.id,)).fetchone() == (
+            None,
+        ), "the row stays small"
+        assert conn.execute("SELECT count(*) FROM rota_results").fetchone() == (1,)
+    conn.close()
+    clock.advance(timedelta(days=2))
+    assert await store.prune(older_than=clock.now() - timedelta(days=1)) == 1
+    with sqlite3.connect(store.path) as conn:
+        assert conn.execute("SELECT count(*) FROM rota_results").fetchone() == (0,)
+    conn.close()

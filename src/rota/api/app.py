@@ -26,11 +26,14 @@ from rota.api.schedule_models import ScheduleCreate, ScheduleEdit
 from rota.api.schemas import JobCreate, JobFilterBody, JobReschedule
 from rota.api.security import Authenticator, SecurityMiddleware
 from rota.api.settings import ApiSettings
+from rota.api.shares import ReadShare
 from rota.client import Client
+from rota.domain.clock import Clock, SystemClock
 from rota.domain.job import validate_name
 from rota.domain.workflow import WorkflowBuilder
 from rota.observability.metrics import Metrics
 from rota.store.replica import ReadReplica
+from rota.verbs.enqueue import Enqueuer
 
 #: Request bodies the routes parse themselves; their schemas are added to the document.
 _REQUEST_MODELS = (
@@ -53,14 +56,19 @@ def create_app(
     demo: bool = False,
     replica: ReadReplica | None = None,
     workflows: Mapping[str, WorkflowBuilder] | None = None,
+    clock: Clock | None = None,
+    enqueuer: Enqueuer | None = None,
 ) -> FastAPI:
     """The API and dashboard for ``client``'s store.
 
     ``kinds`` limits POST /api/jobs to those kinds (None: any valid kind name); ``demo`` shows
     the dashboard's preset buttons; with ``replica`` (a streaming replica of the store), the
     read routes answer from it and /api/stats says how far it trails; ``workflows`` (the App's
-    ``workflow_builders()``) lets "run now" start a workflow schedule. Binding is the caller's
-    business: call ``check_bind``.
+    ``workflow_builders()``) lets "run now" start a workflow schedule; with ``enqueuer``
+    (``app.enqueuer``) ``POST /api/jobs`` enqueues through the App, its enqueue hooks
+    included; ``clock`` times each
+    identity's read rate (real time by default). Binding is the caller's business: call
+    ``check_bind``.
     """
     if kinds is not None:
         for kind in kinds:
@@ -76,6 +84,7 @@ def create_app(
         reads=Client(replica.store) if replica is not None else client,
         replica=replica,
         workflows=dict(workflows or {}),
+        enqueuer=enqueuer,
     )
     # Swagger UI and ReDoc load scripts from a CDN and inline, which our CSP forbids.
     app = FastAPI(title="rota", version=_version(), docs_url=None, redoc_url=None)
@@ -92,6 +101,13 @@ def create_app(
     # body, so an anonymous client cannot make the server buffer bodies.
     app.add_middleware(
         RequestGate, limit=settings.max_concurrent_requests, max_body=settings.max_body_bytes
+    )
+    # Outside the gate: a read over its identity's share is refused before it queues.
+    app.add_middleware(
+        ReadShare,
+        concurrent=settings.max_reads_per_identity,
+        per_second=settings.read_rate_per_identity,
+        monotonic=(clock or SystemClock()).monotonic,
     )
     app.add_middleware(
         SecurityMiddleware,
@@ -139,12 +155,23 @@ def _document(app: FastAPI) -> dict[str, Any]:
         schemas[model.__name__] = model.model_json_schema(
             ref_template="#/components/schemas/{model}"
         )
-    for path_item in document.get("paths", {}).values():
-        for operation in path_item.values():
-            operation.get("responses", {}).pop("422", None)
+    for path, path_item in document.get("paths", {}).items():
+        for method, operation in path_item.items():
+            responses = operation.get("responses", {})
+            responses.pop("422", None)
+            if method == "get" and path != "/healthz":  # rota.api.shares
+                responses.setdefault("429", _TOO_MANY_READS)
     for name in ("HTTPValidationError", "ValidationError"):
         schemas.pop(name, None)
     return document
+
+
+#: Every read may be refused when its identity is over its share (rota.api.shares).
+_TOO_MANY_READS = {
+    "description": "This identity has too many reads in flight or started too many this "
+    "second; Retry-After says when to try again.",
+    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+}
 
 
 def _version() -> str:

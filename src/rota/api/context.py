@@ -9,6 +9,8 @@ from typing import TypeVar
 
 from starlette.requests import Request
 
+from rota.api.credentials import Role
+from rota.api.errors import ApiError
 from rota.api.security import Authenticator, principal_of
 from rota.api.settings import ApiSettings
 from rota.client import Client
@@ -17,6 +19,7 @@ from rota.domain.workflow import WorkflowBuilder
 from rota.observability.metrics import Metrics
 from rota.operator import Operator
 from rota.store.replica import ReadReplica
+from rota.verbs.enqueue import Enqueuer
 
 T = TypeVar("T")
 
@@ -40,6 +43,8 @@ class ApiContext:
     #: The serving App's workflow schedule builders, by schedule name: what "run now" on a
     #: workflow schedule writes (without them it answers 409).
     workflows: Mapping[str, WorkflowBuilder] = field(default_factory=dict)
+    #: The serving App's enqueue path (its hooks included); None enqueues on ``client``.
+    enqueuer: Enqueuer | None = None
 
     async def read_one(self, read: Callable[[Client], Awaitable[T]]) -> T:
         """``read(reads)``; when it finds no such job or schedule on a replica, which may not
@@ -55,6 +60,15 @@ class ApiContext:
         """The operator verbs on the primary, recorded in the audit log as this request's
         authenticated identity."""
         return Operator(self.client, principal_of(request.scope).identity, workflows=self.workflows)
+
+    def require_admin(self, request: Request, what: str) -> None:
+        """Refuse (403) ``what`` to an operator: the admin-only changes the front door cannot
+        tell from the path alone (a repeating job creates a schedule)."""
+        principal = principal_of(request.scope)
+        if principal.role is Role.OPERATOR:
+            raise ApiError(
+                403, f"operator identity: {principal.identity} may not {what} (admin only)"
+            )
 
     async def now(self) -> datetime:
         """The store's clock: the API's only source of "now"."""

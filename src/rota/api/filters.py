@@ -56,6 +56,7 @@ def build_filter(
     tenant: str | None,
     q: str | None,
     schedule: str | None = None,
+    workflow: int | None = None,
 ) -> JobFilter:
     """A JobFilter; ApiError / InvalidJob (400) naming the field for a malformed value."""
     return JobFilter(
@@ -64,6 +65,7 @@ def build_filter(
         queue=validate_name("queue", queue, required=False),
         tenant=validate_name("tenant", tenant, required=False),
         schedule=validate_name("schedule", schedule, required=False),
+        workflow=workflow,
         search=parse_search(q),
     )
 
@@ -76,6 +78,7 @@ def filter_from_query(
     tenant: str | None,
     q: str | None,
     schedule: str | None = None,
+    workflow: int | None = None,
 ) -> JobFilter:
     """Like build_filter, but an empty parameter (``?kind=``, as forms send) does not filter."""
     return build_filter(
@@ -85,6 +88,7 @@ def filter_from_query(
         tenant=tenant or None,
         q=q,
         schedule=schedule or None,
+        workflow=workflow,
     )
 
 

@@ -10,7 +10,6 @@ from fastapi import APIRouter, Path, Query, Request, Response
 from pydantic import StringConstraints
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from rota import workflows
 from rota.api.blockers import blocked_by
 from rota.api.body import read_json_object
 from rota.api.context import ApiContext
@@ -30,8 +29,11 @@ from rota.api.schemas import (
     JobList,
     JobOut,
     JobReschedule,
+    RelatedOut,
+    RelatedPage,
     StateCounts,
     attempt_out,
+    detail_values,
     errors,
     job_out,
     job_summary,
@@ -49,8 +51,9 @@ from rota.domain.job import (
     JobState,
     check_known_kind,
     parse_instant,
+    payload_text,
 )
-from rota.store.base import MAX_BULK, JobFilter
+from rota.store.base import MAX_BULK, JobFilter, decode_cursor, encode_cursor
 
 #: Job ids are PostgreSQL bigints; anything larger cannot name a job.
 MAX_JOB_ID = 2**63 - 1
@@ -87,6 +90,10 @@ Search = Annotated[
     ),
 ]
 JobId = Annotated[int, Path(ge=1, le=MAX_JOB_ID)]
+WorkflowFilter = Annotated[
+    int | None,
+    Query(ge=1, le=MAX_JOB_ID, description="Only the jobs of this workflow (its first job's id)."),
+]
 
 
 def jobs_router(ctx: ApiContext) -> APIRouter:
@@ -110,15 +117,24 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
                 description="Only the jobs this schedule enqueued.",
             ),
         ] = None,
+        workflow: WorkflowFilter = None,
         cursor: IdCursor = None,
         limit: PageLimit = 50,
     ) -> JobList:
         """Jobs matching the filters, newest first, one keyset page at a time; each with
         bounded previews of its payload and last error (the job's own route has them whole)."""
         job_filter = filter_from_query(
-            states=state, kind=kind, queue=queue, tenant=tenant, q=q, schedule=schedule
+            states=state,
+            kind=kind,
+            queue=queue,
+            tenant=tenant,
+            q=q,
+            schedule=schedule,
+            workflow=workflow,
         )
-        page = await ctx.reads.list_jobs(job_filter, cursor=cursor or None, limit=limit)
+        page = await ctx.reads.list_jobs(
+            job_filter, cursor=cursor or None, limit=limit, previews=True
+        )
         now = await ctx.now()
         reasons = await blocked_by(ctx, page.jobs, now)
         return JobList(
@@ -156,6 +172,7 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
         if body.every_seconds is not None:
             if body.depends_on is not None:
                 raise InvalidJob("depends_on", "a schedule's jobs cannot depend on other jobs")
+            ctx.require_admin(request, "create a schedule")
             return await create_every_schedule(client, body, ctx.operator(request))
         spec = client.spec(
             body.kind,
@@ -176,12 +193,22 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
             unique_states=body.unique_states,
             on_conflict=body.on_conflict or "skip",
         )
-        if body.depends_on is not None:
-            result = await workflows.enqueue_after(
-                client.store, spec, body.depends_on, body.on_parent_failure or "cancel"
+        # Recorded with the identity that asked: the dashboard's form and any API client.
+        operator = ctx.operator(request)
+        if ctx.enqueuer is not None:  # the App's own path, its enqueue hooks included
+            result = await ctx.enqueuer.enqueue(
+                spec,
+                depends_on=body.depends_on,
+                on_parent_failure=body.on_parent_failure or "cancel",
+                store=client.store,
             )
+            await operator.record_enqueue(result)
         else:
-            [result] = await client.enqueue_many([spec])
+            result = await operator.enqueue(
+                spec,
+                depends_on=body.depends_on,
+                on_parent_failure=body.on_parent_failure or "cancel",
+            )
         if result.duplicate:
             response.status_code = 200
         return JobCreated(
@@ -292,12 +319,73 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
         now = await ctx.now()
         [why] = await blocked_by(ctx, [job], now)
         return JobDetail(
-            **job_out(job),
+            **(job_out(job) | detail_values(job)),
             now=now,
             attempts=[attempt_out(a) for a in attempts],
             blocked_by=why,
             steps=[step_out(step) for step in steps],
             suspended=suspension_out(suspension(job, steps)),
+        )
+
+    @router.get(
+        "/api/jobs/{job_id}/payload",
+        response_class=Response,
+        responses={200: {"content": {"application/json": {}}}, **errors(400, 401, 404, 503)},
+    )
+    async def get_payload(job_id: JobId) -> Response:
+        """The job's payload, whole, as its JSON (the job's answer cuts one over 64 KiB)."""
+        job = await ctx.read_one(lambda source: source.get(job_id))
+        return Response(payload_text(job.payload), media_type="application/json")
+
+    @router.get(
+        "/api/jobs/{job_id}/result",
+        response_class=Response,
+        responses={200: {"content": {"application/json": {}}}, **errors(400, 401, 404, 503)},
+    )
+    async def get_result(job_id: JobId) -> Response:
+        """The job's result, whole, as its JSON (null without one)."""
+        job = await ctx.read_one(lambda source: source.get(job_id))
+        return Response(payload_text(job.result), media_type="application/json")
+
+    @router.get(
+        "/api/jobs/{job_id}/parents",
+        response_model=RelatedPage,
+        responses=errors(400, 401, 404, 503),
+    )
+    async def get_parents(
+        job_id: JobId, cursor: IdCursor = None, limit: PageLimit = 50
+    ) -> RelatedPage:
+        """One page of the jobs this job runs after, by id, each with its state."""
+        return await _related(job_id, parents=True, cursor=cursor, limit=limit)
+
+    @router.get(
+        "/api/jobs/{job_id}/children",
+        response_model=RelatedPage,
+        responses=errors(400, 401, 404, 503),
+    )
+    async def get_children(
+        job_id: JobId, cursor: IdCursor = None, limit: PageLimit = 50
+    ) -> RelatedPage:
+        """One page of the jobs that run after this job, by id, each with its state."""
+        return await _related(job_id, parents=False, cursor=cursor, limit=limit)
+
+    async def _related(
+        job_id: int, *, parents: bool, cursor: str | None, limit: int
+    ) -> RelatedPage:
+        after = decode_cursor(cursor) if cursor else None
+
+        async def read(source: Client) -> list[tuple[int, JobState, str]]:
+            await source.get(job_id)  # 404 for no such job
+            return await source.store.related(job_id, parents=parents, after=after, limit=limit + 1)
+
+        found = await ctx.read_one(read)
+        page = found[:limit]
+        return RelatedPage(
+            jobs=[
+                RelatedOut(id=other, state=state.value, on_parent_failure=policy)  # type: ignore[arg-type]
+                for other, state, policy in page
+            ],
+            next_cursor=encode_cursor(page[-1][0]) if len(found) > limit else None,
         )
 
     @router.post(

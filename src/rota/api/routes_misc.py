@@ -94,6 +94,7 @@ def misc_router(ctx: ApiContext) -> APIRouter:
             kinds=sorted(ctx.kinds) if ctx.kinds is not None else None,
             login=ctx.authenticator.login_enabled,
             identity=principal.identity,
+            role=principal.role.value,
         )
 
     @router.get(

@@ -118,12 +118,12 @@ def pages_router(ctx: ApiContext) -> APIRouter:
             return login_page("The form could not be read.", 400, root)
         now = await ctx.now()
         address = client_address(request.scope)
-        # A blocked address is not even checked; a right token from anywhere else always is.
-        if throttle.address_blocked(address, now):
-            return login_page("Too many failed attempts; wait a minute.", 429, root)
         token = next(iter(form.get("token", [])), "")
         principal = auth.token_principal(token)
+        # A right token is always accepted, even from a throttled address; wrong ones are not.
         if principal is None:
+            if throttle.address_blocked(address, now):
+                return login_page("Too many failed attempts; wait a minute.", 429, root)
             blocked = throttle.prefix_blocked(token, now)
             throttle.failed(address, token, now)
             if blocked:

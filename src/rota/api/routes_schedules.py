@@ -14,6 +14,7 @@ from fastapi import APIRouter, Path, Query, Request, Response
 
 from rota.api.body import read_json_object
 from rota.api.context import ApiContext
+from rota.api.errors import ApiError, job_error_message
 from rota.api.paging import PageLimit
 from rota.api.routes_jobs import json_body
 from rota.api.schedule_models import (
@@ -26,7 +27,9 @@ from rota.api.schedule_models import (
     spec_from_body,
 )
 from rota.api.schemas import JobCreated, job_out
+from rota.domain.errors import InvalidJob
 from rota.domain.job import MAX_NAME_LENGTH, NAME_PATTERN, check_known_kind
+from rota.domain.schedule import ScheduleSpec
 from rota.domain.schedule_state import Schedule
 
 ScheduleName = Annotated[
@@ -51,6 +54,28 @@ async def rendered(schedules: list[Schedule]) -> list[ScheduleOut]:
 #: One thread renders schedules, whatever the number of requests: each more thread that
 #: computes would take the GIL from the loop (and from in-process workers) in turn.
 _RENDERER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rota-schedules")
+
+
+def checked_spec(ctx: ApiContext, body: ScheduleCreate) -> ScheduleSpec:
+    """The schedule ``body`` defines, or one 400 naming every problem of its kind and its rule
+    at once ("kind: ...; cron: ..."), so a form is put right in one go, not one field a time."""
+    problems: list[str] = []
+    try:
+        check_known_kind(body.kind, ctx.kinds)
+    except InvalidJob as error:
+        problems.append(job_error_message(error))
+    spec = None
+    try:
+        spec = spec_from_body(ctx.client, body)
+    except InvalidJob as error:
+        problems.append(job_error_message(error))
+    except ApiError as error:
+        if error.status != 400:
+            raise
+        problems.append(error.message)
+    if problems or spec is None:
+        raise ApiError(400, "; ".join(dict.fromkeys(problems)))
+    return spec
 
 
 def schedules_router(ctx: ApiContext) -> APIRouter:
@@ -103,9 +128,7 @@ def schedules_router(ctx: ApiContext) -> APIRouter:
         raw = await read_json_object(
             request, max_bytes=settings.max_body_bytes, max_depth=settings.max_json_depth
         )
-        body = ScheduleCreate.model_validate(raw)
-        check_known_kind(body.kind, ctx.kinds)
-        spec = spec_from_body(ctx.client, body)
+        spec = checked_spec(ctx, ScheduleCreate.model_validate(raw))
         [created] = await rendered([await ctx.operator(request).create_schedule(spec)])
         return created
 
@@ -135,9 +158,7 @@ def schedules_router(ctx: ApiContext) -> APIRouter:
         raw = await read_json_object(
             request, max_bytes=settings.max_body_bytes, max_depth=settings.max_json_depth
         )
-        body = ScheduleEdit.model_validate(raw)
-        check_known_kind(body.kind, ctx.kinds)
-        spec = spec_from_body(ctx.client, ScheduleCreate.named(name, body))
+        spec = checked_spec(ctx, ScheduleCreate.named(name, ScheduleEdit.model_validate(raw)))
         [edited] = await rendered([await ctx.operator(request).edit_schedule(spec)])
         return edited
 

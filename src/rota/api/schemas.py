@@ -393,9 +393,10 @@ class JobOut(JobFields):
     last_error: str | None
     payload: Any
     result: Any = Field(
-        description="What the handler returned (any JSON value of at most "
-        f"{MAX_RESULT_BYTES} bytes), kept with a succeeded job; null when it returned "
-        "nothing, and for jobs that did not succeed."
+        description="What the handler returned (any JSON value up to the worker's cap, "
+        f"16 MiB by default; over {MAX_RESULT_BYTES} bytes it is stored apart from the "
+        "job's row), kept with a succeeded job; null when it returned nothing, and for jobs "
+        "that did not succeed."
     )
 
 
@@ -471,6 +472,23 @@ class AttemptOut(BaseModel):
     traceback: str | None
 
 
+#: How much of a payload or result a job's own answer carries; more is fetched on its own.
+DETAIL_PREVIEW_BYTES = 64 * 1024
+
+
+def detail_values(job: Job) -> dict[str, Any]:
+    """The payload and result fields of JobDetail for ``job``: whole up to
+    DETAIL_PREVIEW_BYTES of JSON, their first part beyond."""
+    fields: dict[str, Any] = {}
+    for name, value in (("payload", job.payload), ("result", job.result)):
+        if value is None:
+            continue
+        text, cut = preview(payload_text(value), DETAIL_PREVIEW_BYTES)
+        if cut:
+            fields.update({name: None, f"{name}_truncated": True, f"{name}_preview": text})
+    return fields
+
+
 class JobDetail(JobOut):
     """A job with every attempt, oldest first, and the store's ``now`` for relative times; a
     durable job's steps, sleeps and waits too, and why it is not running when it sleeps or
@@ -478,6 +496,19 @@ class JobDetail(JobOut):
 
     now: datetime
     attempts: list[AttemptOut]
+    payload_truncated: bool = Field(
+        default=False,
+        description=f"True when the payload's JSON is over {DETAIL_PREVIEW_BYTES} bytes: then "
+        "payload is null and payload_preview its first part; GET /api/jobs/{id}/payload has "
+        "it whole.",
+    )
+    payload_preview: str | None = None
+    result_truncated: bool = Field(
+        default=False,
+        description=f"As payload_truncated, for a result over {DETAIL_PREVIEW_BYTES} bytes "
+        "(GET /api/jobs/{id}/result).",
+    )
+    result_preview: str | None = None
     blocked_by: list[BlockerOut] = _blocked_by()
     steps: list[StepOut] = Field(default_factory=list)
     suspended: SuspensionOut | None = None
@@ -579,6 +610,8 @@ class DashboardConfig(BaseModel):
     login: bool
     #: Who the dashboard acts as: the name the audit log records for its actions.
     identity: str
+    #: Its role: admin, operator (no deletes, limits or schedule changes) or read-only.
+    role: str = "admin"
 
 
 class Health(BaseModel):
@@ -600,15 +633,36 @@ class EdgeOut(BaseModel):
 
 
 class WorkflowOut(BaseModel):
-    """A workflow: its jobs by id with their states (previews, as in lists), its edges, and
-    how many of its jobs are in each state."""
+    """One page of a workflow: its jobs by id with their states (previews, as in lists), the
+    edges into them, and how many of all its jobs are in each state."""
 
     id: int
     now: datetime
     jobs: list[JobSummary]
-    edges: list[EdgeOut]
+    edges: list[EdgeOut] = Field(
+        description="The edges into this page's jobs, in (child, parent) order, at most "
+        "1,000: a job's parents beyond them are paged by GET /api/jobs/{id}/parents."
+    )
+    edges_truncated: bool = Field(description="True when more edges lead into this page's jobs.")
     by_state: dict[str, int]
+    total: int = Field(description="How many jobs the workflow has.")
     finished: bool
+    next_cursor: str | None = Field(description="Pass back as cursor for the next page.")
+
+
+class RelatedOut(BaseModel):
+    """A job's parent or child: its id, its state, and the edge's on_parent_failure."""
+
+    id: int
+    state: str
+    on_parent_failure: Literal["cancel", "run"]
+
+
+class RelatedPage(BaseModel):
+    """One page of a job's parents or children by id."""
+
+    jobs: list[RelatedOut]
+    next_cursor: str | None
 
 
 def job_out(job: Job) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rota.api.body import JSON_MEDIA_TYPE, BodyTooLarge, media_type
+from rota.api.credentials import MAX_PROXY_USER_LENGTH, Role
 from rota.api.settings import ApiSettings
 from rota.domain.errors import InvalidInput
 
@@ -66,8 +67,10 @@ class GuessThrottle:
     """Failed credentials in a sliding window of the store's clock, counted per client address
     and per prefix of the credential presented.
 
-    A blocked address is refused before its credential is checked; a correct credential from
-    any other address is always accepted, so no stranger can lock a user out.
+    Only wrong credentials are refused: a correct one is accepted from any address, blocked or
+    not, so no stranger (nor a neighbour behind the same proxy or NAT) can lock a user out.
+    The throttle slows guessing and keeps it out of the way; it cannot make a short secret
+    safe, which is why tokens are long random strings.
     """
 
     def __init__(self) -> None:
@@ -106,17 +109,36 @@ def client_address(scope: Scope) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """Who a request comes from, as the audit log names them, and whether they may change
-    anything: ``token:admin``, ``token:read``, ``basic:<user>``, or ``anonymous`` on a server
-    without authentication."""
+    """Who a request comes from, as the audit log names them, and their role: a named
+    credential's name, ``proxy:<user>`` (a trusted proxy's header), ``token:admin`` and
+    ``token:read`` (ROTA_AUTH_TOKEN, ROTA_READ_TOKEN), ``basic:<user>`` (ROTA_BASIC_AUTH,
+    ROTA_READ_BASIC_AUTH), or ``anonymous`` on a server without authentication."""
 
     identity: str
-    can_write: bool
+    role: Role
+
+    @property
+    def can_write(self) -> bool:
+        return self.role is not Role.READ_ONLY
 
 
-ANONYMOUS = Principal("anonymous", can_write=True)
-ADMIN_TOKEN = Principal("token:admin", can_write=True)
-READ_TOKEN = Principal("token:read", can_write=False)
+ANONYMOUS = Principal("anonymous", Role.ADMIN)
+ADMIN_TOKEN = Principal("token:admin", Role.ADMIN)
+READ_TOKEN = Principal("token:read", Role.READ_ONLY)
+
+
+def admin_only(method: str, path: str) -> bool:
+    """Whether a change needs the admin role: what deletes jobs or changes configuration
+    (limits and schedules); an operator may do every other change."""
+    if method == "DELETE" or path == "/api/jobs/bulk/delete":
+        return True
+    if path == "/api/limits" or path.startswith("/api/limits/"):
+        return True
+    return path == "/api/schedules" or (
+        path.startswith("/api/schedules/") and path.endswith(("/edit", "/delete"))
+    )
+
+
 #: Where the security middleware leaves the request's Principal in the ASGI scope.
 PRINCIPAL_KEY = "rota.principal"
 
@@ -142,6 +164,7 @@ class Authenticator:
             for token, principal in (
                 (settings.auth_token, ADMIN_TOKEN),
                 (settings.read_token, READ_TOKEN),
+                *((c.token, Principal(c.name, c.role)) for c in settings.credentials),
             )
             if token is not None
         ]
@@ -150,10 +173,17 @@ class Authenticator:
             for token, principal in self._tokens
         ]
         self._basic = [
-            (user.encode(), password.encode(), Principal(f"basic:{user}", can_write))
-            for basic, can_write in ((settings.basic_auth, True), (settings.read_basic_auth, False))
+            (user.encode(), password.encode(), Principal(f"basic:{user}", role))
+            for basic, role in (
+                (settings.basic_auth, Role.ADMIN),
+                (settings.read_basic_auth, Role.READ_ONLY),
+            )
             if basic is not None
             for user, password in [basic]
+        ] + [
+            (c.user.encode(), c.password.encode(), Principal(c.name, c.role))
+            for c in settings.credentials
+            if c.user is not None and c.password is not None
         ]
         #: Sessions ended by a logout, by cookie value, with their expiry (epoch seconds).
         self._ended: dict[str, int] = {}
@@ -176,6 +206,17 @@ class Authenticator:
             if hmac.compare_digest(raw, token):
                 found = principal
         return found
+
+    def proxy_principal(self, address: str, headers: Headers) -> Principal | None:
+        """Who the trusted proxy says this request is from: only when the request's peer is
+        one of the proxy's addresses and its header names a printable user."""
+        proxy = self.settings.trusted_proxy
+        if proxy is None or not proxy.trusts(address):
+            return None
+        user = (headers.get(proxy.header) or "").strip()
+        if not user or len(user) > MAX_PROXY_USER_LENGTH or not user.isprintable():
+            return None
+        return Principal(f"proxy:{user}", proxy.role_of(user))
 
     def token_matches(self, candidate: str) -> bool:
         return self.token_principal(candidate) is not None
@@ -346,7 +387,7 @@ class SecurityMiddleware:
                 return guess
         principal = ANONYMOUS
         if self.auth.enabled and path not in PUBLIC_PATHS:
-            found = await self._authenticated(headers)
+            found = await self._authenticated(scope, headers)
             if found is None:
                 if (
                     self.auth.login_enabled
@@ -366,6 +407,12 @@ class SecurityMiddleware:
                 return _refuse(
                     403, f"read-only identity: {principal.identity} may read but change nothing"
                 )
+            if principal.role is Role.OPERATOR and admin_only(method, path):
+                return _refuse(
+                    403,
+                    f"operator identity: {principal.identity} may not delete jobs or change "
+                    "limits and schedules (admin only)",
+                )
             content_type = headers.get("content-type")
             if (
                 path.startswith("/api/")
@@ -384,17 +431,20 @@ class SecurityMiddleware:
         return None
 
     async def _guess_refusal(self, scope: Scope, headers: Headers) -> Response | None:
-        """Bearer and basic credentials are throttled like logins: 429 for an address (or a
-        token prefix) that presented too many wrong ones; a wrong one is counted and 401."""
+        """Bearer and basic credentials are throttled like logins: a wrong one is counted and
+        answered 401, or 429 once its address (or token prefix) presented too many; a right one
+        always passes."""
         authorization = headers.get("authorization")
         if not authorization:
+            return None
+        # A right credential is never refused, whoever shares its address: the throttle only
+        # answers wrong ones.
+        if self.auth.header_matches(authorization):
             return None
         now = await self.now()
         address = client_address(scope)
         if self.auth.throttle.address_blocked(address, now):
             return too_many_guesses()
-        if self.auth.header_matches(authorization):
-            return None
         credential = authorization.partition(" ")[2].strip()
         blocked = self.auth.throttle.prefix_blocked(credential, now)
         self.auth.throttle.failed(address, credential, now)
@@ -402,8 +452,10 @@ class SecurityMiddleware:
             return too_many_guesses()
         return _refuse(401, "authentication required", self.auth.challenge())
 
-    async def _authenticated(self, headers: Headers) -> Principal | None:
+    async def _authenticated(self, scope: Scope, headers: Headers) -> Principal | None:
         principal = self.auth.header_principal(headers.get("authorization"))
+        if principal is None:
+            principal = self.auth.proxy_principal(client_address(scope), headers)
         if principal is not None:
             return principal
         if self.auth.login_enabled:

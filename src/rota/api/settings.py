@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 
+from rota.api.credentials import Credential, TrustedProxy
 from rota.domain.errors import InvalidInput
 from rota.domain.job import MAX_PAYLOAD_BYTES, MAX_PAYLOAD_DEPTH
 
@@ -31,6 +32,11 @@ class ApiSettings:
     #: nothing (every mutation answers 403), beside the admin credentials above.
     read_token: str | None = field(default=None, repr=False)
     read_basic_auth: tuple[str, str] | None = field(default=None, repr=False)
+    #: Named tokens and basic-auth users, each with its role (rota.api.credentials); the audit
+    #: log records their names.
+    credentials: tuple[Credential, ...] = field(default=(), repr=False)
+    #: A single sign-on proxy whose header names the user, believed from its addresses only.
+    trusted_proxy: TrustedProxy | None = None
     read_only: bool = False
     max_body_bytes: int = MAX_PAYLOAD_BYTES + BODY_OVERHEAD_BYTES
     #: The payload sits one level below the body's root; a little margin lets the domain's
@@ -50,6 +56,10 @@ class ApiSettings:
     #: At most this many requests are handled at once (the rest wait their turn), so a
     #: /healthz probe, which never waits, is never queued behind a crowd (rota.api.gate).
     max_concurrent_requests: int = 2
+    #: Each identity's share of reads (rota.api.shares): at most this many in flight, and
+    #: this many started a second (with three seconds' worth as a burst); past either, 429.
+    max_reads_per_identity: int = 16
+    read_rate_per_identity: float = 20.0
 
     def __post_init__(self) -> None:
         for what, token in (("auth token", self.auth_token), ("read token", self.read_token)):
@@ -63,6 +73,10 @@ class ApiSettings:
                 raise InvalidInput(f"{what} must be at least 8 characters")
         if self.max_concurrent_requests < 1:
             raise InvalidInput("max_concurrent_requests must be at least 1")
+        if self.max_reads_per_identity < 1 or not self.read_rate_per_identity > 0:
+            raise InvalidInput(
+                "max_reads_per_identity must be at least 1 and read_rate_per_identity positive"
+            )
         if self.auth_token is not None and self.auth_token == self.read_token:
             raise InvalidInput("the read token must differ from the auth token")
         for what, basic in (
@@ -80,6 +94,7 @@ class ApiSettings:
             and self.basic_auth[0] == self.read_basic_auth[0]
         ):
             raise InvalidInput("the read-only basic-auth user must differ from the admin user")
+        self._check_credentials()
         if self.max_body_bytes < 1024:
             raise InvalidInput("max_body_bytes must be at least 1024")
         if self.max_json_depth < 2:
@@ -89,15 +104,32 @@ class ApiSettings:
         if self.max_metric_queues < 1 or self.session_seconds < 60:
             raise InvalidInput("max_metric_queues must be >= 1 and session_seconds >= 60")
 
+    def _check_credentials(self) -> None:
+        """Names, tokens and basic-auth users are each one credential's alone."""
+        names = [credential.name for credential in self.credentials]
+        tokens = [c.token for c in self.credentials if c.token is not None]
+        tokens += [t for t in (self.auth_token, self.read_token) if t is not None]
+        users = [c.user for c in self.credentials if c.user is not None]
+        users += [b[0] for b in (self.basic_auth, self.read_basic_auth) if b is not None]
+        for what, values in (("name", names), ("token", tokens), ("basic-auth user", users)):
+            repeated = {value for value in values if values.count(value) > 1}
+            if repeated:
+                shown = "" if what == "token" else f" {sorted(repeated)[0]!r}"
+                raise InvalidInput(f"two credentials have the same {what}{shown}")
+
     @property
     def has_auth(self) -> bool:
-        return any(
-            credential is not None
-            for credential in (
-                self.auth_token,
-                self.basic_auth,
-                self.read_token,
-                self.read_basic_auth,
+        return (
+            bool(self.credentials)
+            or self.trusted_proxy is not None
+            or any(
+                credential is not None
+                for credential in (
+                    self.auth_token,
+                    self.basic_auth,
+                    self.read_token,
+                    self.read_basic_auth,
+                )
             )
         )
 

@@ -200,17 +200,46 @@ def run_workers(coro: Coroutine[Any, Any, T]) -> T:
 def open_target(target: Target) -> Store:
     """The target's store, not yet opened; InvalidInput for a SQLite file that does not exist
     when the command may not create it (the store would create it, and its folders, on first
-    use)."""
+    use). On PostgreSQL a refused connection fails the command at once, with its cause."""
     from rota.store import open_store
 
     store = open_store(target.database_url)
+    fail_at_once: Callable[[], None] | None = getattr(store, "fail_at_once", None)
+    if fail_at_once is not None:  # PostgreSQL: a refused connection is said at once
+        fail_at_once()
     path: str | None = getattr(store, "path", None)
     if not target.creates and path is not None and not os.path.isfile(path):
         raise InvalidInput(
             f"no database at {path}: this command opens an existing database only "
             "(check --database-url or ROTA_DATABASE_URL)"
         )
+    if target.creates:
+        announce_new_database(path)
     return store
+
+
+def announce_new_database(path: str | None) -> None:
+    """Say on stderr that a command is about to create the SQLite database at ``path``
+    (None: not SQLite, nothing to say); InvalidInput when its folder does not exist: a
+    mistyped path, or a relative one from another directory, must not leave a new database
+    (and its folders) where no worker looks."""
+    if path is None or os.path.exists(path):
+        return
+    folder = os.path.dirname(path)
+    if not os.path.isdir(folder):
+        raise InvalidInput(
+            f"no folder {folder} for the database {path}: create it first, or check "
+            "--database-url or ROTA_DATABASE_URL"
+        )
+    click.echo(f"creating a new SQLite database at {printable(path)}", err=True)
+
+
+def announce_new_database_url(database_url: str) -> None:
+    """``announce_new_database`` for the file a ``sqlite:///`` URL names (others: nothing)."""
+    if database_url[:10].lower() == "sqlite:///":
+        from rota.store.sqlite.url import parse_url
+
+        announce_new_database(parse_url(database_url).path)
 
 
 def with_client(target: Target, use: Callable[[Client], Awaitable[T]]) -> T:

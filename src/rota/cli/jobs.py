@@ -144,6 +144,13 @@ def enqueue(
         spec = job_spec(kind, data, **options)
 
     async def go(client: Client) -> Any:
+        if target.app is not None:  # the App's own path, its enqueue hooks included
+            return await target.app.enqueuer.enqueue(
+                spec,
+                depends_on=after or None,
+                on_parent_failure=on_parent_failure or "cancel",
+                store=client.store,
+            )
         if after:
             return await workflows.enqueue_after(
                 client.store, spec, after, on_parent_failure or "cancel"

@@ -12,6 +12,7 @@ import click
 
 from rota.cli.group import (
     Target,
+    announce_new_database_url,
     cli,
     database_option,
     heartbeat_option,
@@ -136,6 +137,16 @@ from rota.observability.logging import printable
     help="Address the metrics port listens on (no auth: keep it on a private network).",
 )
 @click.option(
+    "--metrics-allowed-host",
+    "metrics_allowed_hosts",
+    envvar="ROTA_METRICS_ALLOWED_HOSTS",
+    multiple=True,
+    metavar="NAME",
+    help="A host name Prometheus scrapes the metrics port by (repeatable; the variable takes "
+    "names separated by spaces). IP addresses and localhost are always answered; any other "
+    "Host gets 421, so a web page cannot read the metrics by DNS rebinding.",
+)
+@click.option(
     "--processes",
     envvar="ROTA_PROCESSES",
     type=click.IntRange(1, 256),
@@ -176,6 +187,7 @@ def worker(
     audit_retention: str,
     metrics_port: int | None,
     metrics_host: str,
+    metrics_allowed_hosts: tuple[str, ...],
     processes: int | None,
     max_jobs_per_child: int | None,
     max_memory_per_child: int | None,
@@ -198,6 +210,7 @@ def worker(
         app.with_database(database_url)
     if listen_database_url:
         app.database.listen_database_url = listen_database_url
+    announce_new_database_url(app.database_url)
     options: dict[str, Any] = {
         "name": name,
         "queues": split(queues),
@@ -223,6 +236,7 @@ def worker(
                 max_memory_per_child_mb=max_memory_per_child,
                 metrics_port=metrics_port,
                 metrics_host=metrics_host,
+                metrics_allowed_hosts=metrics_allowed_hosts,
                 cli_args=("--log-level", parent["log_level"], "--log-format", parent["log_format"]),
                 **options,
             )
@@ -248,6 +262,7 @@ def worker(
                 ready=ready,
                 metrics_port=metrics_port,
                 metrics_host=metrics_host,
+                metrics_allowed_hosts=metrics_allowed_hosts,
                 **options,
             )
         finally:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from zoneinfo import ZoneInfo
 
 import click
@@ -16,9 +16,16 @@ from rota.domain.errors import InvalidInput
 from rota.domain.job import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, EnqueueResult, check_known_kind
 from rota.domain.schedule import Misfire, Overlap, Rule, ScheduleSpec
 from rota.domain.schedule_state import Schedule, schedule_fields
-from rota.store.base import MAX_PAGE_SIZE, SchedulePage
+from rota.store.base import MAX_PAGE_SIZE, SchedulePage, WorkerInfo, kinds_by_queue
+
+if TYPE_CHECKING:
+    from rota.operator import Operator
 
 T = TypeVar("T")
+
+#: A worker counts as live for the unknown-kind warning of `schedules add` when it beat within
+#: three of these (`rota workers`'s default judgement).
+LIVE_HEARTBEAT = timedelta(seconds=10)
 
 #: How many upcoming runs `list --json` and `show` include unless told otherwise.
 PREVIEW = 5
@@ -202,7 +209,8 @@ def schedules_add(
     """Add a schedule NAME that enqueues a --kind job on every --cron or --every slot.
 
     With --app, the kind's registration supplies the queue, priority and attempts not given,
-    and a kind the app has no handler for is refused.
+    and a kind the app has no handler for is refused. Without it, a kind that no live worker
+    runs on the schedule's queue is accepted with a warning on stderr.
     """
     check_known_kind(kind, target.accepted_kinds)
     registered = target.app.registry.get(kind) if target.app is not None else None
@@ -232,10 +240,17 @@ def schedules_add(
         grace=_duration(grace, "--grace"),
         overlap=Overlap(overlap),
     )
-    schedule = with_operator(
-        target,
-        lambda op: op.upsert_schedule(spec) if replace else op.create_schedule(spec),
-    )
+
+    async def add(op: Operator) -> tuple[Schedule, str | None]:
+        schedule = await (op.upsert_schedule(spec) if replace else op.create_schedule(spec))
+        if target.app is not None:  # the app's kinds were checked before anything was written
+            return schedule, None
+        workers = await op.store.list_workers()
+        return schedule, unknown_kind_warning(spec.kind, spec.queue, workers, await op.store.now())
+
+    schedule, warning = with_operator(target, add)
+    if warning is not None:
+        click.echo(f"warning: {warning}", err=True)
     if as_json:
         click.echo(json.dumps(schedule_json(schedule)))
         return
@@ -359,3 +374,20 @@ def _duration(text: str, what: str) -> timedelta:
 
 def _given(value: T | None, default: T) -> T:
     return default if value is None else value
+
+
+def unknown_kind_warning(
+    kind: str, queue: str, workers: list[WorkerInfo], now: datetime
+) -> str | None:
+    """Why jobs of ``kind`` on ``queue`` would wait for ever, by the live workers seen (their
+    queues and the kinds they said they run); None when one of them may run it."""
+    live = [w for w in workers if w.is_alive(now, LIVE_HEARTBEAT)]
+    runs = kinds_by_queue((w.queues, w.kinds) for w in live).get(queue, set())
+    if runs is None or kind in runs:
+        return None
+    listed = ", ".join(repr(name) for name in sorted(runs)[:10]) or "none"
+    return (
+        f"no live worker runs kind {kind!r} on queue {queue!r} (kinds run there: {listed}); "
+        "its jobs will wait until a worker that runs it starts (--app checks the kind "
+        "against your app)"
+    )

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from rota.cli.group import cli, listen_option, run_workers
+from rota.cli.group import announce_new_database_url, cli, listen_option, run_workers
 from rota.config import DEFAULT_DATABASE_URL, load_app, parse_retention
 from rota.domain.errors import InvalidInput
 from rota.runtime.crew import WorkerThread
@@ -130,6 +130,29 @@ log = logging.getLogger("rota.serve")
     "limit leaves room for, at most 1024].",
 )
 @click.option(
+    "--max-reads-per-identity",
+    envvar="ROTA_MAX_READS_PER_IDENTITY",
+    type=click.IntRange(1, 1_000_000),
+    default=16,
+    show_default=True,
+    help="Reads one identity may have in flight; past it, 429 with Retry-After.",
+)
+@click.option(
+    "--read-rate-per-identity",
+    envvar="ROTA_READ_RATE_PER_IDENTITY",
+    type=click.FloatRange(0, 1e9, min_open=True),
+    default=20.0,
+    show_default=True,
+    help="Reads a second one identity may start (three seconds' worth at once); past it, 429.",
+)
+@click.option(
+    "--credentials-file",
+    envvar="ROTA_CREDENTIALS_FILE",
+    metavar="PATH",
+    help="Named tokens and basic-auth users with their roles, and the trusted proxy (TOML; "
+    "see the operator docs). ROTA_CREDENTIALS may hold the same text instead.",
+)
+@click.option(
     "--max-requests",
     envvar="ROTA_MAX_REQUESTS",
     type=click.IntRange(1, 10_000),
@@ -154,21 +177,28 @@ def serve(
     body_timeout: float,
     max_connections: int | None,
     max_requests: int,
+    max_reads_per_identity: int,
+    read_rate_per_identity: float,
+    credentials_file: str | None,
 ) -> None:
     """Run the API, the dashboard and workers in one process (migrations applied on start).
 
     Protect it with ROTA_AUTH_TOKEN (bearer token, and a login page for the dashboard) or
     ROTA_BASIC_AUTH=user:password; beside them, ROTA_READ_TOKEN and ROTA_READ_BASIC_AUTH give
     an identity that sees everything and changes nothing. All are read from the environment
-    only, never from flags, so they do not show up in process listings.
+    only, never from flags, so they do not show up in process listings. For several named
+    credentials with roles (admin, operator, read-only) and single sign-on through a trusted
+    proxy, see --credentials-file.
     """
     from rota.api import ApiSettings, check_bind
     from rota.api.connections import ConnectionLimits, default_max_connections
+    from rota.api.credentials import load_credentials
     from rota.app import App
-    from rota.demo import DEMO_HEARTBEAT, DEMO_LEASE, DEMO_RESCUE, add_demo_kinds
+    from rota.demo import DEMO_APP, DEMO_HEARTBEAT, DEMO_LEASE, DEMO_RESCUE, add_demo_kinds
     from rota.store.replica import check_read_url
 
-    demo = app_ref is None
+    # The demo app runs with the demo's short lease, named by --app or not.
+    demo = app_ref in (None, DEMO_APP)
     timing: dict[str, Any] = {}
     if demo:
         app = add_demo_kinds(App(database_url))
@@ -190,7 +220,12 @@ def serve(
         check_read_url(app.database_url, read_database_url)
     heartbeat = timing.get("heartbeat")
     audit_kept = parse_retention(audit_retention, what="--audit-retention")
+    credentials, trusted_proxy = load_credentials(
+        credentials_file, os.environ.get("ROTA_CREDENTIALS")
+    )
     settings = ApiSettings(
+        credentials=credentials,
+        trusted_proxy=trusted_proxy,
         # Set but blank is refused by ApiSettings, not read as "no auth".
         auth_token=os.environ.get("ROTA_AUTH_TOKEN"),
         basic_auth=_basic_auth(os.environ.get("ROTA_BASIC_AUTH")),
@@ -200,8 +235,11 @@ def serve(
         allowed_hosts=tuple(h.lower() for h in allowed_hosts) or None,
         heartbeat_interval_seconds=heartbeat.total_seconds() if heartbeat else 10.0,
         max_concurrent_requests=max_requests,
+        max_reads_per_identity=max_reads_per_identity,
+        read_rate_per_identity=read_rate_per_identity,
     )
     check_bind(host, settings)
+    announce_new_database_url(app.database_url)  # after every check that may refuse the command
     # Bound before anything else: a busy port must fail before a worker registers or a
     # database is touched.
     listener = _listen(host, port)
@@ -265,6 +303,7 @@ async def _serve(
         demo=demo,
         replica=replica,
         workflows=app.schedules.workflow_builders(),
+        enqueuer=app.enqueuer,
     )
 
     class QuietServer(uvicorn.Server):
@@ -285,6 +324,9 @@ async def _serve(
             lifespan="off",
             timeout_graceful_shutdown=5,
             http=guarded_protocol(limits or default_limits()),
+            # The peer address stays the TCP connection's: no client can pass for a trusted
+            # proxy (or dodge the login throttle) with an X-Forwarded-For header.
+            proxy_headers=False,
         )
     )
     crew = WorkerThread(

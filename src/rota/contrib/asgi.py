@@ -77,6 +77,7 @@ class Dashboard:
                         metrics=self._app.metrics,
                         kinds=self._app.registry.kinds() or None,
                         workflows=self._app.schedules.workflow_builders(),
+                        enqueuer=self._app.enqueuer,
                     )
                     self._store = store
         return self._api

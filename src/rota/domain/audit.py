@@ -27,6 +27,8 @@ MAX_AUDIT_JSON_BYTES = 8 * 1024
 class AuditAction(StrEnum):
     """Every operator action the audit log records (the same strings in the API and SQL)."""
 
+    #: A job enqueued on someone's behalf (the HTTP API, the dashboard's form).
+    JOB_CREATE = "job.create"
     JOB_RETRY = "job.retry"
     JOB_CANCEL = "job.cancel"
     JOB_RERUN = "job.rerun"

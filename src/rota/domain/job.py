@@ -21,7 +21,7 @@ import json
 import math
 import re
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from types import SimpleNamespace
@@ -39,9 +39,15 @@ MAX_ATTEMPTS_LIMIT = 1000
 MAX_NAME_LENGTH = 128
 MAX_UNIQUE_KEY_LENGTH = 255
 MAX_PAYLOAD_BYTES = 1024 * 1024
-#: The largest result a handler may return, as JSON text: results ride in the completion
-#: batch, so they are kept small (store bigger outputs elsewhere and return a reference).
+#: The largest result kept in its job's row, as JSON text (and the largest signal payload):
+#: rows are read by lists and claims, so they stay small. A larger result is stored apart, in
+#: a results table read only for that job, up to the worker's cap.
 MAX_RESULT_BYTES = 64 * 1024
+#: The worker's default cap on a result (``WorkerSettings.max_result_bytes``): a handler that
+#: returns more fails its attempt, permanently, saying so.
+DEFAULT_MAX_RESULT_BYTES = 16 * 1024 * 1024
+#: The highest cap a worker may set: a result travels whole in one statement.
+MAX_RESULT_CAP = 256 * 1024 * 1024
 #: The longest message a handler's progress report may carry.
 MAX_PROGRESS_MESSAGE_LENGTH = 200
 MAX_PAYLOAD_DEPTH = 64
@@ -275,6 +281,10 @@ def encode_payload(
         encoded = _encode_exact(payload) if exact else _encode(payload).encode("utf-8")
     except UnicodeEncodeError:
         raise InvalidJob(field_name, "must be valid Unicode (no lone surrogates)") from None
+    except (ValueError, OverflowError, RecursionError) as error:
+        # What the walk cannot see coming: an integer past Python's int-to-str digit limit
+        # (ValueError), one msgspec cannot write, a structure too deep for the encoder.
+        raise InvalidJob(field_name, f"cannot be written as JSON: {error}") from None
     if len(encoded) > max_bytes:
         raise InvalidJob(field_name, f"is larger than {max_bytes} bytes as JSON")
     return encoded.decode("utf-8")
@@ -295,15 +305,23 @@ def _flat(payload: dict[Any, Any]) -> bool:
     return True
 
 
-def encode_result(value: object) -> str | None:
+def encode_result(value: object, max_bytes: int = DEFAULT_MAX_RESULT_BYTES) -> str | None:
     """The JSON text a handler's return value is stored as, None for None (nothing stored).
 
     Raises InvalidJob("result") for anything ``encode_payload`` refuses and for text longer
-    than MAX_RESULT_BYTES: the worker then fails the attempt permanently with that message.
+    than ``max_bytes``: the worker then fails the attempt permanently with that message.
     """
     if value is None:
         return None
-    return encode_payload(value, "result", max_bytes=MAX_RESULT_BYTES)
+    return encode_payload(value, "result", max_bytes=max_bytes)
+
+
+def stored_apart(text: str | None) -> bool:
+    """Whether a result's JSON text is too long for its job's row (MAX_RESULT_BYTES in
+    UTF-8): stores keep it in their results table instead."""
+    if text is None or len(text) * 4 <= MAX_RESULT_BYTES:  # at most 4 bytes a character
+        return False
+    return len(text) > MAX_RESULT_BYTES or len(text.encode("utf-8")) > MAX_RESULT_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -779,8 +797,28 @@ def preview(text: str | None, limit: int = PREVIEW_BYTES) -> tuple[str | None, b
     return data[:limit].decode("utf-8", "ignore"), True
 
 
+#: How many characters of a payload's or result's JSON a list reads (a character more than
+#: the preview holds, so that a longer text shows as cut): stores cut them as they read.
+PREVIEW_CHARS = PREVIEW_BYTES + 1
+
+
+@dataclass(frozen=True, slots=True)
+class Preview:
+    """The first PREVIEW_CHARS characters (at most) of a stored JSON value's text, as a list
+    reads it: a list page never holds whole payloads or results, whatever they weigh."""
+
+    text: str
+
+    @classmethod
+    def of(cls, value: object) -> Preview:
+        """The preview of a whole value (stores that hold values in memory)."""
+        return cls(payload_text(value)[:PREVIEW_CHARS])
+
+
 def payload_text(payload: object) -> str:
-    """The canonical JSON text of a stored (hence valid) payload."""
+    """The canonical JSON text of a stored (hence valid) payload; a Preview's text as read."""
+    if isinstance(payload, Preview):
+        return payload.text
     return _encode(payload)
 
 
@@ -893,3 +931,9 @@ class EnqueueResult:
     duplicate: bool = False
     #: With ``on_conflict="replace"``: the pending holder took the new payload and run_at.
     replaced: bool = False
+
+
+def previewed(job: Job) -> Job:
+    """``job`` as a list shows it: its payload and result as Previews."""
+    result = None if job.result is None else Preview.of(job.result)
+    return replace(job, payload=Preview.of(job.payload), result=result)

@@ -43,6 +43,7 @@ from rota.domain.job import (
     encode_payload,
     validate_name,
 )
+from rota.domain.schedule_count import count_cron_slots
 from rota.domain.schedule_plan import (
     MAX_MISFIRE_LIMIT,
     Misfire,
@@ -190,6 +191,27 @@ class Rule:
         if result >= _LATEST_INSTANT:
             raise ValueError("no slot before the year 9999")
         return result
+
+    def count_slots(self, after: datetime, until: datetime) -> int:
+        """How many slots lie in (``after``, ``until``], exactly, however many there are
+        (by arithmetic for an interval, by whole days for cron: ``schedule_count``)."""
+        after = _utc_instant("after", after)
+        until = _utc_instant("until", until)
+        if until <= after:
+            return 0
+        if self._cron is None:
+            assert self.interval is not None
+            anchor = self.anchor or EPOCH
+            return (until - anchor) // self.interval - (after - anchor) // self.interval
+        cron = self._cron
+        return count_cron_slots(
+            cron.expression,
+            after,
+            until,
+            next_after=self.next_after,
+            first_change=cron._first_change,
+            offset=cron._offset,
+        )
 
     def preview(self, after: datetime, count: int) -> list[datetime]:
         """The next ``count`` slots (1..1000) strictly after ``after``."""

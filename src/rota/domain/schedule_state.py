@@ -24,7 +24,6 @@ from rota.domain.schedule import Overlap, Rule, ScheduleSpec, first_slot
 from rota.domain.schedule_plan import Misfire
 
 __all__ = [
-    "MAX_COUNTED_MISSES",
     "FireDecision",
     "Firing",
     "Schedule",
@@ -35,9 +34,6 @@ __all__ = [
     "upserted",
 ]
 
-#: Missed cron slots are counted (for logs and metrics) up to this many; a longer backlog
-#: reports this number. Interval slots are counted exactly, by arithmetic.
-MAX_COUNTED_MISSES = 1000
 _MICROSECOND = timedelta(microseconds=1)
 
 
@@ -107,7 +103,7 @@ class FireDecision:
     enqueue: tuple[datetime, ...]
     #: Due slots not enqueued because the previous run is still active (``overlap=skip``).
     skipped_overlap: tuple[datetime, ...]
-    #: Due slots the misfire policy dropped (capped at MAX_COUNTED_MISSES for cron rules).
+    #: Due slots the misfire policy dropped, counted exactly however many there are.
     missed: int
     next_run_at: datetime
 
@@ -208,13 +204,7 @@ def _count_due(rule: Rule, first: datetime, horizon: datetime) -> int:
     if rule.interval is not None:
         following = rule.next_after(first)
         return 1 + (0 if following > horizon else (horizon - following) // rule.interval + 1)
-    count, slot = 1, first
-    while count < MAX_COUNTED_MISSES:
-        slot = rule.next_after(slot)
-        if slot > horizon:
-            break
-        count += 1
-    return count
+    return 1 + rule.count_slots(first, horizon)
 
 
 def schedule_fields(schedule: Schedule, *, upcoming: int = 5) -> dict[str, Any]:

@@ -93,8 +93,11 @@ class FleetCollector:
         yield restarts
 
 
-def serve_fleet_metrics(fleet: Fleet, *, port: int, host: str) -> MetricsServer:
-    """Serve the fleet's metrics on http://host:port/metrics until ``close()``."""
+def serve_fleet_metrics(
+    fleet: Fleet, *, port: int, host: str, allowed_hosts: Iterable[str] = ()
+) -> MetricsServer:
+    """Serve the fleet's metrics on http://host:port/metrics until ``close()``, to requests
+    whose Host is an IP address, localhost or one of ``allowed_hosts``."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(FleetCollector(fleet))
-    return MetricsServer(registry, host=host, port=port)
+    return MetricsServer(registry, host=host, port=port, allowed_hosts=allowed_hosts)

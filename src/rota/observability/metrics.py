@@ -210,14 +210,25 @@ class KindMetrics:
 
 
 class MetricsServer:
-    """/metrics of one process over HTTP, served from a thread of its own (prometheus-client's
-    server), so a scrape never waits on the event loop and never delays a heartbeat."""
+    """/metrics of one process over HTTP, served from threads of its own, so a scrape never
+    waits on the event loop and never delays a heartbeat; bounded in connections and time,
+    and only for the Host names it is meant for (``rota.observability.exporter``)."""
 
-    def __init__(self, registry: CollectorRegistry, *, host: str, port: int) -> None:
-        from prometheus_client import start_http_server
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        *,
+        host: str,
+        port: int,
+        allowed_hosts: Iterable[str] = (),
+        **limits: Any,
+    ) -> None:
+        from rota.observability.exporter import start_metrics_server
 
         try:
-            self._server, self._thread = start_http_server(port, addr=host, registry=registry)
+            self._server, self._thread = start_metrics_server(
+                registry, host=host, port=port, allowed_hosts=allowed_hosts, **limits
+            )
         except OSError as error:
             raise InvalidInput(
                 f"could not serve metrics on {host}:{port} ({error.strerror or error})"
@@ -232,10 +243,21 @@ class MetricsServer:
         self._thread.join(timeout=5)
 
 
-def serve_metrics(metrics: Metrics, *, port: int, host: str = "127.0.0.1") -> MetricsServer:
+def serve_metrics(
+    metrics: Metrics,
+    *,
+    port: int,
+    host: str = "127.0.0.1",
+    allowed_hosts: Iterable[str] = (),
+    **limits: Any,
+) -> MetricsServer:
     """Serve ``metrics``' process metrics on http://host:port/metrics until ``close()``
-    (port 0 picks a free port: read ``.port``). Bind errors raise InvalidInput."""
-    return MetricsServer(metrics.process_registry(), host=host, port=port)
+    (port 0 picks a free port: read ``.port``). Bind errors raise InvalidInput. Requests are
+    answered for a Host that is an IP address, ``localhost`` or one of ``allowed_hosts``;
+    ``limits``: ``max_connections``, ``request_timeout_s`` (``exporter.start_metrics_server``)."""
+    return MetricsServer(
+        metrics.process_registry(), host=host, port=port, allowed_hosts=allowed_hosts, **limits
+    )
 
 
 class _Only:

@@ -26,8 +26,9 @@ class JobContext:
     ``ctx.is_cancelled`` between steps (async handlers are also cancelled at their next await).
 
     ``await ctx.progress(0.42, message="page 42 of 100")`` (``ctx.progress_sync`` in a sync
-    handler) reports how far the handler is; it costs no write of its own: the worker's next
-    heartbeat carries the latest report, fenced like the heartbeat itself.
+    handler) reports how far the handler is: the worker writes the latest report within a
+    second, fenced on the lease, at most one write a second however often the handler reports
+    (rota.runtime.progress). A job that succeeded shows progress 1.
 
     ``ctx.parent_results`` holds, for a job of a workflow, each parent's result by job id.
 
@@ -45,6 +46,7 @@ class JobContext:
         "_durable",
         "_event",
         "_flag",
+        "_on_progress",
         "_progress",
         "_run",
         "_sent",
@@ -53,8 +55,17 @@ class JobContext:
         "worker",
     )
 
-    def __init__(self, job: Job, worker: str, durable: DurableRuntime | None = None) -> None:
+    def __init__(
+        self,
+        job: Job,
+        worker: str,
+        durable: DurableRuntime | None = None,
+        *,
+        on_progress: Callable[[], None] | None = None,
+    ) -> None:
+        """``on_progress`` is called (from the reporting thread) after each report."""
         self.job = job
+        self._on_progress = on_progress
         self.worker = worker
         self._durable = durable
         self._run: DurableRun | None = None
@@ -105,13 +116,15 @@ class JobContext:
 
     async def progress(self, fraction: float, *, message: str | None = None) -> None:
         """Report progress: ``fraction`` in [0, 1] and an optional ``message`` of at most 200
-        characters (ValueError otherwise). Only the latest report before a heartbeat is kept;
+        characters (ValueError otherwise). The latest report is written within a second;
         the job's ``progress`` and ``progress_message`` show it from then on."""
         self.progress_sync(fraction, message=message)
 
     def progress_sync(self, fraction: float, *, message: str | None = None) -> None:
         """``progress`` for sync handlers (safe to call from the handler's thread)."""
         self._progress = Progress(fraction, message)
+        if self._on_progress is not None:
+            self._on_progress()
 
     def unsent_progress(self) -> Progress | None:
         """The latest report if no heartbeat wrote it yet (the heartbeat reads this)."""

@@ -1,8 +1,8 @@
 """Executor: runs one claimed job and reports its outcome, fenced on its lease.
 
 Outcomes: success -> complete (batched), with the handler's return value as the job's result
-(a value that is not JSON or is over ``MAX_RESULT_BYTES`` fails the attempt permanently instead:
-the job never succeeds without its result), or, after a ``ctx.transaction()`` outside steps,
+(a value that is not JSON or is over the worker's ``max_result_bytes`` fails the attempt
+permanently instead: the job never succeeds without its result), or, after a ``ctx.transaction()`` outside steps,
 in that transaction (rota.runtime.durable); ``Snooze`` -> pending later, attempt given back;
 ``Settled`` (a durable sleep or wait, a step retried on attempts of its own) -> nothing more to
 report: the store already holds the outcome;
@@ -10,7 +10,9 @@ report: the store already holds the outcome;
 kind's backoff (dead when attempts are used up). A job whose lease is lost, or that was
 cancelled, reports nothing: its result is discarded. An attempt that runs alone (a crash
 suspect's, ``rota.domain.blame``) waits until it is the worker's only job, and its start is
-recorded (``Store.begin``) before its handler runs.
+recorded (``Store.begin``) before its handler runs. An outcome write that raises (anything but
+an unreachable store) fails the attempt with that error instead, fenced: never left to its
+lease, where it would count as a crash and be given back on the last attempt.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from rota.domain.errors import (
     Snooze,
     StoreUnavailable,
 )
-from rota.domain.job import Job, JobState, Outcome, encode_result
+from rota.domain.job import DEFAULT_MAX_RESULT_BYTES, Job, JobState, Outcome, encode_result
 from rota.domain.lease import Lease
 from rota.domain.retry import RetryPolicy
 from rota.observability import tracing
@@ -134,6 +136,7 @@ class Executor:
         until_alone: Callable[[Execution], Awaitable[None]] | None = None,
         hooks: Hooks | None = None,
         on_parent_finished: Callable[[], None] = lambda: None,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     ) -> None:
         self._store = store
         self._registry = registry
@@ -153,6 +156,7 @@ class Executor:
         #: (only PostgreSQL notifies, and not through every pooler).
         self._on_parent_finished = on_parent_finished
         self._lease_s = lease.total_seconds()
+        self._max_result_bytes = max_result_bytes
         self._unreported_at = -math.inf  # when _unreported last warned
         self._by_kind: dict[str, KindMetrics] = {}
         #: Read on every job (registrations may come after the worker is made); with none
@@ -178,8 +182,9 @@ class Executor:
                     await self._run(execution)
                 except asyncio.CancelledError:
                     await self._on_interrupted(execution)
-                except Exception:  # a bug of ours must not kill the worker: log it loudly
+                except Exception as error:  # a bug of ours must not kill the worker
                     log.exception("internal error while running job %s", job.id)
+                    await self._fail_after_internal_error(execution, error)
         finally:
             if execution.finished is not None:
                 execution.finished(execution)
@@ -286,7 +291,7 @@ class Executor:
             )
         else:
             try:
-                result = encode_result(value)
+                result = encode_result(value, self._max_result_bytes)
             except InvalidJob as error:
                 outcome = Outcome.FAILED
                 await self._report_failure(
@@ -468,6 +473,37 @@ class Executor:
             log.info("job failed, retrying in %.1fs: %s", delay.total_seconds(), error)
         if isinstance(state, JobState) and (self._hooks.on_failure or self._hooks.on_dead):
             await self._fire(execution, state, error=error, exception=exception, retry_in=delay)
+
+    async def _fail_after_internal_error(self, execution: Execution, error: Exception) -> None:
+        """Fail the attempt with ``error`` (an outcome write that raised, a bug of ours), fenced.
+
+        Left to its lease instead, the attempt would count as its worker's crash, which a
+        job on its last attempt is given back (rota.domain.blame): it would run once more
+        than ``max_attempts`` allows, and its error would be lost. An execution the worker
+        stopped (lease lost, release, abandon) reports nothing, as ever; a job whose outcome
+        was written already refuses the write (fenced), which is harmless."""
+        if execution.stop is not None:
+            return
+        job = execution.job
+        config = self._registry.get(job.kind)
+        delay = (config.retry if config is not None else DEFAULT_RETRY).delay(job.attempt)
+        message = f"internal error while running the job: {describe(error)}"
+
+        def write(traceback: str | None) -> Callable[[], Awaitable[JobState]]:
+            return lambda: self._store.fail(
+                job.lease, error=message, traceback=traceback, retry_in=delay, permanent=False
+            )
+
+        for traceback in (trace(error), None):  # the second time without what may have failed
+            try:
+                await self._retrying(execution, write(traceback))
+            except LeaseLost:
+                return  # its outcome was written, or the lease is gone: nothing to add
+            except Exception:
+                log.exception("could not record the internal error of job %s", job.id)
+                continue
+            self._kind_metrics(job.kind).finished(Outcome.FAILED).inc()
+            return
 
     async def _report(self, execution: Execution, write: Callable[[], Awaitable[Any]]) -> Any:
         """The fenced write's result; None when the lease was lost or the store unreachable."""

@@ -104,6 +104,7 @@ class FleetSettings:
     max_memory_per_child_mb: int | None = None
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
+    metrics_allowed_hosts: Sequence[str] = ()
 
 
 @dataclass(slots=True)
@@ -321,7 +322,10 @@ class Supervisor:
         from rota.observability.fleet import serve_fleet_metrics
 
         return serve_fleet_metrics(
-            self, port=self.settings.metrics_port, host=self.settings.metrics_host
+            self,
+            port=self.settings.metrics_port,
+            host=self.settings.metrics_host,
+            allowed_hosts=self.settings.metrics_allowed_hosts,
         )
 
     def metrics_ports(self) -> Iterator[int]:

@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 from rota.domain.audit import DEFAULT_AUDIT_RETENTION
 from rota.domain.clock import Clock, SystemClock
 from rota.domain.errors import InvalidInput, InvalidJob
-from rota.domain.job import Job, validate_name
+from rota.domain.job import DEFAULT_MAX_RESULT_BYTES, MAX_RESULT_CAP, Job, validate_name
 from rota.domain.retry import RECONNECT_BACKOFF
 from rota.observability import tracing
 from rota.observability.logging import current_worker
@@ -38,6 +38,7 @@ from rota.runtime.durable import DurableRuntime
 from rota.runtime.executor import Execution, Executor, Stop
 from rota.runtime.heartbeat import Heartbeater
 from rota.runtime.hooks import Hooks
+from rota.runtime.progress import ProgressWriter
 from rota.runtime.pruner import Pruner
 from rota.runtime.registration import Registration
 from rota.runtime.registry import Registry
@@ -90,6 +91,9 @@ class WorkerSettings:
     #: How long a due job of a kind no live worker runs waits (for a worker of newer code, in
     #: a rolling deploy) before the rescuer ends it dead; None: it waits forever.
     unrunnable_grace: timedelta | None = timedelta(minutes=10)
+    #: The largest result a handler may return, as JSON bytes: over it the attempt fails,
+    #: permanently, saying so. Over MAX_RESULT_BYTES (64 KiB) a result is stored apart.
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
 
     def validated(self) -> WorkerSettings:
         """Self, or InvalidInput naming the setting that cannot work."""
@@ -116,6 +120,8 @@ class WorkerSettings:
             )
         if not 1 <= self.claim_batch <= 10_000:
             raise InvalidInput("claim batch must be between 1 and 10000")
+        if not 1 <= self.max_result_bytes <= MAX_RESULT_CAP:
+            raise InvalidInput(f"max result bytes must be between 1 and {MAX_RESULT_CAP}")
         if self.name is not None:
             validate_worker_name(self.name)
         for queue in self.queues or ():
@@ -179,6 +185,7 @@ class Worker:
             until_alone=self._until_alone,
             hooks=hooks,
             on_parent_finished=lambda: self._wake_soon(None),
+            max_result_bytes=self.settings.max_result_bytes,
         )
         self._resume_claims_at = 0.0
         self.heartbeater = Heartbeater(
@@ -202,6 +209,13 @@ class Worker:
                 self.settings.unrunnable_grace or timedelta(0),
             ),
         )
+        self.progress = ProgressWriter(
+            store,
+            self._clock,
+            lease=self.settings.lease,
+            held=self._held,
+            idle=self.settings.heartbeat,
+        )
         self.registration = Registration(
             store,
             registry,
@@ -212,6 +226,7 @@ class Worker:
         )
         self._services: list[Service] = [
             self.heartbeater,
+            self.progress,
             self.rescuer,
             self.registration,
             *services,
@@ -433,7 +448,7 @@ class Worker:
     def _start(self, job: Job, sent: float, deadline: float) -> None:
         execution = Execution(
             job,
-            JobContext(job, self.name, self._durable),
+            JobContext(job, self.name, self._durable, on_progress=self.progress.reported),
             deadline,
             job.lease,
             finished=self._finished,

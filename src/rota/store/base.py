@@ -35,6 +35,9 @@ from rota.store.durable import DurableVerbs
 
 MAX_PAGE_SIZE = 500
 MAX_BULK = 10_000
+#: How many edges one page of a workflow carries at most (Store.workflow with a limit): the
+#: parents of a job beyond them are paged by Store.related.
+MAX_PAGE_EDGES = 1_000
 #: A worker is alive while its last heartbeat is at most this many heartbeat intervals old.
 ALIVE_BEATS = 3
 
@@ -48,6 +51,8 @@ class JobFilter:
     queue: str | None = None
     tenant: str | None = None
     schedule: str | None = None
+    #: The workflow's id (its first job's): only the jobs of that workflow.
+    workflow: int | None = None
     #: A job id or an exact unique key.
     search: str | None = None
 
@@ -333,9 +338,29 @@ class Store(DurableVerbs, Protocol):
         a job without parents. Pruned parents are left out."""
         ...
 
-    async def workflow(self, workflow_id: int) -> tuple[list[Job], list[tuple[int, int, str]]]:
+    async def workflow(
+        self,
+        workflow_id: int,
+        *,
+        after: int | None = None,
+        limit: int | None = None,
+        previews: bool = False,
+    ) -> tuple[list[Job], list[tuple[int, int, str]]]:
         """The jobs of the workflow by id, and its edges as (parent, child, on_parent_failure);
-        both empty for an unknown id."""
+        both empty for an unknown id. With ``limit``, one page: the first ``limit`` jobs with
+        ids above ``after``, and the edges into them, in (child, parent) order, at most
+        MAX_PAGE_EDGES + 1 (the one more says that more exist); ``previews`` as list_jobs."""
+        ...
+
+    async def workflow_states(self, workflow_id: int) -> dict[JobState, int]:
+        """How many jobs of the workflow are in each state (states it has none in left out)."""
+        ...
+
+    async def related(
+        self, job_id: int, *, parents: bool, after: int | None = None, limit: int = 50
+    ) -> list[tuple[int, JobState, str]]:
+        """One page of the job's parents (or children), by id above ``after``: each as (its
+        id, its state, the edge's on_parent_failure)."""
         ...
 
     async def cancel_workflow(self, workflow_id: int, *, now: datetime | None = None) -> int:
@@ -497,10 +522,19 @@ class Store(DurableVerbs, Protocol):
         ...
 
     async def list_jobs(
-        self, filter: JobFilter, *, cursor: str | None = None, limit: int = 50
+        self,
+        filter: JobFilter,
+        *,
+        cursor: str | None = None,
+        limit: int = 50,
+        previews: bool = False,
     ) -> Page:
         """Jobs matching ``filter``, newest (highest id) first, by keyset: a page is stable
         however many jobs are inserted meanwhile. InvalidCursor for a cursor we did not issue.
+        With ``previews``, each job's payload and result are a ``Preview`` (their first
+        characters, cut as the store reads them) and its last error is cut alike: a page's
+        size is bounded whatever the jobs hold (the API's lists; the job's own route reads
+        them whole).
         """
         ...
 

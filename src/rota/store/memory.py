@@ -49,6 +49,7 @@ from rota.domain.job import (
     JobState,
     Outcome,
     Progress,
+    previewed,
     runs_alone,
     truncate,
     unrunnable,
@@ -69,6 +70,7 @@ from rota.domain.workflow import (
 )
 from rota.store.base import (
     MAX_BULK,
+    MAX_PAGE_EDGES,
     MAX_PAGE_SIZE,
     AuditPage,
     Beat,
@@ -362,19 +364,55 @@ class MemoryStore(MemoryDurable):
                 if e.parent in self._jobs
             }
 
-    async def workflow(self, workflow_id: int) -> tuple[list[Job], list[tuple[int, int, str]]]:
+    async def workflow(
+        self,
+        workflow_id: int,
+        *,
+        after: int | None = None,
+        limit: int | None = None,
+        previews: bool = False,
+    ) -> tuple[list[Job], list[tuple[int, int, str]]]:
         with self._lock:
-            jobs = sorted(
+            every = sorted(
                 (j for j in self._jobs.values() if j.workflow == workflow_id), key=lambda j: j.id
             )
-            members = {j.id for j in jobs}
+            members = {j.id for j in every}
+            jobs = every
+            if limit is not None:
+                jobs = [j for j in every if after is None or j.id > after][: max(1, limit)]
             edges = [
                 (e.parent, e.child, e.policy)
                 for j in jobs
-                for e in self._parents.get(j.id, [])
+                for e in sorted(self._parents.get(j.id, []), key=lambda e: e.parent)
                 if e.parent in members
             ]
-            return jobs, edges
+            if limit is not None:
+                edges = edges[: MAX_PAGE_EDGES + 1]
+            return [previewed(j) for j in jobs] if previews else jobs, edges
+
+    async def workflow_states(self, workflow_id: int) -> dict[JobState, int]:
+        with self._lock:
+            found: dict[JobState, int] = {}
+            for job in self._jobs.values():
+                if job.workflow == workflow_id:
+                    found[job.state] = found.get(job.state, 0) + 1
+            return found
+
+    async def related(
+        self, job_id: int, *, parents: bool, after: int | None = None, limit: int = 50
+    ) -> list[tuple[int, JobState, str]]:
+        with self._lock:
+            deps = (self._parents if parents else self._children).get(job_id, [])
+            found = sorted(
+                (e.parent if parents else e.child, e.policy)
+                for e in deps
+                if (e.parent if parents else e.child) in self._jobs
+            )
+            return [
+                (other, self._jobs[other].state, policy)
+                for other, policy in found
+                if after is None or other > after
+            ][: max(1, limit)]
 
     async def cancel_workflow(self, workflow_id: int, *, now: datetime | None = None) -> int:
         with self._lock:
@@ -646,6 +684,8 @@ class MemoryStore(MemoryDurable):
             lease_until=None,
             finished_at=at,
             last_error=error if error is not None else job.last_error,
+            # A job that succeeded has done all its work, whatever it last reported.
+            progress=1.0 if state is JobState.SUCCEEDED else job.progress,
         )
         if job.unique_key is not None and self._active_keys.get(job.unique_key) == job.id:
             del self._active_keys[job.unique_key]
@@ -807,6 +847,7 @@ class MemoryStore(MemoryDurable):
                 lease_until=None,
                 finished_at=None,
                 last_error=None,
+                result=None,  # the series before's: a new series has none yet
             )
             self._jobs[job_id] = rerun
             if job.unique_key is not None:
@@ -920,7 +961,12 @@ class MemoryStore(MemoryDurable):
             return [self._jobs[job_id] for job_id in set(job_ids) if job_id in self._jobs]
 
     async def list_jobs(
-        self, filter: JobFilter, *, cursor: str | None = None, limit: int = 50
+        self,
+        filter: JobFilter,
+        *,
+        cursor: str | None = None,
+        limit: int = 50,
+        previews: bool = False,
     ) -> Page:
         limit = max(1, min(limit, MAX_PAGE_SIZE))
         after = decode_cursor(cursor) if cursor is not None else None
@@ -937,7 +983,8 @@ class MemoryStore(MemoryDurable):
                         break
         more = len(page) > limit
         page = page[:limit]
-        return Page(page, encode_cursor(page[-1].id) if more else None)
+        cursor = encode_cursor(page[-1].id) if more else None
+        return Page([previewed(job) for job in page] if previews else page, cursor)
 
     async def counts(self, *, now: datetime | None = None) -> Counts:
         with self._lock:
@@ -1368,6 +1415,8 @@ def _matches(job: Job, filter: JobFilter) -> bool:
     if filter.tenant is not None and job.tenant != filter.tenant:
         return False
     if filter.schedule is not None and job.schedule != filter.schedule:
+        return False
+    if filter.workflow is not None and job.workflow != filter.workflow:
         return False
     if filter.search is not None:
         return job.id == filter.search_id or job.unique_key == filter.search

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -110,6 +110,7 @@ class Workers:
         ready: Callable[[Worker], None] | None = None,
         metrics_port: int | None = None,
         metrics_host: str = "127.0.0.1",
+        metrics_allowed_hosts: Iterable[str] = (),
         link: Link | None = None,
         **options: Any,
     ) -> None:
@@ -120,7 +121,12 @@ class Workers:
             link.attach(self._hooks)  # before the worker reads the hooks
         worker = self.worker(settings, **options)
         exporter = (
-            serve_metrics(self._metrics, port=metrics_port, host=metrics_host)
+            serve_metrics(
+                self._metrics,
+                port=metrics_port,
+                host=metrics_host,
+                allowed_hosts=metrics_allowed_hosts,
+            )
             if metrics_port is not None
             else None
         )
@@ -153,6 +159,7 @@ class Workers:
         max_memory_per_child_mb: int | None = None,
         metrics_port: int | None = None,
         metrics_host: str = "127.0.0.1",
+        metrics_allowed_hosts: Iterable[str] = (),
         cli_args: Sequence[str] = (),
         **options: Any,
     ) -> int:
@@ -180,6 +187,7 @@ class Workers:
             max_memory_per_child_mb=max_memory_per_child_mb,
             metrics_port=metrics_port,
             metrics_host=metrics_host,
+            metrics_allowed_hosts=tuple(metrics_allowed_hosts),
         )
         return await Supervisor(fleet).run()
 

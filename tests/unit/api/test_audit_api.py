@@ -245,6 +245,25 @@ async def test_an_operator_route_records_who_did_what_and_how_many_jobs(
     assert entry["at"] == clock.now().isoformat().replace("+00:00", "Z")
 
 
+async def test_a_job_enqueued_over_the_api_is_recorded_with_its_identity(
+    make_app: MakeApp, store: MemoryStore
+) -> None:
+    body = {"kind": "email", "queue": "mail", "unique_key": "k-1"}
+    async with asgi_client(make_app(SETTINGS), headers=ADMIN) as api:
+        created = (await api.post("/api/jobs", json=body)).json()
+        again = await api.post("/api/jobs", json=body)  # the key is held: nothing new
+        refused = await api.post("/api/jobs", json={"kind": "email"}, headers=READER)
+        listed = (await api.get("/api/audit")).json()["entries"]
+
+    assert (again.status_code, refused.status_code) == (200, 403)
+    target = f"job:{created['id']}"
+    assert [(e["identity"], e["action"], e["target"], e["count"]) for e in listed] == [
+        ("token:admin", "job.create", target, 0),
+        ("token:admin", "job.create", target, 1),
+    ]
+    assert listed[1]["detail"] == {"kind": "email", "queue": "mail", "duplicate": False}
+
+
 async def test_refused_requests_record_nothing(make_app: MakeApp, store: MemoryStore) -> None:
     pending = await _pending(store)
     async with asgi_client(make_app(SETTINGS), headers=ADMIN) as api:

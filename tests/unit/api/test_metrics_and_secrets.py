@@ -101,7 +101,12 @@ class BrokenStore(MemoryStore):
     message = "connection to postgresql://rota:hunter2-db-password@db.internal:5432/rota failed"
 
     async def list_jobs(
-        self, filter: JobFilter, *, cursor: str | None = None, limit: int = 50
+        self,
+        filter: JobFilter,
+        *,
+        cursor: str | None = None,
+        limit: int = 50,
+        previews: bool = False,
     ) -> Page:
         raise StoreUnavailable(self.message)
 

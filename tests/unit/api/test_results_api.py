@@ -54,3 +54,16 @@ async def test_a_running_job_shows_its_progress_in_detail_and_lists(
     assert (detail["progress"], detail["progress_message"]) == (0.42, "page 42")
     [listed] = (await api.get("/api/jobs", params={"state": "running"})).json()["jobs"]
     assert (listed["progress"], listed["progress_message"]) == (0.42, "page 42")
+
+
+async def test_a_succeeded_job_shows_progress_one_whatever_it_last_reported(
+    api: httpx.AsyncClient, store: MemoryStore
+) -> None:
+    await store.enqueue([JobSpec(kind="crawl")])
+    [job] = await store.claim("w", queues=["default"], limit=1, lease=LEASE)
+    await store.heartbeat([job.lease], lease=LEASE, progress={job.id: Progress(0.92, "page 92")})
+    assert await store.complete_many([job.lease]) == []
+    detail = (await api.get(f"/api/jobs/{job.id}")).json()
+    assert (detail["state"], detail["progress"]) == ("succeeded", 1.0)
+    [listed] = (await api.get("/api/jobs", params={"state": "succeeded"})).json()["jobs"]
+    assert listed["progress"] == 1.0

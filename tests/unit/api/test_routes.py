@@ -241,7 +241,7 @@ async def test_config_healthz_and_pages(make_app: MakeApp) -> None:
     async with asgi_client(make_app(kinds=["b", "a"], demo=True)) as api:
         assert (await api.get("/api/config")).json() == {
             "demo": True, "read_only": False, "kinds": ["a", "b"], "login": False,
-            "identity": "anonymous",
+            "identity": "anonymous", "role": "admin",
         }  # fmt: skip
         assert (await api.get("/healthz")).json() == {"ok": True}
         page = await api.get("/")
@@ -286,7 +286,7 @@ async def test_limit_bounds_are_accepted(api: httpx.AsyncClient, limit: int) -> 
     assert (await api.get("/api/jobs", params={"limit": limit})).status_code == 200
 
 
-async def test_lists_carry_bounded_previews_and_the_detail_the_whole_job(
+async def test_lists_carry_bounded_previews_and_the_detail_a_large_payload_s_first_64_kib(
     api: httpx.AsyncClient, store: MemoryStore
 ) -> None:
     big = {"blob": "é" * 450_000}  # 900 KB of JSON, two bytes a character
@@ -316,8 +316,19 @@ async def test_lists_carry_bounded_previews_and_the_detail_the_whole_job(
     assert listed_big["last_error_preview"] == "E" * PREVIEW_BYTES
     assert listed_big["last_error_truncated"] is True
 
+    # The job's own answer: its first 64 KiB, and the whole payload on its own route.
     detail = (await api.get("/api/jobs/1")).json()
-    assert detail["payload"] == big and detail["last_error"] == "E" * 5000
+    assert detail["last_error"] == "E" * 5000
+    assert detail["payload"] is None and detail["payload_truncated"] is True
+    assert len(detail["payload_preview"].encode()) <= 64 * 1024
+    assert detail["payload_preview"].startswith('{"blob":"éé')
+    whole = await api.get("/api/jobs/1/payload")
+    assert whole.headers["content-type"] == "application/json"
+    assert whole.json() == big
+    small_detail = (await api.get("/api/jobs/2")).json()
+    assert small_detail["payload"] == small and small_detail["payload_truncated"] is False
+    assert (await api.get("/api/jobs/2/result")).json() is None
+    assert (await api.get("/api/jobs/77/payload")).status_code == 404
 
 
 def test_previews_never_split_a_character() -> None:

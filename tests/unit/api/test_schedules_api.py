@@ -225,6 +225,22 @@ async def test_the_kind_allow_list_applies_to_schedules(
     assert accepted.status_code == 201
 
 
+async def test_an_unknown_kind_and_a_bad_cron_are_refused_together(
+    make_app: MakeApp, store: MemoryStore
+) -> None:
+    async with asgi_client(make_app(kinds=["email"])) as api:
+        created = await create(api, name="s", kind="nope", cron="61 2 * * *")
+        await create(api, name="kept", kind="email", every_seconds=60)
+        edited = await api.post("/api/schedules/kept/edit", json={"kind": "nope", "cron": "x"})
+
+    for refused in (created, edited):
+        assert refused.status_code == 400
+        kind, cron = refused.json()["error"].split("; ")
+        assert kind.startswith("kind: unknown kind 'nope'")
+        assert cron.startswith("cron: ")
+    assert [s.spec.kind for s in await store.list_schedules()] == ["email"]
+
+
 @pytest.mark.parametrize(
     ("method", "suffix"),
     [("GET", ""), ("POST", "/pause"), ("POST", "/resume"), ("POST", "/run"), ("POST", "/delete")],

@@ -357,9 +357,9 @@ async def test_failed_logins_are_throttled(make_app: MakeApp, clock: FakeClock) 
     async with asgi_client(make_app(ApiSettings(auth_token=TOKEN))) as api:
         for _ in range(10):
             assert (await api.post("/login", data={"token": "wrong-wrong"})).status_code == 401
-        assert (await api.post("/login", data={"token": TOKEN})).status_code == 429
+        assert (await api.post("/login", data={"token": "wrong-again"})).status_code == 429
         clock.advance(timedelta(seconds=61))
-        assert (await api.post("/login", data={"token": TOKEN})).status_code == 303
+        assert (await api.post("/login", data={"token": "wrong-again"})).status_code == 401
 
 
 async def test_basic_auth_has_no_login_form(make_app: MakeApp) -> None:
@@ -375,7 +375,7 @@ def from_address(app: FastAPI, address: str) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=transport, base_url=BASE_URL)
 
 
-async def test_wrong_logins_lock_out_their_address_never_a_right_token_elsewhere(
+async def test_wrong_logins_lock_out_their_address_never_a_right_token(
     make_app: MakeApp, clock: FakeClock
 ) -> None:
     app = make_app(ApiSettings(auth_token=TOKEN))
@@ -383,10 +383,34 @@ async def test_wrong_logins_lock_out_their_address_never_a_right_token_elsewhere
         for n in range(MAX_GUESSES):
             wrong = await attacker.post("/login", data={"token": f"guess-{n:04}-x"})
             assert wrong.status_code == 401
-        assert (await attacker.post("/login", data={"token": TOKEN})).status_code == 429
+        assert (await attacker.post("/login", data={"token": "guess-more-x"})).status_code == 429
         assert (await user.post("/login", data={"token": TOKEN})).status_code == 303
         clock.advance(GUESS_WINDOW + timedelta(seconds=1))
-        assert (await attacker.post("/login", data={"token": TOKEN})).status_code == 303
+        assert (await attacker.post("/login", data={"token": "guess-late-x"})).status_code == 401
+
+
+async def test_a_right_credential_from_a_throttled_address_is_accepted(
+    make_app: MakeApp,
+) -> None:
+    """Everyone behind one proxy or NAT (or every local client) shares an address: a
+    stranger's wrong guesses from it must not lock out whoever holds the right credential,
+    while the stranger's further guesses keep getting 429 (issue 41, point 5)."""
+    settings = ApiSettings(auth_token=TOKEN, basic_auth=("admin", "pw-1234-secret"))
+    app = make_app(settings)
+    good_basic = basic("admin", "pw-1234-secret")
+    async with from_address(app, "127.0.0.1") as shared:
+        for n in range(MAX_GUESSES + 1):
+            await shared.get("/api/jobs", headers={"authorization": f"Bearer guess-{n:04}"})
+        for guess in (f"Bearer {TOKEN}x", basic("admin", "nope"), "Bearer another-guess"):
+            refused = await shared.get("/api/jobs", headers={"authorization": guess})
+            assert refused.status_code == 429 and refused.headers["retry-after"] == "60"
+        for good in (f"Bearer {TOKEN}", good_basic):
+            right = await shared.get("/api/jobs", headers={"authorization": good})
+            assert right.status_code == 200, good
+        assert (await shared.post("/login", data={"token": "wrong-wrong"})).status_code == 429
+        login = await shared.post("/login", data={"token": TOKEN})
+        assert login.status_code == 303
+        assert (await shared.get("/api/jobs")).status_code == 200, "the session works too"
 
 
 @pytest.mark.parametrize("scheme", ["Bearer", "Basic"])
@@ -405,7 +429,8 @@ async def test_api_credential_guesses_are_throttled_like_logins(
             guess = f"Bearer guess-{n:04}" if scheme == "Bearer" else f"Basic {n:04}Zm9vOmJhcg=="
             response = await attacker.get("/api/jobs", headers={"authorization": guess})
             assert response.status_code == 401
-        refused = await attacker.get("/api/jobs", headers={"authorization": good})
+        wrong = "Bearer guess-last" if scheme == "Bearer" else "Basic bGFzdDpndWVzcw=="
+        refused = await attacker.get("/api/jobs", headers={"authorization": wrong})
         assert refused.status_code == 429 and refused.headers["retry-after"] == "60"
         assert (await user.get("/api/jobs", headers={"authorization": good})).status_code == 200
 

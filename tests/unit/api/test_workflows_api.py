@@ -7,7 +7,7 @@ from datetime import timedelta
 import httpx
 
 from rota.domain.job import JobSpec, JobState
-from rota.domain.workflow import chain
+from rota.domain.workflow import Workflow, chain
 from rota.store.memory import MemoryStore
 from tests.unit.api.conftest import total_jobs
 
@@ -81,3 +81,56 @@ async def test_an_unknown_workflow_is_a_404(api: httpx.AsyncClient) -> None:
     assert (await api.get("/api/workflows/77")).status_code == 404
     assert (await api.post("/api/workflows/77/cancel")).status_code == 404
     assert (await api.get("/api/workflows/0")).status_code == 400
+
+
+async def test_a_workflow_and_its_jobs_parents_are_answered_a_page_at_a_time(
+    api: httpx.AsyncClient, store: MemoryStore
+) -> None:
+    """A join of 3,000 parents: no answer lists them all at once (it was one 7.6 MB answer
+    at 10,000 parents)."""
+    graph = Workflow()
+    parts = [graph.add(JobSpec("part", payload={"n": n})) for n in range(3_000)]
+    graph.add(JobSpec("join"), after=parts)
+    jobs = await store.enqueue_workflow(graph)
+    ids = sorted(job.id for job in jobs)
+    workflow_id, join_id = ids[0], ids[-1]
+
+    first = await api.get(f"/api/workflows/{workflow_id}")
+    assert first.status_code == 200
+    shown = first.json()
+    assert len(shown["jobs"]) == 100 and shown["next_cursor"] is not None
+    assert shown["total"] == 3_001 and shown["by_state"]["pending"] == 3_000
+    assert shown["edges"] == [] and shown["edges_truncated"] is False
+    assert len(first.content) < 100_000
+
+    seen, cursor, last = [], None, shown
+    for _ in range(10):
+        params = {"limit": 500} | ({"cursor": cursor} if cursor else {})
+        page = await api.get(f"/api/workflows/{workflow_id}", params=params)
+        last = page.json()
+        seen += [job["id"] for job in last["jobs"]]
+        cursor = last["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == ids
+    assert len(last["edges"]) == 1_000 and last["edges_truncated"] is True
+    assert {edge["child"] for edge in last["edges"]} == {join_id}
+
+    parents, cursor = [], None
+    for _ in range(20):
+        params = {"limit": 500} | ({"cursor": cursor} if cursor else {})
+        page = await api.get(f"/api/jobs/{join_id}/parents", params=params)
+        assert page.status_code == 200
+        parents += [job["id"] for job in page.json()["jobs"]]
+        cursor = page.json()["next_cursor"]
+        if cursor is None:
+            break
+    assert parents == ids[:-1]
+    children = (await api.get(f"/api/jobs/{ids[0]}/children")).json()
+    assert children == {
+        "jobs": [{"id": join_id, "state": "waiting", "on_parent_failure": "cancel"}],
+        "next_cursor": None,
+    }
+    assert (await api.get("/api/jobs/999999/parents")).status_code == 404
+    listed = (await api.get("/api/jobs", params={"workflow": workflow_id, "limit": 3})).json()
+    assert [job["id"] for job in listed["jobs"]] == ids[::-1][:3]

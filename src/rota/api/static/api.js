@@ -4,6 +4,11 @@
 
 const ROOT = document.documentElement.dataset.root || "";
 
+// A link to an API path (opened by the browser itself, with the dashboard's login cookie).
+export function apiHref(path) {
+  return ROOT + path;
+}
+
 export class ApiError extends Error {
   constructor(status, message) {
     super(message);

@@ -6,6 +6,7 @@ import { reportError, timeToggle } from "./ui.js";
 import { renderOverview } from "./overview.js";
 import { renderJobs } from "./jobs.js";
 import { renderJob } from "./job.js";
+import { renderEnqueue } from "./enqueue.js";
 import { renderWorkflow } from "./workflow.js";
 import { renderWorkers } from "./workers.js";
 import { renderSchedules } from "./schedules.js";
@@ -19,6 +20,7 @@ function route() {
   const hash = location.hash || "#/";
   const [path, search] = hash.slice(1).split("?");
   const params = new URLSearchParams(search || "");
+  if (path === "/jobs/new") return { view: "jobs", render: (root) => renderEnqueue(root, config, params) };
   const jobMatch = /^\/jobs\/(\d+)$/.exec(path);
   if (jobMatch) return { view: "jobs", render: (root) => renderJob(root, config, jobMatch[1]) };
   const workflowMatch = /^\/workflows\/(\d+)$/.exec(path);

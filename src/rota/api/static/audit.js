@@ -8,7 +8,7 @@ import { filterFrom, pager, poller, submitsToHash } from "./ui.js";
 
 // The actions of rota.domain.audit.AuditAction.
 const ACTIONS = [
-  "job.retry", "job.cancel", "job.rerun", "job.delete", "job.reschedule",
+  "job.create", "job.retry", "job.cancel", "job.rerun", "job.delete", "job.reschedule",
   "jobs.retry", "jobs.cancel", "jobs.purge",
   "queue.pause", "queue.resume", "limit.set", "limit.delete",
   "schedule.create", "schedule.replace", "schedule.pause", "schedule.resume",

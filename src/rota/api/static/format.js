@@ -66,22 +66,38 @@ export function absolute(iso) {
   return `${iso.replace("T", " ").replace(/\.\d+/, "").replace("Z", "")} UTC`;
 }
 
-// The derived views of pending: "retrying" after a failed attempt, "scheduled" when not yet due.
-export function displayState(job, nowMs) {
-  if (job.state !== "pending") return job.state;
-  if (job.attempt > 0) return "retrying";
+// One vocabulary: a badge names the state as the API does (waiting, pending, running,
+// succeeded, dead, cancelled); what a pending job waits for is said beside it (stateNote).
+export function stateNote(job, nowMs) {
+  if (job.state !== "pending") return null;
+  const parts = [];
   const runAt = parseTime(job.run_at);
-  if (runAt !== null && nowMs !== null && runAt > nowMs) return "scheduled";
-  return "pending";
+  if (runAt !== null && nowMs !== null && runAt > nowMs) parts.push(`due ${relative(job.run_at, nowMs)}`);
+  if (job.attempt > 0) parts.push(`attempt ${job.attempt + 1} next`);
+  if (!parts.length) return null;
+  return h("span", { class: "state-note muted", title: absolute(job.run_at) }, parts.join(", "));
+}
+
+// A job's state: its badge, and the note on a pending job that is not yet due or retries.
+export function stateCell(job, nowMs) {
+  const note = stateNote(job, nowMs);
+  return note ? [badge(job.state), " ", note] : badge(job.state);
+}
+
+// "1 job", "3 jobs": a count and its noun, singular or plural as the count asks.
+export function plural(n, noun, nouns = `${noun}s`) {
+  return `${count(n)} ${Number(n) === 1 ? noun : nouns}`;
 }
 
 export function badge(label) {
   return h("span", { class: `badge s-${label}`, text: label });
 }
 
-// A running job's progress, as its last heartbeat carried it: a bar and the message, as text.
-export function progressBar(job) {
-  if (job.state !== "running" || job.progress === null || job.progress === undefined) return null;
+// A running job's progress, as its handler last reported it: a bar and the message, as text.
+// With `finished`, a succeeded job's too (its progress is 1: it did all its work).
+export function progressBar(job, { finished = false } = {}) {
+  const shown = job.state === "running" || (finished && job.state === "succeeded");
+  if (!shown || job.progress === null || job.progress === undefined) return null;
   const percent = `${Math.round(job.progress * 100)}%`;
   const label = job.progress_message ? `${percent} ${job.progress_message}` : percent;
   return h("span", { class: "progress", title: label },
@@ -90,7 +106,7 @@ export function progressBar(job) {
 }
 
 export function count(n, exact = true) {
-  return `${exact ? "" : "≈"}${Number(n).toLocaleString("en-US")}`;
+  return `${exact ? "" : "about "}${Number(n).toLocaleString("en-US")}`;
 }
 
 // "minute", "5 min", "90 s": a rate limit's period, exactly (never rounded).

@@ -3,10 +3,11 @@
 // or waits for), and the operator verbs: run a delayed job now, re-run a succeeded one, delete
 // one.
 
-import { ApiError, deleteJSON, getJSON, postJSON } from "./api.js";
+import { ApiError, apiHref, deleteJSON, getJSON, postJSON } from "./api.js";
 import { h, replaceChildren } from "./dom.js";
-import { absolute, badge, displayState, duration, parseTime, progressBar, relative } from "./format.js";
+import { absolute, badge, duration, parseTime, plural, progressBar, relative, stateNote } from "./format.js";
 import { actionButtons, blockedLabel } from "./jobs.js";
+import { timelineChart } from "./timeline.js";
 import { confirmDialog, notify, poller, reportError } from "./ui.js";
 
 function field(label, value) {
@@ -45,35 +46,50 @@ function timeline(job, now) {
     if (a.finished_at) events.push([a.finished_at, `#${a.run}: ${a.outcome}`]);
   }
   if (job.finished_at) events.push([job.finished_at, job.state]);
-  else if (job.state === "waiting") events.push([job.created_at, `waiting on ${job.waiting_on} parent job(s)`]);
+  else if (job.state === "waiting") events.push([job.created_at, `waiting on ${plural(job.waiting_on, "parent job")}`]);
   else if (job.state === "pending") events.push([job.run_at, parseTime(job.run_at) > now ? "due" : "due (waiting for a worker)"]);
   events.sort((a, b) => parseTime(a[0]) - parseTime(b[0]));
   return h("ol", { class: "timeline" }, events.map(([when, what]) =>
-    h("li", {}, h("span", { class: "when" }, relative(when, now)), " ", what)));
+    h("li", {}, h("span", { class: "when" }, absolute(when)), " ",
+      h("span", { class: "muted" }, `(${relative(when, now)})`), " ", what)));
+}
+
+// How many parents and children the job page lists (the rest: "and more").
+const RELATED_SHOWN = 50;
+
+// A payload or result: whole and indented, or, when the API cut it (over 64 KiB), its first
+// part as sent and a link to the whole value.
+function jsonValue(job, name) {
+  if (!job[`${name}_truncated`]) return h("pre", { class: name }, JSON.stringify(job[name], null, 2));
+  return [
+    h("pre", { class: `${name} cut` }, `${job[`${name}_preview`]} …`),
+    h("p", { class: "muted" }, `Only the first part is shown. `,
+      h("a", { href: apiHref(`/api/jobs/${job.id}/${name}`), target: "_blank", rel: "noopener" }, `Open the whole ${name}`)),
+  ];
 }
 
 function jobLink(jobId) {
   return h("a", { class: "mono", href: `#/jobs/${jobId}` }, String(jobId));
 }
 
-// The job's place in its workflow: its parents and children, each a link with its state.
+// The job's place in its workflow: its parents and children (the first page of each, from
+// their paged routes), each a link with its state.
 function workflowSection(job, workflow) {
   if (!workflow) return null;
-  const states = new Map(workflow.jobs.map((j) => [j.id, j.state]));
-  const linked = (ids) => (ids.length
-    ? ids.map((jobId) => h("span", { class: "wf-link" }, jobLink(jobId), " ", badge(states.get(jobId) || "?")))
+  const linked = (page) => (page.jobs.length
+    ? [...page.jobs.map((j) => h("span", { class: "wf-link" }, jobLink(j.id), " ", badge(j.state))),
+      page.next_cursor ? h("span", { class: "muted" }, " and more") : null]
     : "—");
-  const parents = workflow.edges.filter((e) => e.child === job.id).map((e) => e.parent);
-  const children = workflow.edges.filter((e) => e.parent === job.id).map((e) => e.child);
-  const done = workflow.jobs.filter((j) => ["succeeded", "dead", "cancelled"].includes(j.state)).length;
+  const { summary, parents, children } = workflow;
+  const done = ["succeeded", "dead", "cancelled"].reduce((n, st) => n + (summary.by_state[st] || 0), 0);
   return [
     h("h2", { text: "Workflow" }),
     h("dl", { class: "fields workflow" },
       field("workflow", [
-        h("a", { class: "mono", href: `#/workflows/${workflow.id}` }, String(workflow.id)),
-        `: ${done} of ${workflow.jobs.length} job(s) finished`,
+        h("a", { class: "mono", href: `#/workflows/${summary.id}` }, String(summary.id)),
+        `: ${done} of ${plural(summary.total, "job")} finished`,
       ]),
-      field("waiting on", job.state === "waiting" ? `${job.waiting_on} parent job(s)` : null),
+      field("waiting on", job.state === "waiting" ? plural(job.waiting_on, "parent job") : null),
       field("parents", linked(parents)),
       field("children", linked(children))),
   ];
@@ -138,6 +154,26 @@ function suspendedText(job, nowMs) {
   return ["waiting for signal ", h("span", { class: "mono" }, s.key || "?"), until, ` (${s.step})`];
 }
 
+// Why a crash suspect is watched. The server says its lease expired while it ran; whether its
+// worker died is only known here: a worker still alive hung or lost the store (a long pause,
+// a cut connection), and another worker took the job over.
+function quarantineLine(job, workers) {
+  if (!job.quarantine) return null;
+  const expired = job.attempts.filter((a) => a.outcome === "lease_expired");
+  const last = expired[expired.length - 1];
+  const holder = last && last.worker ? workers.find((w) => w.name === last.worker) : null;
+  if (!holder || !holder.alive) return h("p", { class: "error-text quarantine" }, job.quarantine);
+  const after = job.attempts[job.attempts.indexOf(last) + 1];
+  const taken = after && after.worker
+    ? `taken over by ${after.worker}`
+    : "pending again, for any worker to take over";
+  const mark = job.quarantine.indexOf(", so ");
+  const rest = mark >= 0 ? `; ${job.quarantine.slice(mark + 2)}` : "";
+  const times = expired.length === 1 ? "" : ` (${expired.length} times)`;
+  return h("p", { class: "warn-text quarantine" },
+    `lease expired while its worker ${holder.name} was alive${times} (it hung or lost the store; it did not crash): ${taken}${rest}`);
+}
+
 // Why a waiting or pending job is not running, from the server's blocked_by.
 function whySection(job, nowMs) {
   if (job.state !== "pending" && job.state !== "waiting") return null;
@@ -176,7 +212,7 @@ function operatorButtons(job, config, nowMs, onDone) {
     }
     onDone();
   };
-  const buttons = [];
+  const buttons = [h("a", { class: "button-link small", href: `#/jobs/new?copy=${job.id}`, "data-action": "copy" }, "enqueue a copy")];
   if (job.state === "pending" && parseTime(job.run_at) > nowMs) {
     buttons.push(h("button", { type: "button", class: "small", "data-action": "run-now",
       on: { click: post("reschedule", { run_at: "now" }, "due now") } }, "run now"));
@@ -223,7 +259,20 @@ export function renderJob(root, config, id) {
     let workflow = null;
     if (job.workflow !== null && job.workflow !== undefined) {
       try {
-        workflow = await getJSON(`/api/workflows/${job.workflow}`);
+        const [summary, parents, children] = await Promise.all([
+          getJSON(`/api/workflows/${job.workflow}?limit=1`),
+          getJSON(`/api/jobs/${job.id}/parents?limit=${RELATED_SHOWN}`),
+          getJSON(`/api/jobs/${job.id}/children?limit=${RELATED_SHOWN}`),
+        ]);
+        workflow = { summary, parents, children };
+      } catch (error) {
+        if (!(error instanceof ApiError)) throw error;
+      }
+    }
+    let workers = [];
+    if (job.quarantine) {
+      try {
+        workers = (await getJSON("/api/workers")).workers;
       } catch (error) {
         if (!(error instanceof ApiError)) throw error;
       }
@@ -231,7 +280,7 @@ export function renderJob(root, config, id) {
     openTraces = new Set([...body.querySelectorAll("details")].map((d, i) => (d.open ? i : -1)).filter((i) => i >= 0));
     replaceChildren(head,
       h("h1", {}, `Job `, h("span", { class: "mono" }, String(job.id)), " ",
-        badge(job.suspended ? (job.suspended.kind === "sleep" ? "sleeping" : "awaiting-signal") : displayState(job, nowMs))),
+        badge(job.state), " ", job.suspended ? h("span", { class: "state-note muted" }, suspendedText(job, nowMs)) : stateNote(job, nowMs)),
       h("div", { class: "actions" }, actionButtons(job, config, () => loop.refresh()),
         operatorButtons(job, config, nowMs, () => loop.refresh())));
     replaceChildren(body,
@@ -240,7 +289,7 @@ export function renderJob(root, config, id) {
         field("queue", job.queue),
         field("state", job.state === "waiting" ? `waiting on ${job.waiting_on}` : job.state),
         job.suspended ? field("suspended", suspendedText(job, nowMs)) : null,
-        field("progress", progressBar(job)),
+        field("progress", progressBar(job, { finished: true })),
         field("attempt", job.attempts.length > job.attempt
           ? `${job.attempt} of ${job.max_attempts} (${job.attempts.length} runs in all)`
           : `${job.attempt} of ${job.max_attempts}`),
@@ -259,17 +308,20 @@ export function renderJob(root, config, id) {
         field("timeout", job.timeout_seconds === null ? null : duration(job.timeout_seconds)),
         field("expires", at(job.expires_at, nowMs)),
         field("crashes", job.crashes ? String(job.crashes) : null)),
-      job.quarantine ? h("p", { class: "error-text quarantine" }, job.quarantine) : null,
+      quarantineLine(job, workers),
       workflowSection(job, workflow),
       whySection(job, nowMs),
       lastError(job),
       h("h2", { text: "Payload" }),
-      h("pre", { class: "payload" }, JSON.stringify(job.payload, null, 2)),
-      job.result !== null && job.result !== undefined
-        ? [h("h2", { text: "Result" }), h("pre", { class: "result" }, JSON.stringify(job.result, null, 2))]
+      jsonValue(job, "payload"),
+      job.result_truncated || (job.result !== null && job.result !== undefined)
+        ? [h("h2", { text: "Result" }), jsonValue(job, "result")]
         : null,
       stepsTable(job, nowMs),
       h("h2", { text: "Timeline" }),
+      timelineChart(job, numbered(job.attempts), nowMs),
+      job.attempts.length ? h("p", { class: "muted hint" },
+        "To scale: each run from its start to its end; dashed, the wait before a worker took the job over, or a running job's lease ahead of it; below, a durable job's steps. Hover for times.") : null,
       timeline(job, nowMs),
       h("h2", { text: "Attempts" }),
       attemptsTable(job));

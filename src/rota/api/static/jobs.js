@@ -4,7 +4,7 @@
 
 import { deleteJSON, getJSON, postJSON, query } from "./api.js";
 import { appendChildren, h, replaceChildren } from "./dom.js";
-import { badge, count, displayState, parseTime, progressBar, relative } from "./format.js";
+import { count, parseTime, plural, progressBar, relative, stateCell } from "./format.js";
 import {
   confirmDialog, filterFrom, notify, pager, poller, presets, reportError, submitsToHash,
 } from "./ui.js";
@@ -202,13 +202,13 @@ export function renderJobs(root, config, params) {
     const all = [...selected.keys()].sort((a, b) => a - b);
     const ids = all.filter((jobId) => spec.states.includes(selected.get(jobId)));
     const left = all.length - ids.length;
-    const leftText = left ? ` ${count(left)} selected job(s) that are not ${spec.which} are left alone.` : "";
+    const leftText = left ? ` ${plural(left, "selected job")} that ${left === 1 ? "is" : "are"} not ${spec.which} ${left === 1 ? "is" : "are"} left alone.` : "";
     if (!ids.length) {
-      confirmDialog(`${spec.label} selected`, `None of the ${count(all.length)} selected job(s) is ${spec.which}; nothing to do.`, "", false, null);
+      confirmDialog(`${spec.label} selected`, `${all.length === 1 ? "The selected job is not" : `None of the ${plural(all.length, "selected job")} is`} ${spec.which}; nothing to do.`, "", false, null);
       return;
     }
     const undo = verb === "delete" ? " Their history goes too; this cannot be undone." : "";
-    const message = `${spec.label} ${count(ids.length)} selected ${spec.which} job(s): ${idList(ids)}?${leftText}${undo}`;
+    const message = `${spec.label} ${count(ids.length)} selected ${spec.which} ${ids.length === 1 ? "job" : "jobs"}: ${idList(ids)}?${leftText}${undo}`;
     confirmDialog(`${spec.label} selected`, message, `${spec.label} them`, verb !== "retry", async () => {
       const refused = [];
       let done = 0;
@@ -223,7 +223,7 @@ export function renderJobs(root, config, params) {
       }
       syncSelection();
       loop.refresh();
-      const summary = `${spec.done} ${count(done)} job(s).`;
+      const summary = `${spec.done} ${plural(done, "job")}.`;
       return refused.length ? `${summary} Refused: ${refused.join("; ")}.` : summary;
     });
   }
@@ -245,20 +245,21 @@ export function renderJobs(root, config, params) {
     }
     const amount = counted.capped ? `the first ${count(counted.count)} (more match)` : count(counted.count);
     const undo = verb === "delete" ? " Their history goes too; this cannot be undone." : "";
-    const message = `${VERBS[verb].label} ${amount} ${which} job(s) matching ${scope}?${undo}`;
+    const message = `${VERBS[verb].label} ${amount} ${which} ${counted.count === 1 && !counted.capped ? "job" : "jobs"} matching ${scope}?${undo}`;
     confirmDialog(`Bulk ${verb}`, message, `${VERBS[verb].label} them`, verb !== "retry", async () => {
       const body = { ...filter };
       if (body.state) body.state = body.state.split(",").map((st) => st.trim()).filter(Boolean);
       const result = await postJSON(`/api/jobs/bulk/${verb}`, body);
       loop.refresh();
-      return `${VERBS[verb].done} ${count(result.count)} job(s).`;
+      return `${VERBS[verb].done} ${plural(result.count, "job")}.`;
     });
   }
 
   const rows = h("tbody");
   const empty = h("p", { class: "muted", hidden: true }, "No jobs match.");
   appendChildren(root,
-    h("h1", { text: "Jobs" }),
+    h("div", { class: "job-head" }, h("h1", { text: "Jobs" }),
+      config.read_only ? null : h("a", { class: "button-link primary", href: "#/jobs/new", "data-action": "new-job" }, "+ New job")),
     presets(config, () => loop && loop.refresh()),
     tabs,
     form,
@@ -292,7 +293,7 @@ export function renderJobs(root, config, params) {
       h("td", { class: "mono" }, h("a", { href: `#/jobs/${job.id}` }, String(job.id))),
       h("td", { class: "kind" }, job.kind),
       h("td", {}, job.queue),
-      h("td", {}, badge(displayState(job, now)), progressBar(job), blockedLine(job)),
+      h("td", {}, stateCell(job, now), progressBar(job), blockedLine(job)),
       h("td", { class: "num" }, `${job.attempt}/${job.max_attempts}`),
       h("td", { class: "num" }, String(job.priority)),
       h("td", {}, job.tenant || ""),

@@ -5,7 +5,7 @@
 import { getJSON } from "./api.js";
 import { appendChildren, h, replaceChildren } from "./dom.js";
 import { throughputChart } from "./chart.js";
-import { badge, count, duration, limitTarget, rateText, relative } from "./format.js";
+import { absolute, badge, count, duration, limitTarget, rateText, relative } from "./format.js";
 import { poller, presets } from "./ui.js";
 
 const STATES = ["waiting", "pending", "running", "succeeded", "dead", "cancelled"];
@@ -46,24 +46,27 @@ function flowLine(el, queueData, limitData) {
   return new Set(paused.map((queue) => queue.name));
 }
 
-// The next runs of the active schedules, soonest first: the six soonest runs all belong to the
-// six schedules due soonest, so that one small page is all the overview asks for.
+// The next runs of the active schedules, soonest first, one row per schedule (its next run,
+// then the two after it): the soonest schedules are all the overview asks for.
 const UPCOMING = 6;
 
 function upcomingRuns(el, data) {
   const nowMs = Date.parse(data.now);
-  const runs = data.schedules
-    .filter((schedule) => !schedule.paused)
-    .flatMap((schedule) => schedule.next_runs.slice(0, 3).map((at) => ({ at, schedule })))
-    .sort((a, b) => Date.parse(a.at) - Date.parse(b.at))
+  const active = data.schedules
+    .filter((schedule) => !schedule.paused && schedule.next_runs.length)
+    .sort((a, b) => Date.parse(a.next_runs[0]) - Date.parse(b.next_runs[0]))
     .slice(0, UPCOMING);
-  replaceChildren(el, runs.length
-    ? runs.map(({ at, schedule }) => h("tr", {},
-      h("td", {}, h("a", { href: "#/schedules" }, schedule.name)),
-      h("td", {}, schedule.kind),
-      h("td", { class: "muted" }, schedule.description),
-      h("td", { class: "num", title: at }, relative(at, nowMs))))
-    : h("tr", {}, h("td", { class: "muted", colspan: 4 }, "No active schedules.")));
+  replaceChildren(el, active.length
+    ? active.map((schedule) => {
+      const [next, ...later] = schedule.next_runs;
+      return h("tr", { "data-upcoming": schedule.name },
+        h("td", {}, h("a", { href: "#/schedules" }, schedule.name)),
+        h("td", {}, schedule.kind),
+        h("td", { class: "muted" }, schedule.description),
+        h("td", { class: "num", title: absolute(next) }, relative(next, nowMs)),
+        h("td", { class: "muted" }, later.slice(0, 2).map((at) => relative(at, nowMs)).join(", ")));
+    })
+    : h("tr", {}, h("td", { class: "muted", colspan: 5 }, "No active schedules.")));
 }
 
 // How stale the counts and lists may be when they come from a read replica.
@@ -108,7 +111,7 @@ export function renderOverview(root, config) {
       queues),
     h("h2", { text: "Upcoming schedule runs" }),
     h("table", { class: "grid" },
-      h("thead", {}, h("tr", {}, ["schedule", "kind", "rule", "when"].map((t) => h("th", { text: t })))),
+      h("thead", {}, h("tr", {}, ["schedule", "kind", "rule", "next run", "then"].map((t) => h("th", { text: t })))),
       upcoming),
   );
   loop = poller(async () => {

@@ -4,7 +4,7 @@
 
 import { getJSON, postJSON, query } from "./api.js";
 import { h, replaceChildren } from "./dom.js";
-import { absolute, badge, displayState, parseTime, relative } from "./format.js";
+import { absolute, badge, parseTime, relative, stateCell } from "./format.js";
 import { confirmDialog, notify, poller, reportError } from "./ui.js";
 
 const PATH = (name) => `/api/schedules/${encodeURIComponent(name)}`;
@@ -200,7 +200,8 @@ function scheduleForm(onDone) {
       close();
       onDone();
     } catch (failure) {
-      error.textContent = failure.message;
+      // The server names every problem of the kind and the rule at once, "; " between them.
+      replaceChildren(error, failure.message.split("; ").map((problem) => h("span", { class: "problem" }, problem)));
       error.hidden = false;
     }
   });
@@ -215,7 +216,7 @@ function recentJobs(schedule, data) {
     h("thead", {}, h("tr", {}, ["job", "state", "slot", "attempt", "finished"].map((t) => h("th", { text: t })))),
     h("tbody", {}, data.jobs.map((job) => h("tr", { "data-job": String(job.id) },
       h("td", { class: "mono" }, h("a", { href: `#/jobs/${job.id}` }, String(job.id))),
-      h("td", {}, badge(displayState(job, nowMs))),
+      h("td", {}, stateCell(job, nowMs)),
       h("td", {}, job.slot_at ? absolute(job.slot_at) : ""),
       h("td", { class: "num" }, `${job.attempt}/${job.max_attempts}`),
       h("td", { class: "when" }, job.finished_at ? relative(job.finished_at, nowMs) : "")))));

@@ -3,7 +3,7 @@
 
 import { ApiError, getJSON, postJSON } from "./api.js";
 import { h, replaceChildren } from "./dom.js";
-import { badge } from "./format.js";
+import { badge, plural } from "./format.js";
 import { confirmDialog, poller } from "./ui.js";
 
 const FINISHED = ["succeeded", "dead", "cancelled"];
@@ -26,10 +26,16 @@ export function renderWorkflow(root, config, id) {
   const body = h("div");
   root.append(h("a", { class: "back", href: "#/jobs" }, "← jobs"), head, body);
   let loop = null;
+  // The page of jobs shown: null for the first, else the cursor the API gave for it.
+  let cursor = null;
+  const turn = (to) => () => {
+    cursor = to;
+    loop.refresh();
+  };
   loop = poller(async () => {
     let workflow;
     try {
-      workflow = await getJSON(`/api/workflows/${id}`);
+      workflow = await getJSON(`/api/workflows/${id}${cursor ? `?cursor=${encodeURIComponent(cursor)}` : ""}`);
     } catch (error) {
       if (error instanceof ApiError && (error.status === 404 || error.status === 400)) {
         replaceChildren(head, h("h1", { text: `Workflow ${id}` }));
@@ -43,7 +49,10 @@ export function renderWorkflow(root, config, id) {
       if (!parents.has(edge.child)) parents.set(edge.child, []);
       parents.get(edge.child).push([edge.parent, edge.on_parent_failure]);
     }
-    const done = workflow.jobs.filter((job) => FINISHED.includes(job.state)).length;
+    const done = FINISHED.reduce((n, state) => n + (workflow.by_state[state] || 0), 0);
+    const pager = h("div", { class: "pager" },
+      cursor ? h("button", { type: "button", on: { click: turn(null) } }, "First jobs") : null,
+      workflow.next_cursor ? h("button", { type: "button", on: { click: turn(workflow.next_cursor) } }, "Next jobs") : null);
     const cancel = config.read_only || workflow.finished ? null : h("button", {
       type: "button",
       class: "danger",
@@ -52,7 +61,7 @@ export function renderWorkflow(root, config, id) {
           "Cancel them", true, async () => {
             const result = await postJSON(`/api/workflows/${workflow.id}/cancel`);
             loop.refresh();
-            return `${result.count} job(s) cancelled.`;
+            return `${plural(result.count, "job")} cancelled.`;
           }),
       },
     }, "Cancel workflow…");
@@ -61,7 +70,7 @@ export function renderWorkflow(root, config, id) {
         badge(workflow.finished ? "finished" : "running")),
       h("div", { class: "actions" }, cancel));
     replaceChildren(body,
-      h("p", { class: "muted workflow-summary" }, `${done} of ${workflow.jobs.length} job(s) finished`),
+      h("p", { class: "muted workflow-summary" }, `${done} of ${plural(workflow.total, "job")} finished`),
       h("table", { class: "grid workflow-jobs" },
         h("thead", {}, h("tr", {}, ["id", "kind", "state", "waiting on", "runs after", "last error"].map((t) => h("th", { text: t })))),
         h("tbody", {}, workflow.jobs.map((job) => h("tr", { "data-job": String(job.id) },
@@ -70,7 +79,11 @@ export function renderWorkflow(root, config, id) {
           h("td", {}, badge(job.state)),
           h("td", { class: "num" }, job.state === "waiting" ? String(job.waiting_on) : ""),
           h("td", {}, parentsCell(parents.get(job.id) || [])),
-          h("td", { class: "attempt-error" }, job.last_error_preview || ""))))));
+          h("td", { class: "attempt-error" }, job.last_error_preview || ""))))),
+      workflow.edges_truncated
+        ? h("p", { class: "muted" }, "Some of these jobs run after more jobs than listed here: each job's own page lists them all.")
+        : null,
+      pager);
   });
   return loop;
 }

@@ -403,6 +403,10 @@ class Connections:
         #: Whether connections go through a transaction pooler; None until opened.
         self.pooled: bool | None = None
         self._warm: Callable[[PoolConnection], Awaitable[None]] | None = None
+        #: How long the first connection keeps trying a refused (or otherwise transient)
+        #: connection before saying why; 0 says it at the first failure (a one-shot command,
+        #: whose user is waiting). Settable until the store opens.
+        self.connect_wait_s = CONNECT_WAIT_S
 
     @property
     def is_open(self) -> bool:
@@ -435,7 +439,7 @@ class Connections:
 
     async def _open(self) -> None:
         first = Dialer(self.conninfo, self.kwargs(prepare=False), what="PostgreSQL")
-        conn = await first.dial(give_up_after_s=CONNECT_WAIT_S, fail_fast=True)
+        conn = await first.dial(give_up_after_s=self.connect_wait_s, fail_fast=True)
         try:
             async with conn:
                 detected = self._pooler == "auto" and await behind_pooler(conn)

@@ -27,7 +27,7 @@ from rota.store.durable import Effects
 from rota.store.postgres.connect import Borrowed, PoolConnection
 from rota.store.postgres.moved import again_if_moved
 from rota.store.postgres.queries import query
-from rota.store.postgres.rows import Row, array_or_null
+from rota.store.postgres.rows import Row, completion
 
 #: How many waits a signal tries in turn when the first it found stopped waiting meanwhile.
 _DELIVERY_TRIES = 3
@@ -395,13 +395,7 @@ class PostgresEffects:
         )
 
     async def commit_completion(self, *, result: str | None, now: datetime | None = None) -> None:
-        await self._commit(
-            "complete",
-            {
-                "now": self._store._now(now),
-                "ids": [self._lease.job_id],
-                "tokens": [self._lease.token],
-                "results": array_or_null([result]),
-            },
-            lambda row: row[0] == self._lease.job_id,
+        name, params = completion(
+            [self._lease.job_id], [self._lease.token], [result], self._store._now(now)
         )
+        await self._commit(name, params, lambda row: row[0] == self._lease.job_id)

@@ -113,6 +113,10 @@ async def limits_in_use(
 ) -> list[LimitInfo]:
     """Every limit with what is using it now: live running jobs and starts in its period."""
     rows = await (await conn.execute(query("list_limits"))).fetchall()
+    if not rows:
+        # Nothing to count for: without this, every list page with a pending job on it and
+        # every GET /api/queues grouped every running job (30 ms beside 10,000 of them).
+        return []
     running_rows = await (await conn.execute(query("running_counts"), params)).fetchall()
     start_rows = await (await conn.execute(query("all_starts"))).fetchall()
     [(at,)] = await (await conn.execute(query("now"), params)).fetchall()

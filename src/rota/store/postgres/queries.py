@@ -9,7 +9,7 @@ from functools import cache
 from importlib import resources
 
 from rota.domain import blame
-from rota.domain.job import ALONE_AFTER_CRASHES, STATE_BIT_SQL
+from rota.domain.job import ALONE_AFTER_CRASHES, PREVIEW_CHARS, STATE_BIT_SQL
 
 #: The columns every statement returning a job selects: Job's fields, in their order
 #: (``row_to_job`` builds a Job positionally from them; timeout travels as microseconds).
@@ -45,6 +45,17 @@ _JOB_COLUMN_TYPES = (
     ("waiting_on", "integer"),
 )
 JOB_COLUMNS = ", ".join(name for name, _ in _JOB_COLUMN_TYPES)
+#: JOB_COLUMNS as a list reads them: the first characters of the payload's and result's JSON
+#: text and of the last error (rows.row_to_listed makes Previews of the first two). substr of
+#: a toasted value reads only the slice it returns, not the whole (900 KB) value.
+_CUT = {
+    "payload": "substr(payload::text, 1, {n})",
+    "result": "substr(result::text, 1, {n})",
+    "last_error": "substr(last_error, 1, {n})",
+}
+LIST_COLUMNS = ", ".join(
+    _CUT[name].format(n=PREVIEW_CHARS) if name in _CUT else name for name, _ in _JOB_COLUMN_TYPES
+)
 
 #: A workflow schedule's last state is its last workflow's (rota.domain.workflow
 #: .workflow_outcome), read by the rota_jobs_workflow index; any other's, its last job's.

@@ -590,17 +590,48 @@ RETURNING id;
 
 -- name: complete
 -- A whole batch of leases in one statement; every row still checks its own token, and its
--- result (JSON text, or NULL for none) is written only with its own success.
+-- result (JSON text, or NULL for none) is written only with its own success; a job that
+-- succeeded has done all its work: its progress is 1, whatever it last reported.
 WITH done AS (
     UPDATE rota_jobs j SET state = 'succeeded', lease_until = NULL,
                            finished_at = coalesce(%(now)s::timestamptz, now()),
-                           result = l.result::json
+                           result = l.result::json, progress = 1
     FROM unnest(%(ids)b::bigint[], %(tokens)b::bigint[], %(results)b::text[])
          AS l(id, token, result)
     WHERE j.id = l.id AND j.state = 'running' AND j.lease_token = l.token
     RETURNING j.id, j.state
 ), tally AS ({tally}), {finished}
 SELECT id FROM done, told;
+
+-- name: complete_apart
+-- "complete" for a batch holding results longer than MAX_RESULT_BYTES: those go to
+-- rota_results (025), each only for a job this statement succeeded, and the job's own result
+-- stays NULL. A separate statement, so the usual batch pays nothing for it.
+WITH done AS (
+    UPDATE rota_jobs j SET state = 'succeeded', lease_until = NULL,
+                           finished_at = coalesce(%(now)s::timestamptz, now()),
+                           result = l.result::json, progress = 1
+    FROM unnest(%(ids)b::bigint[], %(tokens)b::bigint[], %(results)b::text[])
+         AS l(id, token, result)
+    WHERE j.id = l.id AND j.state = 'running' AND j.lease_token = l.token
+    RETURNING j.id, j.state
+), apart AS (
+    INSERT INTO rota_results (job_id, result)
+    SELECT a.id, a.result::json
+    FROM unnest(%(apart_ids)b::bigint[], %(apart)b::text[]) AS a(id, result)
+    WHERE a.id IN (SELECT id FROM done)
+    ON CONFLICT (job_id) DO UPDATE SET result = excluded.result
+), tally AS ({tally}), {finished}
+SELECT id FROM done, told;
+
+-- name: results_apart
+-- The results kept in rota_results of these (succeeded) jobs.
+SELECT job_id, result FROM rota_results WHERE job_id = ANY(%(ids)b::bigint[]);
+
+-- name: prune_results
+-- Results whose job is gone (pruned, dropped with its day's table, deleted): rota_jobs is
+-- partitioned, so no foreign key removes them. The table holds only long results.
+DELETE FROM rota_results r WHERE NOT EXISTS (SELECT 1 FROM rota_jobs j WHERE j.id = r.job_id);
 
 -- name: fail
 WITH done AS (
@@ -656,7 +687,7 @@ SELECT done.* FROM done, woke;
 -- row starts a new attempt series, so every earlier attempt is kept.
 WITH done AS (
 UPDATE rota_jobs SET state = 'pending', run_at = coalesce(%(now)s::timestamptz, now()),
-    attempt = 0, lease_until = NULL, finished_at = NULL, last_error = NULL,
+    attempt = 0, lease_until = NULL, finished_at = NULL, last_error = NULL, result = NULL,
     history = coalesce(history, '[]'::jsonb) || jsonb_build_array(jsonb_build_object(
         'attempt', attempt, 'token', lease_token, 'worker', worker,
         'started_us', (extract(epoch FROM started_at) * 1000000)::bigint,
@@ -664,6 +695,9 @@ UPDATE rota_jobs SET state = 'pending', run_at = coalesce(%(now)s::timestamptz, 
         'outcome', 'succeeded'))
 WHERE id = %(id)s AND state = 'succeeded'
 RETURNING {job_columns}
+), gone_result AS (
+    -- A new attempt series: the last one's result, if kept apart, goes.
+    DELETE FROM rota_results WHERE job_id IN (SELECT id FROM done)
 ), {wake}
 SELECT done.* FROM done, woke;
 
@@ -862,7 +896,7 @@ DELETE FROM rota_finished_per_minute WHERE minute < %(older_than)s - interval '1
 SELECT rota_jobs_drop_day(%(leaf)s, %(day_start)s, %(day_end)s, %(older_than)s);
 
 -- name: count_jobs
-SELECT count(*) FROM (SELECT 1 FROM rota_jobs WHERE {where} LIMIT %(limit)s) AS capped;
+SELECT count(*) FROM (SELECT 1 FROM rota_jobs WHERE {where} LIMIT {limit}) AS capped;
 
 -- name: throughput
 SELECT minute, state, n FROM rota_finished_per_minute
@@ -1067,11 +1101,37 @@ SELECT * FROM unnest(%(parent)b::bigint[], %(child)b::bigint[], %(policy)b::text
                      %(satisfied)b::boolean[]);
 
 -- name: parent_results
-SELECT p.id, p.result FROM rota_job_deps d JOIN rota_jobs p ON p.id = d.parent_id
+SELECT p.id, coalesce(p.result, (SELECT r.result FROM rota_results r WHERE r.job_id = p.id))
+FROM rota_job_deps d JOIN rota_jobs p ON p.id = d.parent_id
 WHERE d.child_id = %(id)s;
 
 -- name: workflow_jobs
 SELECT {job_columns} FROM rota_jobs WHERE workflow = %(workflow)s ORDER BY id;
+
+-- name: workflow_edges_into
+-- The edges into the jobs with ids in [first, last] of a workflow (one page of its jobs), at
+-- most "limit": a job with 10,000 parents does not make the page 10,000 edges long.
+SELECT d.parent_id, d.child_id, d.on_parent_failure
+FROM rota_jobs c JOIN rota_job_deps d ON d.child_id = c.id JOIN rota_jobs p ON p.id = d.parent_id
+WHERE c.workflow = %(workflow)s AND c.id BETWEEN %(first)s AND %(last)s
+  AND p.workflow = %(workflow)s
+ORDER BY d.child_id, d.parent_id LIMIT %(limit)s;
+
+-- name: workflow_states
+SELECT state, count(*) FROM rota_jobs WHERE workflow = %(workflow)s GROUP BY state;
+
+-- name: parents_of
+-- A page of a job's parents by id: each with its state and the edge's policy.
+SELECT d.parent_id, p.state, d.on_parent_failure
+FROM rota_job_deps d JOIN rota_jobs p ON p.id = d.parent_id
+WHERE d.child_id = %(id)s AND d.parent_id > %(after)s
+ORDER BY d.parent_id LIMIT %(limit)s;
+
+-- name: children_of
+SELECT d.child_id, c.state, d.on_parent_failure
+FROM rota_job_deps d JOIN rota_jobs c ON c.id = d.child_id
+WHERE d.parent_id = %(id)s AND d.child_id > %(after)s
+ORDER BY d.child_id LIMIT %(limit)s;
 
 -- name: workflow_edges
 SELECT d.parent_id, d.child_id, d.on_parent_failure

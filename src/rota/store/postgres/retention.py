@@ -63,7 +63,15 @@ def _with_leaf(name: str, leaf: Leaf) -> sql.Composed:
 async def prune(conn: psycopg.AsyncConnection[Any], older_than: datetime, limit: int) -> int:
     """One pass: the oldest table of finished jobs that is wholly older than ``older_than``,
     if any, goes whole (however many jobs it holds); otherwise at most ``limit`` jobs kept
-    outside day tables that finished before it. How many jobs went."""
+    outside day tables that finished before it. How many jobs went; the long results kept
+    apart (025) of jobs gone go too."""
+    gone = await _prune_jobs(conn, older_than, limit)
+    if gone:
+        await conn.execute(query("prune_results"))
+    return gone
+
+
+async def _prune_jobs(conn: psycopg.AsyncConnection[Any], older_than: datetime, limit: int) -> int:
     found = await leaves(conn)
     whole = [leaf for leaf in found if leaf.upper is not None and leaf.upper <= older_than]
     if whole:

@@ -8,7 +8,7 @@ from typing import Any, TypeAlias
 import psycopg
 
 from rota.domain.flow import Key, LimitScope
-from rota.domain.job import Job, JobState
+from rota.domain.job import Job, JobState, Preview, stored_apart
 
 Row: TypeAlias = tuple[Any, ...]
 
@@ -30,6 +30,15 @@ def row_to_job(row: Row) -> Job:
         timedelta(microseconds=timeout_us) if timeout_us is not None else None,
         *row[13:29],
     )
+
+
+def row_to_listed(row: Row) -> Job:
+    """A Job from a row selected with LIST_COLUMNS: payload and result as Previews."""
+    listed = list(row)
+    listed[3] = Preview(listed[3])
+    if listed[23] is not None:
+        listed[23] = Preview(listed[23])
+    return row_to_job(tuple(listed))
 
 
 def candidate_job(row: Row) -> Job:
@@ -79,3 +88,21 @@ def array_or_null(values: list[Any]) -> list[Any] | None:
 
 def us(delta: timedelta) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def completion(
+    ids: list[int], tokens: list[int], results: list[str | None] | None, now: datetime | None
+) -> tuple[str, dict[str, Any]]:
+    """The statement completing these leases and its parameters: "complete", or, when a
+    result is too long for its job's row, "complete_apart" with those results set aside."""
+    params: dict[str, Any] = {"now": now, "ids": ids, "tokens": tokens}
+    if results is None or not any(stored_apart(text) for text in results):
+        params["results"] = array_or_null(list(results)) if results is not None else None
+        return "complete", params
+    apart = [
+        (job_id, text) for job_id, text in zip(ids, results, strict=True) if stored_apart(text)
+    ]
+    params["results"] = array_or_null([None if stored_apart(text) else text for text in results])
+    params["apart_ids"] = [job_id for job_id, _ in apart]
+    params["apart"] = [text for _, text in apart]
+    return "complete_apart", params

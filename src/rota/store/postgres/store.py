@@ -13,6 +13,7 @@ import contextlib
 import itertools
 import logging
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -56,6 +57,7 @@ from rota.domain.schedule_state import Firing, Schedule
 from rota.domain.workflow import Workflow, WorkflowBuilder
 from rota.store.base import (
     MAX_BULK,
+    MAX_PAGE_EDGES,
     MAX_PAGE_SIZE,
     AuditPage,
     Beat,
@@ -72,7 +74,7 @@ from rota.store.base import (
     decode_cursor,
     encode_cursor,
 )
-from rota.store.postgres import audit, retention, schedules, upkeep
+from rota.store.postgres import audit, filters, retention, schedules, upkeep
 from rota.store.postgres.connect import Borrowed, Connections, PoolConnection, url_settings
 from rota.store.postgres.durable import PostgresDurable
 from rota.store.postgres.enqueue import (
@@ -96,11 +98,19 @@ from rota.store.postgres.queries import (
     CROWDED_MARKER,
     EXPIRED_MARKER,
     JOB_COLUMNS,
+    LIST_COLUMNS,
     ROUTINES,
     migrations,
     query,
 )
-from rota.store.postgres.rows import Row, array_or_null, micros, row_to_job, us
+from rota.store.postgres.rows import (
+    Row,
+    completion,
+    micros,
+    row_to_job,
+    row_to_listed,
+    us,
+)
 from rota.store.postgres.workflows import enqueue_workflow_flow
 
 log = logging.getLogger("rota.store.postgres")
@@ -234,6 +244,12 @@ class PostgresStore(PostgresDurable):
         if now is not None:
             return utc(now)
         return self._clock.now() if self._clock is not None else None
+
+    def fail_at_once(self) -> None:
+        """Say why the first connection failed at its first failure, a refused one included,
+        instead of retrying it for CONNECT_WAIT_S (a server restarting): for one-shot
+        commands, whose user is waiting for the answer. Call before the store is first used."""
+        self._connections.connect_wait_s = 0.0
 
     @property
     def behind_pooler(self) -> bool | None:
@@ -572,15 +588,13 @@ class PostgresStore(PostgresDurable):
     ) -> list[Lease]:
         if not leases:
             return []
-        rows = await self._fetch(
-            "complete",
-            {
-                "now": self._now(now),
-                "ids": [held.job_id for held in leases],
-                "tokens": [held.token for held in leases],
-                "results": array_or_null(list(results)) if results is not None else None,
-            },
+        name, params = completion(
+            [held.job_id for held in leases],
+            [held.token for held in leases],
+            list(results) if results is not None else None,
+            self._now(now),
         )
+        rows = await self._fetch(name, params)
         done = {row[0] for row in rows}
         return [held for held in leases if held.job_id not in done]
 
@@ -736,16 +750,16 @@ class PostgresStore(PostgresDurable):
             states &= {state.value for state in filter.states}
         if not states:
             return []
-        clause, params = where(filter, states_override=sorted(states))
         statement = guarded(
             sql.SQL("SELECT id FROM rota_jobs WHERE {} ORDER BY id LIMIT {}").format(
-                clause, sql.Literal(max(0, min(limit, MAX_BULK)))
+                where(filter, states_override=sorted(states)),
+                sql.Literal(max(0, min(limit, MAX_BULK))),
             ),
             filter,
             states=sorted(states),
         )
         async with self._connection() as conn:
-            rows = await (await conn.execute(statement, params)).fetchall()
+            rows = await (await conn.execute(statement, prepare=False)).fetchall()
         return [row[0] for row in rows]
 
     # ------------------------------------------------------------------ queries
@@ -760,15 +774,58 @@ class PostgresStore(PostgresDurable):
     async def parent_results(self, job_id: int) -> dict[int, object]:
         return dict(await self._fetch("parent_results", {"id": job_id}))
 
-    async def workflow(self, workflow_id: int) -> tuple[list[Job], list[tuple[int, int, str]]]:
+    async def workflow(
+        self,
+        workflow_id: int,
+        *,
+        after: int | None = None,
+        limit: int | None = None,
+        previews: bool = False,
+    ) -> tuple[list[Job], list[tuple[int, int, str]]]:
         if not -(2**63) <= workflow_id < 2**63:
             return [], []
+        params: dict[str, Any] = {"workflow": workflow_id}
         async with self._connection() as conn, conn.transaction():
-            params = {"workflow": workflow_id}
-            job_rows = await (await conn.execute(query("workflow_jobs"), params)).fetchall()
-            edge_rows = await (await conn.execute(query("workflow_edges"), params)).fetchall()
+            if limit is None:
+                job_rows = await (await conn.execute(query("workflow_jobs"), params)).fetchall()
+                edge_rows = await (await conn.execute(query("workflow_edges"), params)).fetchall()
+            else:
+                statement = sql.SQL(
+                    "SELECT {} FROM rota_jobs WHERE workflow = {} AND id > {} ORDER BY id LIMIT {}"
+                ).format(
+                    sql.SQL(LIST_COLUMNS if previews else JOB_COLUMNS),
+                    sql.Literal(workflow_id),
+                    sql.Literal(after if after is not None else 0),
+                    sql.Literal(max(1, limit)),
+                )
+                job_rows = await (await conn.execute(statement, prepare=False)).fetchall()
+                edge_rows = []
+                if job_rows:
+                    params.update(first=job_rows[0][0], last=job_rows[-1][0])
+                    params["limit"] = MAX_PAGE_EDGES + 1
+                    edge_rows = await (
+                        await conn.execute(query("workflow_edges_into"), params)
+                    ).fetchall()
         edges = [(int(parent), int(child), str(policy)) for parent, child, policy in edge_rows]
-        return [row_to_job(row) for row in job_rows], edges
+        build = row_to_listed if previews else row_to_job
+        return [build(row) for row in job_rows], edges
+
+    async def workflow_states(self, workflow_id: int) -> dict[JobState, int]:
+        if not -(2**63) <= workflow_id < 2**63:
+            return {}
+        rows = await self._fetch("workflow_states", {"workflow": workflow_id})
+        return {JobState(state): int(n) for state, n in rows}
+
+    async def related(
+        self, job_id: int, *, parents: bool, after: int | None = None, limit: int = 50
+    ) -> list[tuple[int, JobState, str]]:
+        if not -(2**63) <= job_id < 2**63:
+            return []
+        rows = await self._fetch(
+            "parents_of" if parents else "children_of",
+            {"id": job_id, "after": after if after is not None else 0, "limit": max(1, limit)},
+        )
+        return [(int(other), JobState(state), str(policy)) for other, state, policy in rows]
 
     async def cancel_workflow(self, workflow_id: int, *, now: datetime | None = None) -> int:
         [(count,)] = await self._fetch(
@@ -780,31 +837,43 @@ class PostgresStore(PostgresDurable):
         wanted = sorted({job_id for job_id in job_ids if -(2**63) <= job_id < 2**63})
         if not wanted:
             return []
-        return [row_to_job(row) for row in await self._fetch("get_many", {"ids": wanted})]
+        found = [row_to_job(row) for row in await self._fetch("get_many", {"ids": wanted})]
+        return await self._with_results_apart(found)
 
     async def get(self, job_id: int) -> Job:
         rows = await self._fetch("get", {"id": job_id})
         if not rows:
             raise JobNotFound(job_id)
-        return row_to_job(rows[0])
+        return (await self._with_results_apart([row_to_job(rows[0])]))[0]
+
+    async def _with_results_apart(self, found: list[Job]) -> list[Job]:
+        """``found`` with the results kept in rota_results (025) put on their succeeded jobs:
+        one more statement, only when a succeeded job's row holds no result."""
+        maybe = [job.id for job in found if job.state is JobState.SUCCEEDED and job.result is None]
+        if not maybe:
+            return found
+        apart: dict[int, Any] = dict(await self._fetch("results_apart", {"ids": maybe}))
+        if not apart:
+            return found
+        return [replace(job, result=apart[job.id]) if job.id in apart else job for job in found]
 
     async def list_jobs(
-        self, filter: JobFilter, *, cursor: str | None = None, limit: int = 50
+        self,
+        filter: JobFilter,
+        *,
+        cursor: str | None = None,
+        limit: int = 50,
+        previews: bool = False,
     ) -> Page:
         limit = max(1, min(limit, MAX_PAGE_SIZE))
-        clause, params = where(filter)
-        if cursor is not None:
-            params["after"] = decode_cursor(cursor)
-            clause = sql.SQL("{} AND id < %(after)s").format(clause)
-        statement = guarded(
-            sql.SQL(
-                "SELECT " + JOB_COLUMNS + " FROM rota_jobs WHERE {} ORDER BY id DESC LIMIT {}"
-            ).format(clause, sql.Literal(limit + 1)),
-            filter,
+        after = decode_cursor(cursor) if cursor is not None else None
+        statement = filters.page(
+            filter, LIST_COLUMNS if previews else JOB_COLUMNS, after=after, limit=limit + 1
         )
         async with self._connection() as conn:
-            rows = await (await conn.execute(statement, params)).fetchall()
-        jobs = [row_to_job(row) for row in rows[:limit]]
+            # Unprepared: planned with the filter's values (filters.py).
+            rows = await (await conn.execute(statement, prepare=False)).fetchall()
+        jobs = [(row_to_listed if previews else row_to_job)(row) for row in rows[:limit]]
         more = len(rows) > limit
         return Page(jobs, encode_cursor(jobs[-1].id) if more else None)
 
@@ -853,11 +922,20 @@ class PostgresStore(PostgresDurable):
             return
 
     async def count_jobs(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
-        clause, params = where(filter)
-        params["limit"] = max(0, limit)
-        statement = guarded(sql.SQL(query("count_jobs").rstrip(";")).format(where=clause), filter)
+        if filters.counted(filter):
+            # The maintained counts (017) hold it exactly: no job is read.
+            statement = filters.from_counts(filter)
+            async with self._connection() as conn:
+                row = await (await conn.execute(statement, prepare=False)).fetchone()
+            return min(int(row[0]) if row else 0, max(0, limit))
+        statement = guarded(
+            sql.SQL(query("count_jobs").rstrip(";")).format(
+                where=where(filter), limit=sql.Literal(max(0, limit))
+            ),
+            filter,
+        )
         async with self._connection() as conn:
-            row = await (await conn.execute(statement, params)).fetchone()
+            row = await (await conn.execute(statement, prepare=False)).fetchone()
         return int(row[0]) if row else 0
 
     async def throughput(

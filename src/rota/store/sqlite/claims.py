@@ -27,6 +27,7 @@ from rota.domain.job import (
     Outcome,
     Progress,
     decode_json,
+    stored_apart,
     truncate,
 )
 from rota.domain.lease import Lease
@@ -233,15 +234,23 @@ def complete(
         if text is not None
     }
     held: dict[tuple[int, int], str] = {}
-    # A job with a result gets a fenced statement of its own; the others share one.
+    # A job with a result gets a fenced statement of its own; the others share one. A long
+    # result goes to rota_results (025), only for a job this completion succeeded.
     for (job_id, token), text in with_result.items():
-        for found_id, found_token, queue in conn.execute(
-            _COMPLETE_WITH_RESULT, (text, at_us, job_id, token)
-        ):
+        apart = stored_apart(text)
+        found = conn.execute(
+            _COMPLETE_WITH_RESULT, (None if apart else text, at_us, job_id, token)
+        ).fetchall()
+        for found_id, found_token, queue in found:
             held[found_id, found_token] = queue
+            if apart:
+                conn.execute(_STORE_APART, (found_id, text))
     plain = [pair for pair in _pairs(leases) if pair not in with_result]
     held |= _fenced(
-        conn, "state = 'succeeded', lease_until = NULL, finished_at = ?", [at_us], plain
+        conn,
+        "state = 'succeeded', lease_until = NULL, finished_at = ?, progress = 1",
+        [at_us],
+        plain,
     )
     end_attempts(conn, [token for _, token in held], at_us, Outcome.SUCCEEDED)
     # Running to succeeded is counted here, not by the triggers (019).
@@ -259,8 +268,11 @@ def _fitting(leases: Sequence[Lease], texts: Sequence[str | None]) -> list[str |
     ]
 
 
+_STORE_APART = "INSERT OR REPLACE INTO rota_results (job_id, result) VALUES (?, ?)"
+
 _COMPLETE_WITH_RESULT = """
-UPDATE OR ROLLBACK rota_jobs SET state = 'succeeded', result = ?, lease_until = NULL, finished_at = ?
+UPDATE OR ROLLBACK rota_jobs SET state = 'succeeded', result = ?, lease_until = NULL, finished_at = ?,
+    progress = 1
 WHERE id = ? AND state = 'running' AND lease_token = ?
 RETURNING id, lease_token, queue
 """

@@ -220,6 +220,10 @@ def list_limits(conn: sqlite3.Connection, at: datetime) -> list[LimitInfo]:
     limit counts those of every tenant."""
     found = limits(conn)
     running: dict[Key, int] = {}
+    if not found:
+        # Nothing to count for: without this, every list page with a pending job on it read
+        # every running job (10,000 of them took 50 ms beside a million jobs).
+        return []
     for queue, kind, tenant, count in conn.execute(_RUNNING, (to_us(at),)):
         for scope, name in counted_keys(_counted(queue, kind, tenant)):
             for key in ((scope, name), (scope, EVERY_TENANT)):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -47,6 +48,7 @@ from rota.store.sqlite.rows import (
     ATTEMPT_COLUMNS,
     FINISHED,
     JOB_COLUMNS,
+    LIST_COLUMNS,
     attempt_from_row,
     chunks,
     clamp,
@@ -259,9 +261,10 @@ def rerun(conn: sqlite3.Connection, job_id: int, at: datetime) -> Job:
         raise StateConflict(f"job {job_id}: another active job holds unique key {unique_key!r}")
     row = conn.execute(
         "UPDATE rota_jobs SET state = 'pending', run_at = ?, attempt = 0, lease_until = NULL, "
-        f"finished_at = NULL, last_error = NULL WHERE id = ? RETURNING {JOB_COLUMNS}",
+        f"finished_at = NULL, last_error = NULL, result = NULL WHERE id = ? RETURNING {JOB_COLUMNS}",
         (to_us(at), job_id),
     ).fetchone()
+    conn.execute("DELETE FROM rota_results WHERE job_id = ?", (job_id,))  # a new series
     return job_from_row(row)
 
 
@@ -448,6 +451,30 @@ def _row(conn: sqlite3.Connection, columns: str, job_id: int) -> Any:
     return row
 
 
+def _one_at_a_time(conn: sqlite3.Connection, filter: JobFilter) -> list[frozenset[JobState] | None]:
+    """The states a list reads in turn: each on its own for a filter on a tenant, kind, queue
+    or schedule over several states (or all), whose index (024) leads with what it pins, then
+    the state, and yields a state's jobs in id order (several states at once, it does not:
+    the page would sort every job of the kind); otherwise the filter's states at once. With a
+    queue, only the states the counts hold jobs of in that queue: a queue with no running job
+    otherwise costs a read of every running job to learn it."""
+    states = filter.states
+    narrowed = any(
+        value is not None for value in (filter.tenant, filter.kind, filter.queue, filter.schedule)
+    )
+    if filter.search is not None or not narrowed or (states is not None and len(states) <= 1):
+        return [states]
+    chosen = set(states if states is not None else JobState)
+    if filter.queue is not None:
+        held = conn.execute(
+            "SELECT state FROM rota_counts WHERE queue = ? AND n > 0", (filter.queue,)
+        ).fetchall()
+        chosen &= {JobState(state) for (state,) in held}
+        if not chosen:
+            return [frozenset()]
+    return [frozenset({state}) for state in sorted(chosen)]
+
+
 def _where(filter: JobFilter, states: frozenset[JobState] | None) -> tuple[str, list[object]]:
     """The WHERE clause for ``filter`` (column names are constants; values are parameters)."""
     clauses: list[str] = []
@@ -462,6 +489,7 @@ def _where(filter: JobFilter, states: frozenset[JobState] | None) -> tuple[str, 
         ("queue", filter.queue),
         ("tenant", filter.tenant),
         ("schedule", filter.schedule),
+        ("workflow", filter.workflow),
     ):
         if value is not None:
             clauses.append(f"{column} = ?")
@@ -480,7 +508,7 @@ def _where(filter: JobFilter, states: frozenset[JobState] | None) -> tuple[str, 
 
 
 def get(conn: sqlite3.Connection, job_id: int) -> Job:
-    return job_from_row(_row(conn, JOB_COLUMNS, job_id))
+    return with_results_apart(conn, [job_from_row(_row(conn, JOB_COLUMNS, job_id))])[0]
 
 
 def get_many(conn: sqlite3.Connection, job_ids: Sequence[int]) -> list[Job]:
@@ -492,21 +520,52 @@ def get_many(conn: sqlite3.Connection, job_ids: Sequence[int]) -> list[Job]:
             f"SELECT {JOB_COLUMNS} FROM rota_jobs WHERE id IN ({marks(len(part))})", part
         ).fetchall()
         found += [job_from_row(row) for row in rows]
-    return found
+    return with_results_apart(conn, found)
 
 
-def list_jobs(conn: sqlite3.Connection, filter: JobFilter, after: int | None, limit: int) -> Page:
+def with_results_apart(conn: sqlite3.Connection, found: list[Job]) -> list[Job]:
+    """``found`` with the results kept in rota_results (025) put on their succeeded jobs."""
+    maybe = [job.id for job in found if job.state is JobState.SUCCEEDED and job.result is None]
+    if not maybe:
+        return found
+    apart: dict[int, Any] = {}
+    for part in chunks(maybe):
+        rows = conn.execute(
+            f"SELECT job_id, result FROM rota_results WHERE job_id IN ({marks(len(part))})", part
+        )
+        apart.update((job_id, json.loads(text)) for job_id, text in rows)
+    if not apart:
+        return found
+    return [replace(job, result=apart[job.id]) if job.id in apart else job for job in found]
+
+
+def list_jobs(
+    conn: sqlite3.Connection,
+    filter: JobFilter,
+    after: int | None,
+    limit: int,
+    *,
+    previews: bool = False,
+) -> Page:
     """A keyset page, newest first: ids below ``after``; one extra row says if more exist."""
     limit = max(1, min(limit, MAX_PAGE_SIZE))
-    where, params = _where(filter, filter.states)
-    if after is not None:
-        where += " AND id < ?"
-        params.append(after)
+    columns = LIST_COLUMNS if previews else JOB_COLUMNS
+    parts: list[str] = []
+    params: list[object] = []
+    for states in _one_at_a_time(conn, filter):
+        where, values = _where(filter, states)
+        if after is not None:
+            where += " AND id < ?"
+            values.append(after)
+        parts.append(
+            f"SELECT * FROM (SELECT {columns} FROM rota_jobs WHERE {where}"
+            " ORDER BY id DESC LIMIT ?)"
+        )
+        params += [*values, limit + 1]
     rows = conn.execute(
-        f"SELECT {JOB_COLUMNS} FROM rota_jobs WHERE {where} ORDER BY id DESC LIMIT ?",
-        [*params, limit + 1],
+        f"{' UNION ALL '.join(parts)} ORDER BY 1 DESC LIMIT ?", [*params, limit + 1]
     ).fetchall()
-    jobs = [job_from_row(row) for row in rows[:limit]]
+    jobs = [job_from_row(row, previews=previews) for row in rows[:limit]]
     more = len(rows) > limit
     return Page(jobs, encode_cursor(jobs[-1].id) if more else None)
 

@@ -14,7 +14,15 @@ from functools import cache
 from typing import Any, TypeVar
 
 from rota.domain.clock import utc
-from rota.domain.job import Attempt, Job, JobState, Outcome, decode_json
+from rota.domain.job import (
+    PREVIEW_CHARS,
+    Attempt,
+    Job,
+    JobState,
+    Outcome,
+    Preview,
+    decode_json,
+)
 from rota.store.base import WorkerInfo
 
 T = TypeVar("T")
@@ -28,6 +36,13 @@ JOB_COLUMNS = (
     "tenant, unique_key, timeout_us, lease_token, lease_until, worker, started_at, finished_at, "
     "last_error, schedule, slot_at, crashes, trace_context, result, progress, progress_message, "
     "expires_at, workflow, waiting_on"
+)
+#: JOB_COLUMNS as a list reads them: the first characters of the payload, result and last
+#: error (job_from_row(..., previews=True) makes Previews of the first two).
+LIST_COLUMNS = (
+    JOB_COLUMNS.replace("payload,", f"substr(payload, 1, {PREVIEW_CHARS}),")
+    .replace("last_error,", f"substr(last_error, 1, {PREVIEW_CHARS}),")
+    .replace("result,", f"substr(result, 1, {PREVIEW_CHARS}),")
 )
 #: A job in a finished state, spelled as the partial index rota_jobs_finished spells its WHERE
 #: (a query must repeat it for SQLite to use the index); comparisons rather than IN, which
@@ -59,8 +74,9 @@ def _maybe_instant(value: int | None) -> datetime | None:
     return None if value is None else EPOCH + timedelta(microseconds=value)
 
 
-def job_from_row(row: Sequence[Any]) -> Job:
-    """A Job from a row selected (or returned) as JOB_COLUMNS."""
+def job_from_row(row: Sequence[Any], *, previews: bool = False) -> Job:
+    """A Job from a row selected (or returned) as JOB_COLUMNS (as LIST_COLUMNS with
+    ``previews``)."""
     (
         job_id, kind, queue, payload, state, priority, run_at, attempt, max_attempts, created_at,
         tenant, unique_key, timeout_us, lease_token, lease_until, worker, started_at, finished_at,
@@ -71,7 +87,7 @@ def job_from_row(row: Sequence[Any]) -> Job:
         id=job_id,
         kind=kind,
         queue=queue,
-        payload=decode_json(payload),
+        payload=Preview(payload) if previews else decode_json(payload),
         state=JobState(state),
         priority=priority,
         run_at=from_us(run_at),
@@ -91,7 +107,7 @@ def job_from_row(row: Sequence[Any]) -> Job:
         slot_at=_maybe_instant(slot_at),
         crashes=crashes,
         trace_context=None if trace_context is None else decode_json(trace_context),
-        result=None if result is None else decode_json(result),
+        result=None if result is None else Preview(result) if previews else decode_json(result),
         progress=progress,
         progress_message=progress_message,
         expires_at=_maybe_instant(expires_at),

@@ -63,7 +63,7 @@ from rota.store.sqlite import (
 )
 from rota.store.sqlite.connection import Database
 from rota.store.sqlite.durable import SqliteDurable
-from rota.store.sqlite.rows import to_us
+from rota.store.sqlite.rows import fits, to_us
 from rota.store.sqlite.url import DEFAULT_BUSY_TIMEOUT_MS, SqliteOptions, parse_url
 
 logger = logging.getLogger(__name__)
@@ -372,8 +372,37 @@ class SqliteStore(SqliteDurable):
     async def parent_results(self, job_id: int) -> dict[int, object]:
         return await self._db.read(lambda conn: workflows.parent_results(conn, job_id))
 
-    async def workflow(self, workflow_id: int) -> tuple[list[Job], list[tuple[int, int, str]]]:
-        return await self._db.read(lambda conn: workflows.workflow(conn, workflow_id))
+    async def workflow(
+        self,
+        workflow_id: int,
+        *,
+        after: int | None = None,
+        limit: int | None = None,
+        previews: bool = False,
+    ) -> tuple[list[Job], list[tuple[int, int, str]]]:
+        if not fits(workflow_id):
+            return [], []
+        if limit is None:
+            return await self._db.read(lambda conn: workflows.workflow(conn, workflow_id))
+        start, size = after or 0, max(1, limit)
+        return await self._db.read(
+            lambda conn: workflows.workflow_page(conn, workflow_id, start, size, previews=previews)
+        )
+
+    async def workflow_states(self, workflow_id: int) -> dict[JobState, int]:
+        if not fits(workflow_id):
+            return {}
+        return await self._db.read(lambda conn: workflows.workflow_states(conn, workflow_id))
+
+    async def related(
+        self, job_id: int, *, parents: bool, after: int | None = None, limit: int = 50
+    ) -> list[tuple[int, JobState, str]]:
+        if not fits(job_id):
+            return []
+        start, size = after or 0, max(1, limit)
+        return await self._db.read(
+            lambda conn: workflows.related(conn, job_id, parents, start, size)
+        )
 
     async def cancel_workflow(self, workflow_id: int, *, now: datetime | None = None) -> int:
         return await self._db.write(
@@ -398,10 +427,17 @@ class SqliteStore(SqliteDurable):
         return await self._db.read(lambda conn: jobs.get(conn, job_id))
 
     async def list_jobs(
-        self, filter: JobFilter, *, cursor: str | None = None, limit: int = 50
+        self,
+        filter: JobFilter,
+        *,
+        cursor: str | None = None,
+        limit: int = 50,
+        previews: bool = False,
     ) -> Page:
         after = decode_cursor(cursor) if cursor is not None else None
-        return await self._db.read(lambda conn: jobs.list_jobs(conn, filter, after, limit))
+        return await self._db.read(
+            lambda conn: jobs.list_jobs(conn, filter, after, limit, previews=previews)
+        )
 
     async def counts(self, *, now: datetime | None = None) -> Counts:
         return await self._db.read(lambda conn: jobs.counts(conn, self._at(now)))

@@ -11,9 +11,18 @@ from typing import Any
 
 from rota.domain.job import Job, JobState, Outcome
 from rota.domain.workflow import Workflow, plan, resolve
+from rota.store.base import MAX_PAGE_EDGES
 from rota.store.sqlite.claims import end_attempts
 from rota.store.sqlite.counts import count_inserted
-from rota.store.sqlite.rows import JOB_COLUMNS, chunks, duration_us, job_from_row, marks, to_us
+from rota.store.sqlite.rows import (
+    JOB_COLUMNS,
+    LIST_COLUMNS,
+    chunks,
+    duration_us,
+    job_from_row,
+    marks,
+    to_us,
+)
 
 _INSERT = f"""
 INSERT INTO rota_jobs (kind, queue, payload, state, priority, run_at, attempt, max_attempts,
@@ -103,11 +112,58 @@ def enqueue_workflow(
 def parent_results(conn: sqlite3.Connection, job_id: int) -> dict[int, Any]:
     """Each parent's id and result (None: it stored none) of job ``job_id``."""
     rows = conn.execute(
-        "SELECT p.id, p.result FROM rota_job_deps AS d JOIN rota_jobs AS p ON p.id = d.parent_id "
-        "WHERE d.child_id = ? ORDER BY p.id",
+        "SELECT p.id, coalesce(p.result, (SELECT r.result FROM rota_results AS r "
+        "WHERE r.job_id = p.id)) FROM rota_job_deps AS d JOIN rota_jobs AS p "
+        "ON p.id = d.parent_id WHERE d.child_id = ? ORDER BY p.id",
         (job_id,),
     )
     return {parent: None if text is None else json.loads(text) for parent, text in rows}
+
+
+def workflow_page(
+    conn: sqlite3.Connection, workflow_id: int, after: int, limit: int, *, previews: bool
+) -> tuple[list[Job], list[tuple[int, int, str]]]:
+    """One page of a workflow's jobs by id, and the edges into them (at most
+    MAX_PAGE_EDGES + 1): Store.workflow with a limit."""
+    columns = LIST_COLUMNS if previews else JOB_COLUMNS
+    jobs = [
+        job_from_row(row, previews=previews)
+        for row in conn.execute(
+            f"SELECT {columns} FROM rota_jobs WHERE workflow = ? AND id > ? ORDER BY id LIMIT ?",
+            (workflow_id, after, limit),
+        )
+    ]
+    if not jobs:
+        return [], []
+    edges = conn.execute(
+        "SELECT d.parent_id, d.child_id, d.on_parent_failure FROM rota_jobs AS c "
+        "JOIN rota_job_deps AS d ON d.child_id = c.id JOIN rota_jobs AS p ON p.id = d.parent_id "
+        "WHERE c.workflow = ? AND c.id BETWEEN ? AND ? AND p.workflow = ? "
+        "ORDER BY d.child_id, d.parent_id LIMIT ?",
+        (workflow_id, jobs[0].id, jobs[-1].id, workflow_id, MAX_PAGE_EDGES + 1),
+    ).fetchall()
+    return jobs, [(parent, child, policy) for parent, child, policy in edges]
+
+
+def workflow_states(conn: sqlite3.Connection, workflow_id: int) -> dict[JobState, int]:
+    rows = conn.execute(
+        "SELECT state, count(*) FROM rota_jobs WHERE workflow = ? GROUP BY state", (workflow_id,)
+    )
+    return {JobState(state): n for state, n in rows}
+
+
+def related(
+    conn: sqlite3.Connection, job_id: int, parents: bool, after: int, limit: int
+) -> list[tuple[int, JobState, str]]:
+    """A page of the job's parents (or children): (id, state, the edge's policy)."""
+    mine, other = ("child_id", "parent_id") if parents else ("parent_id", "child_id")
+    rows = conn.execute(
+        f"SELECT d.{other}, j.state, d.on_parent_failure FROM rota_job_deps AS d "
+        f"JOIN rota_jobs AS j ON j.id = d.{other} WHERE d.{mine} = ? AND d.{other} > ? "
+        f"ORDER BY d.{other} LIMIT ?",
+        (job_id, after, limit),
+    )
+    return [(int(found), JobState(state), str(policy)) for found, state, policy in rows]
 
 
 def workflow(
