@@ -178,6 +178,13 @@ DURABLE_ARGS ?=
 bench-durable: setup-bench ## 10-step durable jobs per second beside DBOS (into bench/durable.md)
 	$(PY) -m bench.durable $(DURABLE_ARGS)
 
+# STARTUP_ARGS: e.g. --before ../other-checkout/src --runs 11 --write.
+STARTUP_ARGS ?=
+
+.PHONY: bench-startup
+bench-startup: setup ## Import, --help and a worker's first claim, median of fresh processes (prints)
+	$(PY) -m bench.startup $(STARTUP_ARGS)
+
 .PHONY: bench-workflows
 bench-workflows: setup ## A 10,000-parent fan-in and a 1,000-job chain beside plain jobs (prints)
 	$(PY) -m bench.workflows

@@ -41,6 +41,8 @@ WORKFLOWS = ROOT / "bench" / "workflows.md"
 DAY = ROOT / "bench" / "day.md"
 #: Durable jobs of 10 steps beside DBOS (``bench.durable``), spliced in the same way.
 DURABLE = ROOT / "bench" / "durable.md"
+#: Import, --help and a worker's first claim (``bench.startup``), spliced in the same way.
+STARTUP = ROOT / "bench" / "startup.md"
 NAMES = {"rota": "rota", "pgqueuer": "PgQueuer", "procrastinate": "Procrastinate"}
 #: Settings that only say where this run's cluster happened to live.
 _PER_RUN = {"port", "unix_socket_directories", "data_directory", "config_file", "hba_file"}
@@ -415,6 +417,7 @@ def write(
         SERVE_LOAD,
         WORKFLOWS,
         DURABLE,
+        STARTUP,
     ):
         if write_up.exists():
             lines += ["", write_up.read_text().strip()]

@@ -242,11 +242,12 @@ def worker(
             )
         )
         sys.exit(code)
-    link = None
-    if supervised_fd is not None:
+    if supervised_fd is not None:  # a child of a supervisor (rota.runtime.supervised)
         from rota.runtime.supervised import Link
 
-        link = Link(supervised_fd, max_jobs=max_jobs_per_child, max_memory_mb=max_memory_per_child)
+        options["link"] = Link(
+            supervised_fd, max_jobs=max_jobs_per_child, max_memory_mb=max_memory_per_child
+        )
 
     async def go() -> bool:
         stopped: list[Any] = []
@@ -256,13 +257,12 @@ def worker(
             stopped.append(worker)
 
         try:
-            await app.workers.run(
+            await app.run_worker(
                 handle_signals=True,
                 ready=ready,
                 metrics_port=metrics_port,
                 metrics_host=metrics_host,
                 metrics_allowed_hosts=metrics_allowed_hosts,
-                link=link,
                 **options,
             )
         finally:

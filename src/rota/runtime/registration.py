@@ -8,13 +8,9 @@ import random
 import socket
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING
 
 from rota.runtime.registry import Registry
 from rota.store.base import Store, WorkerInfo
-
-if TYPE_CHECKING:
-    from rota.runtime.worker import WorkerSettings
 
 
 class Registration:
@@ -31,16 +27,18 @@ class Registration:
         *,
         name: str,
         queues: Sequence[str],
-        settings: WorkerSettings,
+        concurrency: int,
+        heartbeat: timedelta,
     ) -> None:
         self._store = store
         self._registry = registry
         self._name = name
         self._queues = tuple(queues)
-        self._settings = settings
+        self._concurrency = concurrency
+        self._heartbeat = heartbeat
 
     def interval_s(self) -> float:
-        return self._settings.heartbeat.total_seconds()
+        return self._heartbeat.total_seconds()
 
     def info(self) -> WorkerInfo:
         return WorkerInfo(
@@ -48,9 +46,9 @@ class Registration:
             host=socket.gethostname(),
             pid=os.getpid(),
             queues=self._queues,
-            concurrency=self._settings.concurrency,
+            concurrency=self._concurrency,
             kinds=tuple(self._registry.kinds()),
-            heartbeat=self._settings.heartbeat,
+            heartbeat=self._heartbeat,
         )
 
     async def register(self) -> None:

@@ -217,7 +217,12 @@ class Worker:
             idle=self.settings.heartbeat,
         )
         self.registration = Registration(
-            store, registry, name=self.name, queues=self.queues, settings=self.settings
+            store,
+            registry,
+            name=self.name,
+            queues=self.queues,
+            concurrency=self.settings.concurrency,
+            heartbeat=self.settings.heartbeat,
         )
         self._services: list[Service] = [
             self.heartbeater,

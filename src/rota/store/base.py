@@ -241,7 +241,7 @@ class WorkerInfo:
     #: The kinds the worker runs; None when it did not say (it may run any kind).
     kinds: tuple[str, ...] | None = None
     #: The worker's own heartbeat interval; None for one that did not record it (registered
-    #: before migration 024).
+    #: before migration 026).
     heartbeat: timedelta | None = None
 
     def heartbeat_age(self, now: datetime) -> timedelta | None:
