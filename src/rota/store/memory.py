@@ -607,9 +607,9 @@ class MemoryStore(MemoryDurable):
                 except LeaseLost:
                     lost.append(lease)
                     continue
-                if text is not None:
-                    # Stored as it would come back from a database: a copy, parsed from JSON.
-                    job = replace(job, result=json.loads(text))
+                # Stored as it would come back from a database: a copy, parsed from JSON; None
+                # replaces the result a re-run job kept from its series before.
+                job = replace(job, result=None if text is None else json.loads(text))
                 self._finish(job, at, JobState.SUCCEEDED, Outcome.SUCCEEDED)
         return lost
 
@@ -847,7 +847,6 @@ class MemoryStore(MemoryDurable):
                 lease_until=None,
                 finished_at=None,
                 last_error=None,
-                result=None,  # the series before's: a new series has none yet
             )
             self._jobs[job_id] = rerun
             if job.unique_key is not None:

@@ -616,17 +616,18 @@ WITH done AS (
     WHERE j.id = l.id AND j.state = 'running' AND j.lease_token = l.token
     RETURNING j.id, j.state
 ), apart AS (
-    INSERT INTO rota_results (job_id, result)
-    SELECT a.id, a.result::json
-    FROM unnest(%(apart_ids)b::bigint[], %(apart)b::text[]) AS a(id, result)
+    INSERT INTO rota_results (job_id, token, result)
+    SELECT a.id, a.token, a.result::json
+    FROM unnest(%(apart_ids)b::bigint[], %(apart_tokens)b::bigint[], %(apart)b::text[])
+         AS a(id, token, result)
     WHERE a.id IN (SELECT id FROM done)
-    ON CONFLICT (job_id) DO UPDATE SET result = excluded.result
+    ON CONFLICT (job_id) DO UPDATE SET token = excluded.token, result = excluded.result
 ), tally AS ({tally}), {finished}
 SELECT id FROM done, told;
 
 -- name: results_apart
--- The results kept in rota_results of these (succeeded) jobs.
-SELECT job_id, result FROM rota_results WHERE job_id = ANY(%(ids)b::bigint[]);
+-- The results kept in rota_results of these (succeeded) jobs, with the token that wrote them.
+SELECT job_id, token, result FROM rota_results WHERE job_id = ANY(%(ids)b::bigint[]);
 
 -- name: prune_results
 -- Results whose job is gone (pruned, dropped with its day's table, deleted): rota_jobs is
@@ -687,7 +688,7 @@ SELECT done.* FROM done, woke;
 -- row starts a new attempt series, so every earlier attempt is kept.
 WITH done AS (
 UPDATE rota_jobs SET state = 'pending', run_at = coalesce(%(now)s::timestamptz, now()),
-    attempt = 0, lease_until = NULL, finished_at = NULL, last_error = NULL, result = NULL,
+    attempt = 0, lease_until = NULL, finished_at = NULL, last_error = NULL,
     history = coalesce(history, '[]'::jsonb) || jsonb_build_array(jsonb_build_object(
         'attempt', attempt, 'token', lease_token, 'worker', worker,
         'started_us', (extract(epoch FROM started_at) * 1000000)::bigint,
@@ -695,9 +696,6 @@ UPDATE rota_jobs SET state = 'pending', run_at = coalesce(%(now)s::timestamptz, 
         'outcome', 'succeeded'))
 WHERE id = %(id)s AND state = 'succeeded'
 RETURNING {job_columns}
-), gone_result AS (
-    -- A new attempt series: the last one's result, if kept apart, goes.
-    DELETE FROM rota_results WHERE job_id IN (SELECT id FROM done)
 ), {wake}
 SELECT done.* FROM done, woke;
 
@@ -1101,7 +1099,8 @@ SELECT * FROM unnest(%(parent)b::bigint[], %(child)b::bigint[], %(policy)b::text
                      %(satisfied)b::boolean[]);
 
 -- name: parent_results
-SELECT p.id, coalesce(p.result, (SELECT r.result FROM rota_results r WHERE r.job_id = p.id))
+SELECT p.id, coalesce(p.result, (SELECT r.result FROM rota_results r
+                                 WHERE r.job_id = p.id AND r.token = p.lease_token))
 FROM rota_job_deps d JOIN rota_jobs p ON p.id = d.parent_id
 WHERE d.child_id = %(id)s;
 

@@ -100,9 +100,12 @@ def completion(
         params["results"] = array_or_null(list(results)) if results is not None else None
         return "complete", params
     apart = [
-        (job_id, text) for job_id, text in zip(ids, results, strict=True) if stored_apart(text)
+        (job_id, token, text)
+        for job_id, token, text in zip(ids, tokens, results, strict=True)
+        if stored_apart(text)
     ]
     params["results"] = array_or_null([None if stored_apart(text) else text for text in results])
-    params["apart_ids"] = [job_id for job_id, _ in apart]
-    params["apart"] = [text for _, text in apart]
+    params["apart_ids"] = [job_id for job_id, _, _ in apart]
+    params["apart_tokens"] = [token for _, token, _ in apart]
+    params["apart"] = [text for _, _, text in apart]
     return "complete_apart", params

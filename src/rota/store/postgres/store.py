@@ -849,10 +849,17 @@ class PostgresStore(PostgresDurable):
     async def _with_results_apart(self, found: list[Job]) -> list[Job]:
         """``found`` with the results kept in rota_results (025) put on their succeeded jobs:
         one more statement, only when a succeeded job's row holds no result."""
-        maybe = [job.id for job in found if job.state is JobState.SUCCEEDED and job.result is None]
+        maybe = {
+            job.id: job.lease_token
+            for job in found
+            if job.state is JobState.SUCCEEDED and job.result is None
+        }
         if not maybe:
             return found
-        apart: dict[int, Any] = dict(await self._fetch("results_apart", {"ids": maybe}))
+        rows = await self._fetch("results_apart", {"ids": list(maybe)})
+        apart: dict[int, Any] = {
+            job_id: result for job_id, token, result in rows if maybe[job_id] == token
+        }
         if not apart:
             return found
         return [replace(job, result=apart[job.id]) if job.id in apart else job for job in found]

@@ -244,11 +244,11 @@ def complete(
         for found_id, found_token, queue in found:
             held[found_id, found_token] = queue
             if apart:
-                conn.execute(_STORE_APART, (found_id, text))
+                conn.execute(_STORE_APART, (found_id, found_token, text))
     plain = [pair for pair in _pairs(leases) if pair not in with_result]
     held |= _fenced(
         conn,
-        "state = 'succeeded', lease_until = NULL, finished_at = ?, progress = 1",
+        "state = 'succeeded', lease_until = NULL, finished_at = ?, progress = 1, result = NULL",
         [at_us],
         plain,
     )
@@ -268,7 +268,7 @@ def _fitting(leases: Sequence[Lease], texts: Sequence[str | None]) -> list[str |
     ]
 
 
-_STORE_APART = "INSERT OR REPLACE INTO rota_results (job_id, result) VALUES (?, ?)"
+_STORE_APART = "INSERT OR REPLACE INTO rota_results (job_id, token, result) VALUES (?, ?, ?)"
 
 _COMPLETE_WITH_RESULT = """
 UPDATE OR ROLLBACK rota_jobs SET state = 'succeeded', result = ?, lease_until = NULL, finished_at = ?,

@@ -261,10 +261,9 @@ def rerun(conn: sqlite3.Connection, job_id: int, at: datetime) -> Job:
         raise StateConflict(f"job {job_id}: another active job holds unique key {unique_key!r}")
     row = conn.execute(
         "UPDATE rota_jobs SET state = 'pending', run_at = ?, attempt = 0, lease_until = NULL, "
-        f"finished_at = NULL, last_error = NULL, result = NULL WHERE id = ? RETURNING {JOB_COLUMNS}",
+        f"finished_at = NULL, last_error = NULL WHERE id = ? RETURNING {JOB_COLUMNS}",
         (to_us(at), job_id),
     ).fetchone()
-    conn.execute("DELETE FROM rota_results WHERE job_id = ?", (job_id,))  # a new series
     return job_from_row(row)
 
 
@@ -525,15 +524,22 @@ def get_many(conn: sqlite3.Connection, job_ids: Sequence[int]) -> list[Job]:
 
 def with_results_apart(conn: sqlite3.Connection, found: list[Job]) -> list[Job]:
     """``found`` with the results kept in rota_results (025) put on their succeeded jobs."""
-    maybe = [job.id for job in found if job.state is JobState.SUCCEEDED and job.result is None]
+    maybe = {
+        job.id: job.lease_token
+        for job in found
+        if job.state is JobState.SUCCEEDED and job.result is None
+    }
     if not maybe:
         return found
     apart: dict[int, Any] = {}
-    for part in chunks(maybe):
+    for part in chunks(list(maybe)):
         rows = conn.execute(
-            f"SELECT job_id, result FROM rota_results WHERE job_id IN ({marks(len(part))})", part
+            f"SELECT job_id, token, result FROM rota_results WHERE job_id IN ({marks(len(part))})",
+            part,
         )
-        apart.update((job_id, json.loads(text)) for job_id, text in rows)
+        apart.update(
+            (job_id, json.loads(text)) for job_id, token, text in rows if maybe[job_id] == token
+        )
     if not apart:
         return found
     return [replace(job, result=apart[job.id]) if job.id in apart else job for job in found]

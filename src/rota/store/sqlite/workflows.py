@@ -113,7 +113,7 @@ def parent_results(conn: sqlite3.Connection, job_id: int) -> dict[int, Any]:
     """Each parent's id and result (None: it stored none) of job ``job_id``."""
     rows = conn.execute(
         "SELECT p.id, coalesce(p.result, (SELECT r.result FROM rota_results AS r "
-        "WHERE r.job_id = p.id)) FROM rota_job_deps AS d JOIN rota_jobs AS p "
+        "WHERE r.job_id = p.id AND r.token = p.lease_token)) FROM rota_job_deps AS d JOIN rota_jobs AS p "
         "ON p.id = d.parent_id WHERE d.child_id = ? ORDER BY p.id",
         (job_id,),
     )
