@@ -222,3 +222,21 @@ def test_rota_enqueue_with_app_passes_through_its_hooks(cli_app: str) -> None:
     assert json.loads(child.out.splitlines()[-1])["payload"] == {"tagged": True}
     with pytest.raises(InvalidInput, match="forbidden payloads are refused"):
         invoke("enqueue", "email", "--app", cli_app, "--payload", '{"forbidden": true}')
+
+
+async def test_the_mounted_dashboard_enqueues_through_the_apps_hooks() -> None:
+    from rota.contrib.asgi import dashboard
+
+    app, written = hooked_app()
+    try:
+        transport = httpx.ASGITransport(app=dashboard(app))
+        async with httpx.AsyncClient(transport=transport, base_url=BASE_URL) as http:
+            created = await http.post("/api/jobs", json={"kind": "email", "payload": {"bulk": 1}})
+            assert created.status_code == 201 and created.json()["queue"] == "bulk"
+            refused = await http.post(
+                "/api/jobs", json={"kind": "email", "payload": {"forbidden": 1}}
+            )
+            assert refused.status_code == 400
+    finally:
+        await app.close()
+    assert [(kind, queue) for kind, _, queue in written] == [("email", "bulk")]
