@@ -144,7 +144,7 @@ async def test_a_count_of_a_tenants_jobs_of_a_kind_reads_no_row(pg_url: str) -> 
         filters.where(JobFilter(tenant="t3", kind="none", states=frozenset({JobState.DEAD})))
     )
     # A table this small is cheaper read whole: with sequential and bitmap scans off, the plan
-    # shows that the tenant's index alone answers (024 carries the kind), no row fetched.
+    # shows that the tenant's index alone answers (027 carries the kind), no row fetched.
     plan = generic_plan(
         pg_url,
         statement,
