@@ -8,9 +8,10 @@ PostgreSQL: a throwaway production-configured cluster (``bench.cluster``; or the
 in a database of its own that it drops), migrated to the current schema, with a table of
 finished jobs for each of the last eight days made before the load, so that the finished jobs
 spread over a week of day partitions as a week of work leaves them. The database is set to
-``plan_cache_mode = force_generic_plan``: every statement runs with the plan a prepared
-statement settles on after its fifth execution on a connection (the generic plan), from the
-first call, whichever pooled connection serves it. SQLite: a file in a temporary directory.
+``plan_cache_mode = force_generic_plan``: every prepared statement runs with the plan it
+settles on after its fifth execution on a connection (the generic plan), from the first call,
+whichever pooled connection serves it (the lists' and counts' statements carry their values
+and run unprepared: planned for those values either way). SQLite: a file in a temporary directory.
 
 The jobs are loaded by one ``INSERT ... SELECT`` over a series (no Python loop): 60%
 succeeded, spread over the last 7 days; 25% pending, half due and half a day later; 10% dead,
