@@ -42,7 +42,14 @@ JOB_COLUMNS = (
 LIST_COLUMNS = (
     JOB_COLUMNS.replace("payload,", f"substr(payload, 1, {PREVIEW_CHARS}),")
     .replace("last_error,", f"substr(last_error, 1, {PREVIEW_CHARS}),")
-    .replace("result,", f"substr(result, 1, {PREVIEW_CHARS}),")
+    # A result kept apart (025) is cut from rota_results, under the token that wrote it.
+    .replace(
+        "result,",
+        "CASE WHEN result IS NULL AND state = 'succeeded' THEN (SELECT "
+        f"substr(r.result, 1, {PREVIEW_CHARS}) FROM rota_results AS r WHERE r.job_id = "
+        "rota_jobs.id AND r.token = rota_jobs.lease_token) "
+        f"ELSE substr(result, 1, {PREVIEW_CHARS}) END,",
+    )
 )
 #: A job in a finished state, spelled as the partial index rota_jobs_finished spells its WHERE
 #: (a query must repeat it for SQLite to use the index); comparisons rather than IN, which
