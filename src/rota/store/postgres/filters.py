@@ -116,22 +116,22 @@ def page(filter: JobFilter, columns: str, *, after: int | None, limit: int) -> s
     states at once such an index yields no id order, and the plan would sort every job of the
     tenant."""
     keyset = sql.SQL("") if after is None else sql.SQL(" AND id < {}").format(sql.Literal(after))
-    take = sql.SQL("SELECT {} FROM rota_jobs WHERE {}{} ORDER BY id DESC LIMIT {}")
+
+    def take(condition: sql.Composable) -> sql.Composed:
+        return sql.SQL("SELECT {} FROM rota_jobs WHERE {}{} ORDER BY id DESC LIMIT {}").format(
+            sql.SQL(columns), condition, keyset, sql.Literal(limit)
+        )
+
     states = by_state(filter)
     if states is None:
-        statement = take.format(sql.SQL(columns), where(filter), keyset, sql.Literal(limit))
+        statement = take(where(filter))
     else:
         # Each part asks the counts on its own: a state with no job of the kind or queue
         # (no running job of a queue: reading every running job to learn it) costs nothing.
         parts = [
             sql.SQL("({})").format(
                 guarded(
-                    take.format(
-                        sql.SQL(columns),
-                        where(filter, states_override=[state]),
-                        keyset,
-                        sql.Literal(limit),
-                    ),
+                    take(where(filter, states_override=[state])),
                     filter,
                     states=[state],
                 )

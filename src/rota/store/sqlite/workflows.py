@@ -152,17 +152,23 @@ def workflow_states(conn: sqlite3.Connection, workflow_id: int) -> dict[JobState
     return {JobState(state): n for state, n in rows}
 
 
+_PARENTS = (
+    "SELECT d.parent_id, j.state, d.on_parent_failure FROM rota_job_deps AS d "
+    "JOIN rota_jobs AS j ON j.id = d.parent_id WHERE d.child_id = ? AND d.parent_id > ? "
+    "ORDER BY d.parent_id LIMIT ?"
+)
+_CHILDREN = (
+    "SELECT d.child_id, j.state, d.on_parent_failure FROM rota_job_deps AS d "
+    "JOIN rota_jobs AS j ON j.id = d.child_id WHERE d.parent_id = ? AND d.child_id > ? "
+    "ORDER BY d.child_id LIMIT ?"
+)
+
+
 def related(
     conn: sqlite3.Connection, job_id: int, parents: bool, after: int, limit: int
 ) -> list[tuple[int, JobState, str]]:
     """A page of the job's parents (or children): (id, state, the edge's policy)."""
-    mine, other = ("child_id", "parent_id") if parents else ("parent_id", "child_id")
-    rows = conn.execute(
-        f"SELECT d.{other}, j.state, d.on_parent_failure FROM rota_job_deps AS d "
-        f"JOIN rota_jobs AS j ON j.id = d.{other} WHERE d.{mine} = ? AND d.{other} > ? "
-        f"ORDER BY d.{other} LIMIT ?",
-        (job_id, after, limit),
-    )
+    rows = conn.execute(_PARENTS if parents else _CHILDREN, (job_id, after, limit))
     return [(int(found), JobState(state), str(policy)) for found, state, policy in rows]
 
 
