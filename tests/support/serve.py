@@ -49,7 +49,8 @@ class Served:
             return json.loads(response.read() or b"null")
 
     def wait_until(self, predicate: Any, *, timeout: float, what: str) -> Any:
-        """Re-check ``predicate()`` every 50 ms until it returns a truthy value."""
+        """Re-check ``predicate()`` every 200 ms (a polite client: `rota serve` gives each
+        identity 100 reads a second) until it returns a truthy value."""
         deadline = time.monotonic() + timeout
         while True:
             value = predicate()
@@ -57,7 +58,7 @@ class Served:
                 return value
             if time.monotonic() > deadline:
                 raise AssertionError(f"timed out waiting for {what}; log:\n{self.log.read_text()}")
-            time.sleep(0.05)
+            time.sleep(0.2)
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
         if self.process.poll() is None:

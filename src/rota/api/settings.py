@@ -59,7 +59,7 @@ class ApiSettings:
     #: Each identity's share of reads (rota.api.shares): at most this many in flight, and
     #: this many started a second (with three seconds' worth as a burst); past either, 429.
     max_reads_per_identity: int = 16
-    read_rate_per_identity: float = 20.0
+    read_rate_per_identity: float = 100.0
 
     def __post_init__(self) -> None:
         for what, token in (("auth token", self.auth_token), ("read token", self.read_token)):

@@ -141,7 +141,7 @@ log = logging.getLogger("rota.serve")
     "--read-rate-per-identity",
     envvar="ROTA_READ_RATE_PER_IDENTITY",
     type=click.FloatRange(0, 1e9, min_open=True),
-    default=20.0,
+    default=100.0,
     show_default=True,
     help="Reads a second one identity may start (three seconds' worth at once); past it, 429.",
 )
