@@ -10,7 +10,7 @@ Workers run with a 2 s lease and 0.5 s heartbeats and rescues; nothing waits a f
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -40,22 +40,6 @@ pytestmark = pytest.mark.slow
 
 APP = "tests.support.durableapp:app"
 OPTIONS = WorkerOptions()
-BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
-
-
-@pytest.fixture(params=BACKENDS)
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'rota.db'}"
-    return str(request.getfixturevalue("pg_url"))
-
-
-@pytest.fixture
-async def store(database_url: str) -> AsyncIterator[Store]:
-    store = open_store(database_url)
-    await store.migrate()
-    yield store
-    await store.close()
 
 
 @pytest.fixture

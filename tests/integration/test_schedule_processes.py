@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import datetime, timedelta
 from itertools import pairwise
 from pathlib import Path
@@ -25,7 +25,7 @@ from typing import TypeVar
 import pytest
 
 from rota.domain.job import Job, JobState
-from rota.store import JobFilter, Store, open_store
+from rota.store import JobFilter, Store
 from tests.support.scheduleapp import SLOW_SECONDS
 
 pytestmark = pytest.mark.slow
@@ -44,22 +44,6 @@ WORKER_FLAGS = [
     "--poll-seconds=0.1",
     "--shutdown-timeout=5",
 ]
-BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
-
-
-@pytest.fixture(params=BACKENDS)
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'schedules.db'}"
-    return str(request.getfixturevalue("pg_url"))
-
-
-@pytest.fixture
-async def store(database_url: str) -> AsyncIterator[Store]:
-    store = open_store(database_url)
-    await store.migrate()
-    yield store
-    await store.close()
 
 
 class Workers:

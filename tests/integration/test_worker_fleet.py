@@ -19,19 +19,18 @@ import socket
 import subprocess
 import sys
 import urllib.request
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from rota.domain.job import JobSpec, JobState
-from rota.store import Store, open_store
+from rota.store import Store
 from tests.support.processes import REPO_ROOT, eventually
 
 pytestmark = pytest.mark.slow
 
 APP = "tests.support.fleetapp:app"
-BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 FLAGS = [
     "--concurrency=1",
     "--lease-seconds=1",
@@ -40,21 +39,6 @@ FLAGS = [
     "--poll-seconds=0.1",
     "--shutdown-timeout=30",
 ]
-
-
-@pytest.fixture(params=BACKENDS)
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'rota.db'}"
-    return str(request.getfixturevalue("pg_url"))
-
-
-@pytest.fixture
-async def store(database_url: str) -> AsyncIterator[Store]:
-    store = open_store(database_url)
-    await store.migrate()
-    yield store
-    await store.close()
 
 
 class Supervised:

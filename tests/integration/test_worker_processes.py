@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ import psycopg
 import pytest
 
 from rota.domain.job import Job, JobSpec, JobState, Outcome
-from rota.store import JobFilter, Store, open_store
+from rota.store import JobFilter, Store
 from tests.support.history import (
     CANCELLED,
     END_OK,
@@ -53,23 +53,6 @@ HEARTBEAT_S = OPTIONS.heartbeat_s
 RESCUE_S = OPTIONS.rescue_s
 #: Slack for process scheduling on a busy CI machine, added to every time bound.
 MARGIN_S = 1.5
-
-BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
-
-
-@pytest.fixture(params=BACKENDS)
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'rota.db'}"
-    return str(request.getfixturevalue("pg_url"))
-
-
-@pytest.fixture
-async def store(database_url: str) -> AsyncIterator[Store]:
-    store = open_store(database_url)
-    await store.migrate()
-    yield store
-    await store.close()
 
 
 @pytest.fixture
