@@ -32,7 +32,7 @@ from rota.domain.job import JobSpec, JobState
 from rota.store import Store
 from tests.chaos.conftest import BACKENDS, CHAOS_OPTIONS, MARGIN_S, proxied, through
 from tests.support import faketime
-from tests.support.chaosfleet import all_terminal, sqlite_integrity
+from tests.support.chaosfleet import MostSucceeded, all_terminal, sqlite_integrity
 from tests.support.durablerecord import (
     RECORD_ENV,
     create_record,
@@ -106,19 +106,9 @@ async def test_killed_workers_never_rerun_a_committed_step_nor_repeat_an_effect(
         restarts += 1
         live[fault.target] = fleet.start(f"w{fault.target}-r{restarts}", app=APP, env=env)
 
-    done_enough = False
-
-    async def progress() -> None:
-        nonlocal done_enough
-        while not done_enough:
-            counts = await store.counts()
-            done_enough = counts.total(JobState.SUCCEEDED) >= 0.9 * len(ids)
-            await asyncio.sleep(0.2)
-
-    watcher = asyncio.create_task(progress())
-    await nemesis.run(act, stop=lambda: done_enough, limit_s=90)
+    async with MostSucceeded(store, len(ids)) as most:
+        await nemesis.run(act, stop=most.reached, limit_s=90)
     last_kill = time.monotonic()
-    watcher.cancel()
     print(nemesis.describe())
     assert len(nemesis.log) >= 4, "too few kills to prove anything"
     took = await all_terminal(store, len(ids), within_s=LIVENESS_S + MARGIN_S + 30)
@@ -207,19 +197,9 @@ async def test_skewed_clocks_and_cut_connections_never_rerun_a_committed_step(
         incarnations += 1
         live[name] = launch(name, incarnations)
 
-    done_enough = False
-
-    async def progress() -> None:
-        nonlocal done_enough
-        while not done_enough:
-            counts = await store.counts()
-            done_enough = counts.total(JobState.SUCCEEDED) >= 0.9 * len(everything)
-            await asyncio.sleep(0.2)
-
-    watcher = asyncio.create_task(progress())
-    # At least two of each fault, however fast the jobs go.
-    await nemesis.run(act, stop=lambda: done_enough and len(nemesis.log) >= 4, limit_s=90)
-    watcher.cancel()
+    async with MostSucceeded(store, len(everything)) as most:
+        # At least two of each fault, however fast the jobs go.
+        await nemesis.run(act, stop=lambda: most.reached() and len(nemesis.log) >= 4, limit_s=90)
     proxy.set(PASS)
     print(nemesis.describe())
     took = await all_terminal(store, len(everything), within_s=LIVENESS_S + MARGIN_S + 30)

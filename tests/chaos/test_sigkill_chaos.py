@@ -24,7 +24,7 @@ import pytest
 from rota.domain.job import JobSpec, JobState
 from rota.store import Store
 from tests.chaos.conftest import CHAOS_OPTIONS, MARGIN_S, POOLED_BACKENDS
-from tests.support.chaosfleet import ChaosFleet, all_terminal, sqlite_integrity
+from tests.support.chaosfleet import ChaosFleet, MostSucceeded, all_terminal, sqlite_integrity
 from tests.support.history import END_ERR, check_store
 from tests.support.nemesis import Fault, Nemesis
 from tests.support.pgbouncer import advisory_locks, unpooled
@@ -77,19 +77,9 @@ async def test_sigkilled_workers_lose_nothing_and_fencing_holds(
         restarts += 1
         live[fault.target] = fleet.start(f"w{fault.target}-r{restarts}")
 
-    done_enough = False
-
-    async def progress() -> None:
-        nonlocal done_enough
-        while not done_enough:
-            counts = await store.counts()
-            done_enough = counts.total(JobState.SUCCEEDED) >= 0.9 * len(ids)
-            await asyncio.sleep(0.2)
-
-    watcher = asyncio.create_task(progress())
-    await nemesis.run(act, stop=lambda: done_enough, limit_s=150)
+    async with MostSucceeded(store, len(ids)) as most:
+        await nemesis.run(act, stop=most.reached, limit_s=150)
     last_kill = time.monotonic()
-    watcher.cancel()
     print(nemesis.describe())
     assert len(nemesis.log) >= 4, "too few kills to prove anything"
 

@@ -180,3 +180,31 @@ def lease_grants(url: str, job_id: int, token: int) -> list[float]:
     )
     with psycopg.connect(url, autocommit=True) as conn:
         return [float(row[0]) for row in conn.execute(sql, [job_id, token]).fetchall()]
+
+
+class MostSucceeded:
+    """Watches the store in the background, while a nemesis runs, until ``share`` of ``total``
+    jobs have succeeded: ``reached()`` says whether they have (the nemesis's stop condition)."""
+
+    def __init__(self, store: Store, total: int, share: float = 0.9) -> None:
+        self._store = store
+        self._wanted = share * total
+        self._reached = False
+        self._task: asyncio.Task[None] | None = None
+
+    def reached(self) -> bool:
+        return self._reached
+
+    async def _watch(self) -> None:
+        while not self._reached:
+            counts = await self._store.counts()
+            self._reached = counts.total(JobState.SUCCEEDED) >= self._wanted
+            await asyncio.sleep(0.2)
+
+    async def __aenter__(self) -> MostSucceeded:
+        self._task = asyncio.create_task(self._watch())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._task is not None:
+            self._task.cancel()
