@@ -180,16 +180,7 @@ async def _executing(tracer: Any, awaitable: Awaitable[T], job: Job, worker: str
             JOB_ATTEMPT: job.attempt,
         },
     )
-    with trace.use_span(
-        span, end_on_exit=True, record_exception=False, set_status_on_exception=False
-    ):
-        try:
-            result = await awaitable
-        except BaseException as error:
-            _ended_by(span, error)
-            raise
-        span.set_attribute(JOB_OUTCOME, "succeeded")
-        return result
+    return await _awaited_in(span, awaitable)
 
 
 def step(awaitable: Awaitable[T], job: Job, name: str) -> Awaitable[T]:
@@ -201,8 +192,6 @@ def step(awaitable: Awaitable[T], job: Job, name: str) -> Awaitable[T]:
 
 
 async def _stepping(tracer: Any, awaitable: Awaitable[T], job: Job, name: str) -> T:
-    from opentelemetry import trace
-
     span = tracer.start_span(
         f"step {name}",
         attributes={
@@ -213,6 +202,13 @@ async def _stepping(tracer: Any, awaitable: Awaitable[T], job: Job, name: str) -
             STEP_NAME: name,
         },
     )
+    return await _awaited_in(span, awaitable)
+
+
+async def _awaited_in(span: Any, awaitable: Awaitable[T]) -> T:
+    """``awaitable``'s result with ``span`` current, the span ended with how it ended."""
+    from opentelemetry import trace
+
     with trace.use_span(
         span, end_on_exit=True, record_exception=False, set_status_on_exception=False
     ):
