@@ -14,7 +14,7 @@ import time
 
 from bench.harness import Bench, Skip, scalar, workers
 from bench.systems import Rota
-from rota.runtime.worker import WorkerSettings
+from rota.runtime.worker_settings import WorkerSettings
 
 NAME = "fairness"
 #: How long to wait for all of B's jobs to start: with fair claims off they queue behind A's

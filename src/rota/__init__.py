@@ -39,7 +39,8 @@ from rota.domain.schedule_state import Schedule
 from rota.domain.workflow import Node, ScheduledRun, Workflow, chain, chord, group
 from rota.runtime.context import JobContext
 from rota.runtime.hooks import JobResult
-from rota.runtime.worker import Worker, WorkerSettings
+from rota.runtime.worker import Worker
+from rota.runtime.worker_settings import WorkerSettings
 from rota.store import JobFilter
 from rota.store.base import LimitInfo, QueueInfo
 from rota.workflows import WorkflowRun

@@ -116,7 +116,7 @@ async def drain(app: App, *, max_jobs: int | None = None, concurrency: int = 10)
     The App opens on first use; pair it with ``isolated(app)`` or ``App("memory://",
     clock=FakeClock())``.
     """
-    from rota.runtime.worker import WorkerSettings
+    from rota.runtime.worker_settings import WorkerSettings
 
     await app.open()
     worker = app.worker(WorkerSettings(name="rota-testing", concurrency=concurrency))
@@ -157,7 +157,8 @@ async def run_job(
     ``last_error``. The kind, payload and options are validated as ``app.enqueue`` would (InvalidJob); jobs the
     handler enqueues through ``app`` go to ``app``'s store.
     """
-    from rota.runtime.worker import Worker, WorkerSettings
+    from rota.runtime.worker import Worker
+    from rota.runtime.worker_settings import WorkerSettings
     from rota.store.memory import MemoryStore
 
     spec = app.spec(

@@ -15,7 +15,8 @@ from rota.domain.errors import JobNotFound
 from rota.domain.job import MAX_RESULT_BYTES, JobState, Progress
 from rota.runtime.context import JobContext
 from rota.runtime.registry import Registry
-from rota.runtime.worker import Worker, WorkerSettings
+from rota.runtime.worker import Worker
+from rota.runtime.worker_settings import WorkerSettings
 from rota.store import Store
 from rota.testing import FakeClock
 from tests.contract.helpers import LEASE, add, claim_one, claimed, reclaimed

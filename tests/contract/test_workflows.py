@@ -15,7 +15,8 @@ from rota.domain.job import Job, JobSpec, JobState
 from rota.domain.workflow import MAX_WORKFLOW_JOBS, Workflow, chain, chord, group
 from rota.runtime.context import JobContext
 from rota.runtime.registry import Registry
-from rota.runtime.worker import Worker, WorkerSettings
+from rota.runtime.worker import Worker
+from rota.runtime.worker_settings import WorkerSettings
 from rota.store import JobFilter, Store
 from rota.testing import FakeClock
 from tests.contract.helpers import LEASE, add, claim_one

@@ -141,7 +141,7 @@ def test_worker_claims_up_to_its_claim_batch(
     """The flag reaches the worker's settings; without it, the library's default applies."""
     from rota.app import App
     from rota.cli import operate
-    from rota.runtime.worker import WorkerSettings
+    from rota.runtime.worker_settings import WorkerSettings
 
     made: list[WorkerSettings] = []
 

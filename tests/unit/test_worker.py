@@ -15,7 +15,7 @@ from rota.domain.errors import StoreUnavailable
 from rota.domain.job import Outcome
 from rota.domain.lease import Lease
 from rota.runtime.completions import Completer
-from rota.runtime.executor import Stop
+from rota.runtime.execution import Stop
 from rota.runtime.worker import Worker
 from rota.store.memory import MemoryStore
 from rota.testing import FakeClock, drain

@@ -201,7 +201,7 @@ def worker(
     With --metrics-port, http://HOST:PORT/metrics serves what this process did (jobs run,
     durations, lag, claims, leases lost) under the same names as `rota serve`'s /metrics.
     """
-    from rota.runtime.worker import validate_worker_name
+    from rota.runtime.worker_settings import validate_worker_name
 
     if name is not None:
         validate_worker_name(name)

@@ -290,7 +290,7 @@ async def _serve(
     from rota.api import create_app
     from rota.api.connections import default_limits, guarded_protocol, quiet_accept_errors
     from rota.runtime.signals import stop_signals
-    from rota.runtime.worker import default_worker_name
+    from rota.runtime.worker_settings import default_worker_name
     from rota.store.postgres.replica import open_replica
 
     await app.open()

@@ -28,7 +28,7 @@ from rota.api import ApiSettings, create_app
 from rota.app import App
 from rota.domain.errors import InvalidInput
 from rota.runtime.crew import WorkerThread
-from rota.runtime.worker import default_worker_name
+from rota.runtime.worker_settings import default_worker_name
 from rota.store import Store
 
 log = logging.getLogger("rota.asgi")

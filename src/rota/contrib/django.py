@@ -63,7 +63,8 @@ from rota.domain.job import (
     Outcome,
 )
 from rota.runtime.context import JobContext
-from rota.runtime.worker import Worker, WorkerSettings
+from rota.runtime.worker import Worker
+from rota.runtime.worker_settings import WorkerSettings
 from rota.store import Store
 
 if TYPE_CHECKING:

@@ -60,7 +60,7 @@ class _Context(Protocol):
 
 
 class _Held(Protocol):
-    """What the runtime needs of a job the worker holds (``executor.Execution``)."""
+    """What the runtime needs of a job the worker holds (``execution.Execution``)."""
 
     reporting: bool
 

@@ -24,7 +24,7 @@ from typing import Any
 from rota.domain.clock import Clock
 from rota.domain.errors import StoreUnavailable
 from rota.domain.job import Job, Progress
-from rota.runtime.executor import Execution, Stop
+from rota.runtime.execution import Execution, Stop
 from rota.runtime.services import bounded
 from rota.runtime.storeclock import StoreClock
 from rota.store.base import Beat, Store

@@ -18,7 +18,7 @@ from datetime import timedelta
 
 from rota.domain.clock import Clock
 from rota.domain.job import Progress
-from rota.runtime.executor import Execution
+from rota.runtime.execution import Execution
 from rota.runtime.services import bounded
 from rota.store.base import Store
 

@@ -14,20 +14,14 @@ Local deadlines and timers are set from the store's clock as the worker measures
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import os
-import socket
-import uuid
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from rota.domain.audit import DEFAULT_AUDIT_RETENTION
 from rota.domain.clock import Clock, SystemClock
-from rota.domain.errors import InvalidInput, InvalidJob
-from rota.domain.job import DEFAULT_MAX_RESULT_BYTES, MAX_RESULT_CAP, Job, validate_name
+from rota.domain.job import Job
 from rota.domain.retry import RECONNECT_BACKOFF
 from rota.observability import tracing
 from rota.observability.logging import current_worker
@@ -35,7 +29,8 @@ from rota.observability.metrics import Metrics
 from rota.runtime.completions import Completer
 from rota.runtime.context import JobContext
 from rota.runtime.durable import DurableRuntime
-from rota.runtime.executor import Execution, Executor, Stop
+from rota.runtime.execution import Execution, Stop
+from rota.runtime.executor import Executor
 from rota.runtime.heartbeat import Heartbeater
 from rota.runtime.hooks import Hooks
 from rota.runtime.progress import ProgressWriter
@@ -43,93 +38,20 @@ from rota.runtime.pruner import Pruner
 from rota.runtime.registration import Registration
 from rota.runtime.registry import Registry
 from rota.runtime.rescuer import Rescuer
-from rota.runtime.services import ErrorLog, Service, bounded, run_service, wait_or_stop
+from rota.runtime.services import (
+    ErrorLog,
+    Service,
+    bounded,
+    first_of,
+    run_service,
+    wait_or_stop,
+    woken,
+)
 from rota.runtime.storeclock import StoreClock
+from rota.runtime.worker_settings import WorkerSettings, default_worker_name
 from rota.store.base import ALIVE_BEATS, Store
 
 log = logging.getLogger("rota.worker")
-
-
-def default_worker_name() -> str:
-    """host:pid:random, unique even when a pid is reused."""
-    host = "".join(c if c.isalnum() or c in "-." else "-" for c in socket.gethostname())
-    return f"{host or 'host'}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-
-
-def validate_worker_name(name: str) -> str:
-    """``name`` if a worker may be called so: the rule of kind and queue names (letters,
-    digits and ``_ . : -``), since the name is stored, logged and shown; InvalidInput if not."""
-    try:
-        validate_name("worker name", name)
-    except InvalidJob as error:
-        raise InvalidInput(f"bad worker name {name!r}: {error.reason}") from None
-    return name
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerSettings:
-    """How a worker behaves. Durations are timedeltas; the defaults suit most deployments."""
-
-    name: str | None = None
-    #: Queues to claim from; None means the queues of the registered kinds.
-    queues: Sequence[str] | None = None
-    concurrency: int = 10
-    lease: timedelta = timedelta(seconds=30)
-    heartbeat: timedelta = timedelta(seconds=10)
-    #: Longest sleep between claims when nothing wakes the worker.
-    poll: timedelta = timedelta(seconds=1)
-    rescue: timedelta = timedelta(seconds=5)
-    shutdown_timeout: timedelta = timedelta(seconds=30)
-    #: Finished jobs older than this are deleted (their attempts with them); None keeps all.
-    retention: timedelta | None = timedelta(days=7)
-    #: Audit log entries older than this are deleted; None keeps them all.
-    audit_retention: timedelta | None = DEFAULT_AUDIT_RETENTION
-    #: Most jobs one claim may take (it never takes more than the free slots).
-    claim_batch: int = 100
-    #: Let tenants take turns in each claim, so one tenant's backlog cannot starve another.
-    fair: bool = True
-    #: How long a due job of a kind no live worker runs waits (for a worker of newer code, in
-    #: a rolling deploy) before the rescuer ends it dead; None: it waits forever.
-    unrunnable_grace: timedelta | None = timedelta(minutes=10)
-    #: The largest result a handler may return, as JSON bytes: over it the attempt fails,
-    #: permanently, saying so. Over MAX_RESULT_BYTES (64 KiB) a result is stored apart.
-    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
-
-    def validated(self) -> WorkerSettings:
-        """Self, or InvalidInput naming the setting that cannot work."""
-        if not 1 <= self.concurrency <= 10_000:
-            raise InvalidInput("concurrency must be between 1 and 10000")
-        if self.heartbeat <= timedelta(0) or self.lease <= timedelta(0):
-            raise InvalidInput("lease and heartbeat must be positive")
-        if self.lease < 2 * self.heartbeat:
-            raise InvalidInput(
-                "the lease must be at least twice the heartbeat interval, so one late "
-                "heartbeat does not lose it"
-            )
-        if self.poll <= timedelta(0) or self.rescue <= timedelta(0):
-            raise InvalidInput("poll and rescue intervals must be positive")
-        if self.unrunnable_grace is not None and self.unrunnable_grace < timedelta(0):
-            raise InvalidInput("the grace for jobs no worker runs must not be negative")
-        if self.shutdown_timeout < timedelta(0):
-            raise InvalidInput("shutdown timeout must not be negative")
-        if self.retention is not None and self.retention < timedelta(minutes=1):
-            raise InvalidInput("retention must be at least a minute (or None to keep everything)")
-        if self.audit_retention is not None and self.audit_retention < timedelta(minutes=1):
-            raise InvalidInput(
-                "audit retention must be at least a minute (or None to keep everything)"
-            )
-        if not 1 <= self.claim_batch <= 10_000:
-            raise InvalidInput("claim batch must be between 1 and 10000")
-        if not 1 <= self.max_result_bytes <= MAX_RESULT_CAP:
-            raise InvalidInput(f"max result bytes must be between 1 and {MAX_RESULT_CAP}")
-        if self.name is not None:
-            validate_worker_name(self.name)
-        for queue in self.queues or ():
-            try:
-                validate_name("queue", queue)
-            except InvalidInput as error:
-                raise InvalidInput(f"bad queue name {queue!r}: {error}") from None
-        return self
 
 
 class Worker:
@@ -155,8 +77,7 @@ class Worker:
         self.metrics = metrics or Metrics()
         self.store_clock = StoreClock(self._clock, metrics=self.metrics)
         self._held: dict[int, Execution] = {}
-        #: The attempt this worker holds that runs alone, if any: nothing else is claimed
-        #: meanwhile.
+        #: The attempt held that runs alone, if any: nothing else is claimed meanwhile.
         self._alone: Execution | None = None
         self._threads = ThreadPoolExecutor(
             max_workers=self.settings.concurrency, thread_name_prefix="rota-job"
@@ -459,9 +380,8 @@ class Worker:
             self._alone = execution
         self._arm(execution)
         # Unnamed (Task-N): a name per job costs more than the rest of the task's creation.
-        # The task lets go of the job itself as it ends (Executor.run calls _finished), where
-        # a done callback would cost a scheduled callback per job; one cancelled before it
-        # first ran is let go by Execution.interrupt.
+        # The task lets go of the job as it ends (Executor.run calls _finished; a done
+        # callback would cost one per job); one cancelled unstarted, by Execution.interrupt.
         execution.task = asyncio.create_task(self._executor.run(execution))
 
     def _arm(self, execution: Execution) -> None:
@@ -598,7 +518,7 @@ class Worker:
             if self.free_slots() <= 0:
                 self._slot_freed.clear()
                 waiters = [self._slot_freed.wait(), self._stop_claiming.wait()]
-                await _first(waiters)
+                await first_of(waiters)
                 continue
             # Clear before claiming: a wake-up that arrives during the claim must not be lost.
             self._wake.clear()
@@ -628,7 +548,7 @@ class Worker:
                 # claimers, limits and per-tenant quotas all shorten a batch; so claim again.)
                 # request_stop() wakes this wait too.
                 self.idle.set()
-                await _woken(self._wake, within_s=poll)
+                await woken(self._wake, within_s=poll)
                 self.idle.clear()
 
     async def _drain(self) -> None:
@@ -678,22 +598,3 @@ class _Alarm:
 
     handle: asyncio.TimerHandle
     holders: int = 0
-
-
-async def _woken(event: asyncio.Event, *, within_s: float) -> None:
-    """Wait for ``event`` or ``within_s`` seconds, in the waiting task itself: a wake-up
-    reaches the claim loop in one step of the event loop, where waiting on a task per event
-    (``_first``) takes three."""
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(within_s):
-            await event.wait()
-
-
-async def _first(waiters: Sequence[Awaitable[object]], within_s: float | None = None) -> None:
-    """Wait for the first of ``waiters`` or ``within_s`` seconds; cancel the rest."""
-    tasks = [asyncio.ensure_future(waiter) for waiter in waiters]
-    try:
-        await asyncio.wait(tasks, timeout=within_s, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in tasks:
-            task.cancel()

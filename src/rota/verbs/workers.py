@@ -18,8 +18,8 @@ from rota.runtime.services import Service
 from rota.runtime.signals import stop_signals
 from rota.runtime.supervised import Link
 from rota.runtime.supervisor import FleetSettings, Supervisor, child_environment
-from rota.runtime.worker import (
-    Worker,
+from rota.runtime.worker import Worker
+from rota.runtime.worker_settings import (
     WorkerSettings,
     default_worker_name,
     validate_worker_name,

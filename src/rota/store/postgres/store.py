@@ -75,7 +75,7 @@ from rota.store.base import (
     encode_cursor,
 )
 from rota.store.postgres import audit, filters, retention, schedules, upkeep
-from rota.store.postgres.connect import Borrowed, Connections, PoolConnection, url_settings
+from rota.store.postgres.connect import Borrowed, Connections, PoolConnection
 from rota.store.postgres.durable import PostgresDurable
 from rota.store.postgres.enqueue import (
     COPY_THRESHOLD,
@@ -111,6 +111,7 @@ from rota.store.postgres.rows import (
     row_to_listed,
     us,
 )
+from rota.store.postgres.urls import url_settings
 from rota.store.postgres.workflows import enqueue_workflow_flow
 
 log = logging.getLogger("rota.store.postgres")
