@@ -7,7 +7,7 @@
 
 import { postJSON } from "./api.js";
 import { h, s, replaceChildren } from "./dom.js";
-import { badge, plural } from "./format.js";
+import { badge, count, plural } from "./format.js";
 import { confirmDialog } from "./ui.js";
 import { BOX, downstreamOf, initiallyCollapsed, layout, signature, structure } from "./graphlayout.js";
 
@@ -253,6 +253,8 @@ export function workflowGraph(config, workflowId, refresh) {
       const next = new Set(collapsed);
       next.delete(box.group);
       setCollapsed(next);
+      const first = elements.get(`n${box.ids[0]}`);
+      if (first) first.focus();
     };
     const el = s("g", {
       transform: `translate(${box.x},${box.y})`,
@@ -393,16 +395,19 @@ export function workflowGraph(config, workflowId, refresh) {
       draw();
       if (!fitted) {
         fitted = true;
-        requestAnimationFrame(() => (drawing.width * view.k > svg.getBoundingClientRect().width ? fit() : setView(20, 20, 1)));
+        requestAnimationFrame(() => {
+          const rect = svg.getBoundingClientRect();
+          if (drawing.width + 40 > rect.width || drawing.height + 40 > rect.height) fit();
+        });
       }
     } else {
       repaint();
     }
     const hidden = graph.total - graph.shown;
     replaceChildren(note,
-      hidden > 0 ? `Showing the first ${graph.shown} of ${plural(graph.total, "job")} (by id); the table lists them all. ` : "",
+      hidden > 0 ? `Showing the first ${count(graph.shown)} of ${plural(graph.total, "job")} (by id); the table lists them all. ` : "",
       graph.edges_truncated ? "Some edges into jobs with more than 1,000 parents are not drawn. " : "",
-      collapsed.size ? `${plural(collapsed.size, "group")} of sibling jobs collapsed: select one to expand it.` : "");
+      collapsed.size ? `${plural(collapsed.size, "group")} of sibling jobs collapsed: click one (or Tab to it and press Enter) to expand it.` : "");
     expandAll.disabled = collapsed.size === 0;
     collapseAll.disabled = collapsed.size === shape.groups.size;
     showPanel();
