@@ -59,7 +59,7 @@ export function workflowGraph(config, workflowId, refresh) {
   let fitted = false;
 
   const viewport = s("g", { class: "viewport" });
-  const svg = s("svg", { class: "graph" },
+  const svg = s("svg", { class: "graph", role: "group", "aria-label": "The workflow's jobs and the edges between them" },
     s("defs", {},
       s("marker", { id: "wf-arrow", viewBox: "0 0 10 10", refX: "10", refY: "5", markerWidth: "7", markerHeight: "7", orient: "auto-start-reverse" },
         s("path", { d: "M0,0 L10,5 L0,10 z", class: "arrow" }))),
