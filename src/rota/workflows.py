@@ -1,5 +1,6 @@
 """Workflow use cases for application code: enqueue after other jobs, enqueue a whole graph,
-look at one, cancel one. ``App`` forwards to these; the rules are rota.domain.workflow's."""
+look at one, cancel one, retry or cancel one of its jobs and what follows it. ``App`` forwards
+to these; the rules are rota.domain.workflow's."""
 
 from __future__ import annotations
 
