@@ -177,6 +177,34 @@ class Operator:
         await self._record(AuditAction.WORKFLOW_CANCEL, f"workflow:{workflow_id}", count=count)
         return count
 
+    async def retry_node(self, workflow_id: int, job_id: int, *, downstream: bool) -> int:
+        """Retry a job of the workflow, with ``downstream`` every dead or cancelled job that
+        runs after it too (``workflows.retry_downstream``); how many."""
+        count = await workflows.retry_downstream(
+            self.store, workflow_id, job_id, with_children=downstream
+        )
+        await self._record_node(
+            AuditAction.WORKFLOW_NODE_RETRY, workflow_id, job_id, downstream, count
+        )
+        return count
+
+    async def cancel_node(self, workflow_id: int, job_id: int, *, downstream: bool) -> int:
+        """Cancel a job of the workflow, with ``downstream`` every unfinished job that runs
+        after it too (``workflows.cancel_downstream``); how many."""
+        count = await workflows.cancel_downstream(
+            self.store, workflow_id, job_id, with_children=downstream
+        )
+        await self._record_node(
+            AuditAction.WORKFLOW_NODE_CANCEL, workflow_id, job_id, downstream, count
+        )
+        return count
+
+    async def _record_node(
+        self, action: AuditAction, workflow_id: int, job_id: int, downstream: bool, count: int
+    ) -> None:
+        detail = {"workflow": workflow_id, "downstream": downstream}
+        await self._record(action, f"job:{job_id}", detail=detail, count=count)
+
     async def signal(
         self, key: str, data: Any = None, *, expire_after: timedelta | float | None = None
     ) -> SignalResult:

@@ -1,12 +1,13 @@
 """Workflow use cases for application code: enqueue after other jobs, enqueue a whole graph,
-look at one, cancel one. ``App`` forwards to these; the rules are rota.domain.workflow's."""
+look at one, cancel one, retry or cancel one of its jobs and what follows it. ``App`` forwards
+to these; the rules are rota.domain.workflow's."""
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
-from rota.domain.errors import InvalidJob, WorkflowNotFound
+from rota.domain.errors import InvalidJob, NotFound, StateConflict, WorkflowNotFound
 from rota.domain.job import EnqueueResult, Job, JobSpec, JobState, check_known_kind
 from rota.domain.workflow import Edge, ScheduledRun, Workflow, WorkflowBuilder, check_policy
 from rota.store.base import Store
@@ -119,3 +120,87 @@ async def cancel_workflow(store: Store, workflow_id: int) -> int:
     """Cancel every unfinished job of the workflow; how many. WorkflowNotFound."""
     await get_workflow(store, workflow_id)
     return await store.cancel_workflow(workflow_id)
+
+
+# ------------------------------------------------------------------ one node and what follows it
+
+
+class NotInWorkflow(NotFound):
+    """The job exists but belongs to another workflow (or to none)."""
+
+    def __init__(self, workflow_id: int, job_id: int) -> None:
+        super().__init__(f"job {job_id} is not a job of workflow {workflow_id}")
+
+
+async def downstream(
+    store: Store, workflow_id: int, job_id: int, *, with_children: bool = True
+) -> list[Job]:
+    """The job (first) and, ``with_children``, every job of the workflow that runs after it,
+    directly or not, by id. WorkflowNotFound, JobNotFound, NotInWorkflow."""
+    run = await get_workflow(store, workflow_id)
+    by_id = {job.id: job for job in run.jobs}
+    if job_id not in by_id:
+        await store.get(job_id)  # JobNotFound when there is no such job at all
+        raise NotInWorkflow(workflow_id, job_id)
+    if not with_children:
+        return [by_id[job_id]]
+    children: dict[int, list[int]] = {}
+    for parent, child, _ in run.edges:
+        children.setdefault(parent, []).append(child)
+    seen = {job_id}
+    todo = [job_id]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in seen and child in by_id:
+                seen.add(child)
+                todo.append(child)
+    return [by_id[ident] for ident in sorted(seen)]
+
+
+async def _states(store: Store, workflow_id: int, ids: set[int]) -> dict[int, JobState]:
+    jobs, _ = await store.workflow(workflow_id)
+    return {job.id: job.state for job in jobs if job.id in ids}
+
+
+async def retry_downstream(
+    store: Store, workflow_id: int, job_id: int, *, with_children: bool = True
+) -> int:
+    """Retry the job and, ``with_children``, every dead or cancelled job that runs after it
+    (parents before children, so the children a parent's end cancelled are re-armed by its
+    retry and wait for it); how many of them are no longer dead or cancelled. StateConflict
+    when none of them was."""
+    chosen = await downstream(store, workflow_id, job_id, with_children=with_children)
+    failed = {job.id for job in chosen if job.state in (JobState.DEAD, JobState.CANCELLED)}
+    if not failed:
+        raise StateConflict(
+            f"job {job_id} {'and what runs after it are' if with_children else 'is'} "
+            "not dead or cancelled: nothing to retry"
+        )
+    for ident in sorted(failed):
+        try:
+            await store.retry(ident)
+        except StateConflict:
+            continue  # re-armed by its parent's retry, or changed meanwhile
+    after = await _states(store, workflow_id, failed)
+    return sum(1 for state in after.values() if state not in (JobState.DEAD, JobState.CANCELLED))
+
+
+async def cancel_downstream(
+    store: Store, workflow_id: int, job_id: int, *, with_children: bool = True
+) -> int:
+    """Cancel the job and, ``with_children``, every unfinished job that runs after it; how
+    many were. StateConflict when none of them was unfinished."""
+    chosen = await downstream(store, workflow_id, job_id, with_children=with_children)
+    active = {job.id for job in chosen if not job.state.is_terminal}
+    if not active:
+        raise StateConflict(
+            f"job {job_id} {'and what runs after it have' if with_children else 'has'} "
+            "already finished: nothing to cancel"
+        )
+    for ident in sorted(active):
+        try:
+            await store.cancel(ident)
+        except StateConflict:
+            continue  # cancelled with its parent, or finished meanwhile
+    after = await _states(store, workflow_id, active)
+    return sum(1 for state in after.values() if state is JobState.CANCELLED)

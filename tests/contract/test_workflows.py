@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from rota.domain.errors import InvalidJob
+from rota import workflows
+from rota.domain.errors import InvalidJob, NotFound, StateConflict
 from rota.domain.job import Job, JobSpec, JobState
 from rota.domain.workflow import MAX_WORKFLOW_JOBS, Workflow, chain, chord, group
 from rota.runtime.context import JobContext
@@ -370,3 +371,38 @@ async def test_retention_prunes_a_job_with_its_edges(store: Store, clock: FakeCl
     jobs, edges = await store.workflow(parent.id)
     assert ([job.id for job in jobs], edges) == ([child.id], [])
     await run(store, child.id)
+
+
+# ------------------------------------------------------------------ a node and what follows it
+
+
+async def test_retrying_a_node_with_what_follows_it_runs_them_again_in_order(
+    store: Store,
+) -> None:
+    jobs = await store.enqueue_workflow(chain(JobSpec("a"), JobSpec("b"), JobSpec("c")))
+    a, b, c = (job.id for job in jobs)
+    await run(store, a)
+    await kill(store, b)  # c is cancelled with it
+    assert await workflows.retry_downstream(store, a, b) == 2
+    assert [await state_of(store, job) for job in (b, c)] == [JobState.PENDING, JobState.WAITING]
+    await run(store, b)
+    await run(store, c)
+    with pytest.raises(StateConflict, match="nothing to retry"):
+        await workflows.retry_downstream(store, a, b)
+
+
+async def test_cancelling_a_node_with_what_follows_it_leaves_the_rest_alone(
+    store: Store,
+) -> None:
+    graph = Workflow()
+    first = graph.add(JobSpec("a"))
+    second = graph.add(JobSpec("b"), after=[first])
+    graph.add(JobSpec("c"), after=[second], on_parent_failure="run")
+    graph.add(JobSpec("d"))
+    a, b, c, d = (job.id for job in await store.enqueue_workflow(graph))
+    [other] = await store.enqueue([JobSpec("x")])
+    with pytest.raises(NotFound, match="not a job of workflow"):
+        await workflows.cancel_downstream(store, a, other.job.id)
+    assert await workflows.cancel_downstream(store, a, b) == 2
+    states = [await state_of(store, job) for job in (a, b, c, d)]
+    assert states == [JobState.PENDING, JobState.CANCELLED, JobState.CANCELLED, JobState.PENDING]

@@ -75,7 +75,7 @@ async def test_every_page_is_pictured_for_the_docs(page: Watched, served: Served
     await expect(tab.locator("tr[data-schedule]")).to_have_count(2)
     await screenshot(tab, "schedules")
 
-    await tab.goto(served.url + f"/#/workflows/{workflow}")
+    await tab.goto(served.url + f"/#/workflows/{workflow}?view=table")
     await expect(tab.locator("table.workflow-jobs tbody tr")).to_have_count(3)
     await screenshot(tab, "workflow")
 

@@ -56,6 +56,8 @@ async def test_a_workflow_page_lists_its_jobs_live_and_cancels_what_has_not_fini
 
     await page.page.goto(served.url + f"/#/jobs/{b.id}")
     await page.page.locator(f'dl.workflow a[href="#/workflows/{a.id}"]').click()
+    await expect(page.page.locator("svg.graph g.node.job")).to_have_count(3)
+    await page.page.get_by_role("link", name="Table").click()
     table = page.page.locator("table.workflow-jobs")
     await expect(table.locator("tbody tr")).to_have_count(3)
     await expect(table.locator(f'tr[data-job="{b.id}"]')).to_contain_text("waiting")

@@ -632,11 +632,19 @@ class EdgeOut(BaseModel):
     on_parent_failure: Literal["cancel", "run"]
 
 
-class WorkflowOut(BaseModel):
+class WorkflowCounts(BaseModel):
+    """A workflow's id and how many of its jobs are in each state."""
+
+    id: int
+    by_state: dict[str, int]
+    total: int = Field(description="How many jobs the workflow has.")
+    finished: bool
+
+
+class WorkflowOut(WorkflowCounts):
     """One page of a workflow: its jobs by id with their states (previews, as in lists), the
     edges into them, and how many of all its jobs are in each state."""
 
-    id: int
     now: datetime
     jobs: list[JobSummary]
     edges: list[EdgeOut] = Field(
@@ -644,10 +652,29 @@ class WorkflowOut(BaseModel):
         "1,000: a job's parents beyond them are paged by GET /api/jobs/{id}/parents."
     )
     edges_truncated: bool = Field(description="True when more edges lead into this page's jobs.")
-    by_state: dict[str, int]
-    total: int = Field(description="How many jobs the workflow has.")
-    finished: bool
     next_cursor: str | None = Field(description="Pass back as cursor for the next page.")
+
+
+class GraphNode(BaseModel):
+    """A job of a workflow as its graph draws it."""
+
+    id: int
+    kind: str
+    state: str
+    waiting_on: int = Field(description="How many parents it still waits on.")
+
+
+class WorkflowGraph(WorkflowCounts):
+    """A workflow's jobs by id, at most ``limit`` of them, and the edges into them: what the
+    dashboard draws. ``shown`` of ``total`` jobs are here."""
+
+    nodes: list[GraphNode]
+    edges: list[EdgeOut] = Field(
+        description="The edges into these jobs, in (child, parent) order; a job's parents "
+        "beyond 1,000 may be left out (edges_truncated)."
+    )
+    edges_truncated: bool = Field(description="True when some edges into these jobs are left out.")
+    shown: int = Field(description="How many of them are in nodes (the first by id).")
 
 
 class RelatedOut(BaseModel):

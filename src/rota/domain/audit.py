@@ -49,6 +49,10 @@ class AuditAction(StrEnum):
     SCHEDULE_DELETE = "schedule.delete"
     SCHEDULE_RUN = "schedule.run"
     WORKFLOW_CANCEL = "workflow.cancel"
+    #: A job of a workflow retried or cancelled from its graph, alone or with every job that
+    #: runs after it (``detail.downstream``).
+    WORKFLOW_NODE_RETRY = "workflow.node.retry"
+    WORKFLOW_NODE_CANCEL = "workflow.node.cancel"
     #: An event sent to a key durable jobs wait for (``ctx.wait_for``).
     SIGNAL_SEND = "signal.send"
 

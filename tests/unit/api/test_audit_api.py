@@ -80,6 +80,14 @@ async def _workflow(store: MemoryStore) -> int:
     return first.id
 
 
+async def _dead_workflow(store: MemoryStore) -> int:
+    """A chain whose first job ended dead: the two after it were cancelled with it."""
+    first, _, _ = await store.enqueue_workflow(chain(JobSpec("a"), JobSpec("b"), JobSpec("c")))
+    [claimed] = await store.claim("w", queues=["default"], limit=1, lease=LEASE)
+    await store.fail(claimed.lease, error="boom", retry_in=timedelta(0), permanent=True)
+    return first.id
+
+
 async def _limit(store: MemoryStore) -> None:
     await store.set_limit(Limit(LimitScope.KIND, "email", concurrency=2))
 
@@ -194,6 +202,22 @@ CASES: dict[str, Case] = {
         "workflow.cancel",
         "workflow:{id}",
         count=3,
+    ),
+    "POST /api/workflows/{workflow_id}/nodes/{job_id}/retry": Case(
+        "POST",
+        "/api/workflows/{id}/nodes/{id}/retry?downstream=true",
+        _dead_workflow,
+        "workflow.node.retry",
+        "job:{id}",
+        count=3,
+    ),
+    "POST /api/workflows/{workflow_id}/nodes/{job_id}/cancel": Case(
+        "POST",
+        "/api/workflows/{id}/nodes/{id}/cancel",
+        _workflow,
+        "workflow.node.cancel",
+        "job:{id}",
+        count=1,
     ),
     "POST /api/signals": Case(
         "POST",

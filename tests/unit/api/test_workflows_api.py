@@ -6,10 +6,13 @@ from datetime import timedelta
 
 import httpx
 
-from rota.domain.job import JobSpec, JobState
-from rota.domain.workflow import Workflow, chain
+from rota.api import ApiSettings
+from rota.domain.job import Job, JobSpec, JobState
+from rota.domain.workflow import Node, Workflow, chain
 from rota.store.memory import MemoryStore
-from tests.unit.api.conftest import total_jobs
+from tests.unit.api.conftest import TOKEN, MakeApp, asgi_client, total_jobs
+
+READ_TOKEN = "read-token-0123456789"
 
 LEASE = timedelta(seconds=30)
 
@@ -134,3 +137,150 @@ async def test_a_workflow_and_its_jobs_parents_are_answered_a_page_at_a_time(
     assert (await api.get("/api/jobs/999999/parents")).status_code == 404
     listed = (await api.get("/api/jobs", params={"workflow": workflow_id, "limit": 3})).json()
     assert [job["id"] for job in listed["jobs"]] == ids[::-1][:3]
+
+
+async def _kill(store: MemoryStore, job_id: int) -> None:
+    [claimed] = await store.claim("w", queues=["default"], limit=1, lease=LEASE)
+    assert claimed.id == job_id
+    await store.fail(claimed.lease, error="boom", retry_in=timedelta(0), permanent=True)
+
+
+async def _run(store: MemoryStore, job_id: int) -> None:
+    [claimed] = await store.claim("w", queues=["default"], limit=1, lease=LEASE)
+    assert claimed.id == job_id
+    assert await store.complete_many([claimed.lease]) == []
+
+
+async def test_a_workflow_graph_lists_its_nodes_and_edges_up_to_a_cap(
+    api: httpx.AsyncClient, store: MemoryStore
+) -> None:
+    graph = Workflow()
+    root = graph.add(JobSpec("root"))
+    graph.add(JobSpec("leaf"), after=[root], on_parent_failure="run")
+    for _ in range(4):
+        graph.add(JobSpec("leaf"), after=[root])
+    jobs = await store.enqueue_workflow(graph)
+    ids = [job.id for job in jobs]
+
+    shown = (await api.get(f"/api/workflows/{ids[0]}/graph")).json()
+    assert shown["nodes"][:2] == [
+        {"id": ids[0], "kind": "root", "state": "pending", "waiting_on": 0},
+        {"id": ids[1], "kind": "leaf", "state": "waiting", "waiting_on": 1},
+    ]
+    assert shown["edges"][0] == {"parent": ids[0], "child": ids[1], "on_parent_failure": "run"}
+    assert (shown["total"], shown["shown"], shown["edges_truncated"]) == (6, 6, False)
+    capped = (await api.get(f"/api/workflows/{ids[0]}/graph", params={"limit": 3})).json()
+    assert [node["id"] for node in capped["nodes"]] == ids[:3]
+    assert (capped["total"], capped["shown"], len(capped["edges"])) == (6, 3, 2)
+    for bad in ({"limit": 0}, {"limit": 2001}, {"limit": "many"}):
+        refused = await api.get(f"/api/workflows/{ids[0]}/graph", params=bad)
+        assert refused.status_code == 400, bad
+        assert "limit" in refused.json()["error"]
+    assert (await api.get("/api/workflows/77/graph")).status_code == 404
+
+
+async def test_a_graph_of_a_wide_fan_in_says_which_edges_it_left_out(
+    api: httpx.AsyncClient, store: MemoryStore
+) -> None:
+    graph = Workflow()
+    parts = [graph.add(JobSpec("part")) for _ in range(1_200)]
+    graph.add(JobSpec("join"), after=parts)
+    graph.add(JobSpec("after"), after=[Node(len(parts))])
+    jobs = await store.enqueue_workflow(graph)
+    shown = (await api.get(f"/api/workflows/{jobs[0].id}/graph")).json()
+    assert shown["shown"] == shown["total"] == 1_202
+    assert shown["edges_truncated"] is True
+    into = [edge for edge in shown["edges"] if edge["child"] == jobs[-2].id]
+    assert len(into) == 1_000
+    assert [edge["parent"] for edge in shown["edges"] if edge["child"] == jobs[-1].id] == [
+        jobs[-2].id
+    ]
+
+
+async def _a_b_c_then_d(store: MemoryStore, *, d_after_c: bool) -> list[Job]:
+    """a, then b, then c (which runs even if b fails), and d: after c, or on its own."""
+    graph = Workflow()
+    b = graph.add(JobSpec("b"), after=[graph.add(JobSpec("a"))])
+    c = graph.add(JobSpec("c"), after=[b], on_parent_failure="run")
+    graph.add(JobSpec("d"), after=[c] if d_after_c else [])
+    return await store.enqueue_workflow(graph)
+
+
+async def test_retrying_a_dead_node_with_what_follows_it_rearms_and_reruns_them(
+    api: httpx.AsyncClient, store: MemoryStore
+) -> None:
+    a, b, c, d = await _a_b_c_then_d(store, d_after_c=True)
+    await _run(store, a.id)
+    await _kill(store, b.id)  # c runs anyway, d after it
+    await _kill(store, c.id)  # d is cancelled with c
+    assert (await store.get(d.id)).state is JobState.CANCELLED
+
+    alone = await api.post(f"/api/workflows/{a.id}/nodes/{c.id}/retry")
+    assert alone.json() == {"count": 1}
+    assert [(await store.get(j.id)).state for j in (c, d)] == [JobState.PENDING, JobState.WAITING]
+    await _kill(store, c.id)
+
+    retried = await api.post(f"/api/workflows/{a.id}/nodes/{b.id}/retry?downstream=true")
+    assert retried.status_code == 200, retried.text
+    assert retried.json() == {"count": 3}
+    # c's edge to b was settled when b died ("run"): c does not wait for b's new run.
+    states = [(await store.get(j.id)).state for j in (b, c, d)]
+    assert states == [JobState.PENDING, JobState.PENDING, JobState.WAITING]
+    await _run(store, b.id)
+    await _run(store, c.id)
+    await _run(store, d.id)
+    again = await api.post(f"/api/workflows/{a.id}/nodes/{b.id}/retry", params={"downstream": 1})
+    assert again.status_code == 409
+    assert "nothing to retry" in again.json()["error"]
+
+
+async def test_cancelling_a_node_with_what_follows_it_cancels_every_unfinished_one(
+    api: httpx.AsyncClient, store: MemoryStore
+) -> None:
+    a, b, c, o = await _a_b_c_then_d(store, d_after_c=False)
+    await _run(store, a.id)  # b is pending now, c waits on it
+
+    done = await api.post(f"/api/workflows/{a.id}/nodes/{a.id}/cancel?downstream=true")
+    assert done.json() == {"count": 2}
+    states = [(await store.get(j.id)).state for j in (a, b, c, o)]
+    assert states == [JobState.SUCCEEDED, JobState.CANCELLED, JobState.CANCELLED, JobState.PENDING]
+    refused = await api.post(f"/api/workflows/{a.id}/nodes/{b.id}/cancel")
+    assert refused.status_code == 409
+    assert "nothing to cancel" in refused.json()["error"]
+
+
+async def test_node_verbs_refuse_bad_input_and_change_nothing(
+    api: httpx.AsyncClient, store: MemoryStore
+) -> None:
+    a, b = await store.enqueue_workflow(chain(JobSpec("a"), JobSpec("b")))
+    [alone] = await store.enqueue([JobSpec("x")])
+    cases = [
+        (f"/api/workflows/{a.id}/nodes/{alone.job.id}/cancel", 404, "not a job of workflow"),
+        (f"/api/workflows/{a.id}/nodes/999/cancel", 404, "job 999 not found"),
+        ("/api/workflows/999/nodes/999/retry", 404, "workflow 999 not found"),
+        (f"/api/workflows/{a.id}/nodes/0/cancel", 400, "job_id"),
+        (f"/api/workflows/{a.id}/nodes/{b.id}/cancel?downstream=maybe", 400, "downstream"),
+        (f"/api/workflows/{a.id}/nodes/{b.id}/retry", 409, "nothing to retry"),
+    ]
+    for path, status, message in cases:
+        response = await api.post(path)
+        assert response.status_code == status, (path, response.text)
+        assert message in response.json()["error"], (path, response.json())
+    states = [(await store.get(j)).state for j in (a.id, b.id, alone.job.id)]
+    assert states == [JobState.PENDING, JobState.WAITING, JobState.PENDING]
+
+
+async def test_a_read_only_identity_may_read_the_graph_but_not_act_on_it(
+    make_app: MakeApp, store: MemoryStore
+) -> None:
+    a, b = await store.enqueue_workflow(chain(JobSpec("a"), JobSpec("b")))
+    settings = ApiSettings(auth_token=TOKEN, read_token=READ_TOKEN)
+    reader = {"authorization": f"Bearer {READ_TOKEN}"}
+    async with asgi_client(make_app(settings), headers=reader) as api:
+        assert (await api.get(f"/api/workflows/{a.id}/graph")).status_code == 200
+        for verb in ("retry", "cancel"):
+            refused = await api.post(f"/api/workflows/{a.id}/nodes/{b.id}/{verb}?downstream=true")
+            assert refused.status_code == 403
+            assert "read-only" in refused.json()["error"]
+        assert (await api.get("/api/config")).json()["read_only"] is True
+    assert [(await store.get(j.id)).state for j in (a, b)] == [JobState.PENDING, JobState.WAITING]

@@ -24,7 +24,7 @@ function route() {
   const jobMatch = /^\/jobs\/(\d+)$/.exec(path);
   if (jobMatch) return { view: "jobs", render: (root) => renderJob(root, config, jobMatch[1]) };
   const workflowMatch = /^\/workflows\/(\d+)$/.exec(path);
-  if (workflowMatch) return { view: "jobs", render: (root) => renderWorkflow(root, config, workflowMatch[1]) };
+  if (workflowMatch) return { view: "jobs", render: (root) => renderWorkflow(root, config, workflowMatch[1], params) };
   if (path === "/jobs") return { view: "jobs", render: (root) => renderJobs(root, config, params) };
   if (path === "/workers") return { view: "workers", render: (root) => renderWorkers(root, config) };
   if (path === "/queues") return { view: "queues", render: (root) => renderQueues(root, config) };

@@ -12,7 +12,8 @@ const ACTIONS = [
   "jobs.retry", "jobs.cancel", "jobs.purge",
   "queue.pause", "queue.resume", "limit.set", "limit.delete",
   "schedule.create", "schedule.replace", "schedule.pause", "schedule.resume",
-  "schedule.delete", "schedule.run", "workflow.cancel", "signal.send",
+  "schedule.delete", "schedule.run", "workflow.cancel",
+  "workflow.node.retry", "workflow.node.cancel", "signal.send",
 ];
 const PERIODS = [
   ["", "any time"],
