@@ -45,7 +45,7 @@ async def test_a_crashed_batch_counts_one_attempt_and_makes_every_job_a_suspect(
         )
         assert row.last_error == blame.LEASE_EXPIRED
         assert blame.quarantine(row) == (
-            "crash suspect: its worker died once while running it, so its last attempt runs alone"
+            "crash suspect: its lease ran out once while its handler ran (its worker died, hung or lost the store), so its last attempt runs alone"
         )
         [attempt] = await store.attempts(job.id)
         assert (attempt.outcome, attempt.error) == (Outcome.LEASE_EXPIRED, blame.LEASE_EXPIRED)

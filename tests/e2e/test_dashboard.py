@@ -88,7 +88,7 @@ async def test_a_crash_suspects_page_says_why_it_is_watched(page: Watched, serve
     assert (await served.store.rescue(now=later)).requeued == [result.job.id]
     await page.page.goto(served.url + f"/#/jobs/{result.job.id}")
     await expect(page.page.locator("p.quarantine")).to_have_text(
-        "crash suspect: its worker died once while running it, so its last attempt runs alone"
+        "crash suspect: its lease ran out once while its handler ran (its worker died, hung or lost the store), so its last attempt runs alone"
     )
     await page.assert_clean()
 

@@ -88,7 +88,7 @@ def test_jobs_show_says_why_a_crash_suspect_runs_alone(tmp_path: Path) -> None:
     job_id = asyncio.run(suspect())
     code, out, _ = run("jobs", "show", str(job_id), db=db)
     assert code == 0
-    assert "quarantine: crash suspect: its worker died once while running it" in out
+    assert "quarantine: crash suspect: its lease ran out once while its handler ran" in out
     code, out, _ = run("jobs", "show", str(job_id), "--json", db=db)
     shown = json.loads(out)
     assert (shown["crashes"], shown["attempts"][0]["error"]) == (1, "lease expired")

@@ -89,4 +89,7 @@ def quarantine(job: Job) -> str | None:
     running = job.state is JobState.RUNNING
     alone = runs_alone(job.crashes, job.attempt if running else job.attempt + 1, job.max_attempts)
     when = "so it runs alone" if alone else "so its last attempt runs alone"
-    return f"crash suspect: its worker died {times} while running it, {when}"
+    return (
+        f"crash suspect: its lease ran out {times} while its handler ran (its worker died, "
+        f"hung or lost the store), {when}"
+    )

@@ -134,7 +134,7 @@ async def test_a_crash_suspect_shows_why_it_runs_alone(
     for shown in (detail, listed):
         assert shown["crashes"] == 1
         assert shown["quarantine"] == (
-            "crash suspect: its worker died once while running it, so its last attempt runs alone"
+            "crash suspect: its lease ran out once while its handler ran (its worker died, hung or lost the store), so its last attempt runs alone"
         )
     fresh = (await api.post("/api/jobs", json={"kind": "email"})).json()
     assert (fresh["crashes"], fresh["quarantine"]) == (0, None)
