@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import socket
 import subprocess
@@ -129,3 +130,48 @@ async def test_serve_on_a_busy_port_says_so_in_one_line_and_registers_nothing(
         f"error: could not listen on 127.0.0.1:{port}: address already in use"
     ]
     assert await registered_workers(database) == []
+
+
+BLOCKING_APP = """\
+import time
+
+import rota
+
+app = rota.App("sqlite:///rota.db")
+
+
+@app.job("block", max_attempts=3)
+def block(ctx, payload):
+    time.sleep(60)
+"""
+
+
+async def test_a_second_signal_hands_back_a_sync_handlers_job_at_once(tmp_path: Path) -> None:
+    """A hard stop of `rota serve` (the second signal) releases the job whose plain ``def``
+    handler still sleeps in a thread, as `rota worker` does: the process ends that thread, so
+    leaving the job to its lease would only delay the next worker by the rest of it."""
+    (tmp_path / "blockapp.py").write_text(BLOCKING_APP)
+    env = {"PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{tmp_path}"}
+    with serving(tmp_path, "--app", "blockapp:app", "--workers", "1", env=env) as served:
+        job = served.post("/api/jobs", {"kind": "block"})
+        served.wait_until(
+            lambda: served.get(f"/api/jobs/{job['id']}")["state"] == "running",
+            timeout=30,
+            what="the blocking job to start",
+        )
+        os.kill(served.process.pid, signal.SIGTERM)
+        served.wait_until(
+            lambda: "stopping: finishing running jobs" in served.log.read_text(),
+            timeout=30,
+            what="the graceful stop to begin",
+        )
+        assert await asyncio.to_thread(served.stop, signal.SIGTERM) != 0
+    store = open_store(f"sqlite:///{tmp_path / 'rota.db'}")
+    try:
+        handed_back = await store.get(job["id"])
+        assert (handed_back.state.value, handed_back.attempt) == ("pending", 0)
+        assert [attempt.outcome.value for attempt in await store.attempts(job["id"])] == [
+            "released"
+        ]
+    finally:
+        await store.close()

@@ -333,6 +333,7 @@ async def _serve(
         app.workers,
         names=[f"{default_worker_name()}-{index + 1}" for index in range(workers)],
         options={"concurrency": concurrency, "shutdown_timeout": shutdown_timeout, **timing},
+        threads_end_with_process=True,  # os._exit after the workers stop ends their threads
     )
     loop = asyncio.get_running_loop()
     quiet_accept_errors(loop)

@@ -40,8 +40,20 @@ class WorkerThread:
     handed over every few milliseconds even while a handler computes.
     """
 
-    def __init__(self, app: WorkerSource, *, names: list[str], options: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        app: WorkerSource,
+        *,
+        names: list[str],
+        options: dict[str, Any],
+        threads_end_with_process: bool = False,
+    ) -> None:
+        """``threads_end_with_process``: the caller ends the process once the workers stopped
+        (`rota serve`), so a hard stop hands back the jobs of sync handlers still running in
+        threads too, as `rota worker` does; a host app that lives on keeps them (their lease
+        expires instead, as the thread may still finish the job)."""
         self._app = app
+        self._threads_end_with_process = threads_end_with_process
         self._names = names
         self._options = options
         self._lock = threading.Lock()
@@ -89,6 +101,8 @@ class WorkerThread:
             pool = [
                 self._app.worker(store=store, name=name, **self._options) for name in self._names
             ]
+            for worker in pool:
+                worker.threads_end_with_process = self._threads_end_with_process
             with self._lock:
                 self._loop = asyncio.get_running_loop()
                 self._pool = pool
