@@ -534,8 +534,10 @@ class StateCounts(BaseModel):
 
     counts: dict[str, int]
     exact: bool = Field(description="False when the store answered from estimates.")
-    capped: list[str] = Field(
-        description="States with more matching jobs than were counted (the count is a floor)."
+    estimated: list[str] = Field(
+        description="States whose count is an estimate: more jobs matched than are counted one "
+        "by one (ApiSettings.exact_count_up_to, 1000 by default) and the store keeps no count "
+        "of them."
     )
 
 

@@ -147,6 +147,15 @@ class Counts:
 
 
 @dataclass(frozen=True, slots=True)
+class Counted:
+    """How many jobs match a filter: ``n`` exactly, or about ``n`` when ``estimated`` (more
+    jobs matched than the store counts one by one: see ``Store.count_or_estimate``)."""
+
+    n: int
+    estimated: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class ThroughputBucket:
     """Jobs that reached a terminal state during [start, start + bucket)."""
 
@@ -544,6 +553,16 @@ class Store(DurableVerbs, Protocol):
 
     async def count_jobs(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
         """How many jobs match ``filter``, counting no further than ``limit``."""
+        ...
+
+    async def count_or_estimate(self, filter: JobFilter, *, exact_up_to: int) -> Counted:
+        """How many jobs match ``filter``: exactly while at most ``exact_up_to`` match (a
+        count that stops after ``exact_up_to + 1`` rows decides), and exactly beyond that
+        where the store holds the number already (the maintained counts of a state, queue
+        and kind). Otherwise an estimate flagged ``estimated``, never below
+        ``exact_up_to + 1``: PostgreSQL's planner's row estimate for the filter, SQLite's
+        share of matches in evenly spread windows of ids times the jobs counted. Its cost does
+        not grow with the number of matches. The memory store always counts exactly."""
         ...
 
     async def throughput(

@@ -144,6 +144,12 @@ def page(filter: JobFilter, columns: str, *, after: int | None, limit: int) -> s
     return guarded(statement, filter)
 
 
+def estimate(filter: JobFilter) -> sql.Composable:
+    """The plan (EXPLAIN, JSON) of selecting ``filter``'s jobs: its top node's ``Plan Rows``
+    is the planner's estimate of how many match."""
+    return sql.SQL("EXPLAIN (FORMAT JSON) SELECT 1 FROM rota_jobs WHERE {}").format(where(filter))
+
+
 def counted(filter: JobFilter) -> bool:
     """Whether the maintained counts (017_counts, by queue, kind and state) hold how many jobs
     match ``filter``: a filter on states, kind and queue only."""

@@ -61,6 +61,7 @@ from rota.store.base import (
     MAX_PAGE_SIZE,
     AuditPage,
     Beat,
+    Counted,
     Counts,
     JobFilter,
     LimitInfo,
@@ -950,6 +951,18 @@ class PostgresStore(PostgresDurable):
         )
         rows = await self._filtered(statement)
         return int(rows[0][0]) if rows else 0
+
+    async def count_or_estimate(self, filter: JobFilter, *, exact_up_to: int) -> Counted:
+        if filters.counted(filter):
+            return Counted(await self.count_jobs(filter, limit=2**62))
+        found = await self.count_jobs(filter, limit=exact_up_to + 1)
+        if found <= exact_up_to:
+            return Counted(found)
+        # The planner's estimate of the rows the filter matches: planned, never run, from the
+        # statistics of each partition the filter's states leave in the plan.
+        rows = await self._filtered(filters.estimate(filter))
+        planned = int(rows[0][0][0]["Plan"]["Plan Rows"]) if rows else 0
+        return Counted(max(planned, exact_up_to + 1), estimated=True)
 
     async def throughput(
         self, *, since: datetime, bucket: timedelta, now: datetime | None = None

@@ -40,6 +40,7 @@ from rota.store.base import (
     MAX_PAGE_SIZE,
     AuditPage,
     Beat,
+    Counted,
     Counts,
     JobFilter,
     LimitInfo,
@@ -444,6 +445,9 @@ class SqliteStore(SqliteDurable):
 
     async def count_jobs(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
         return await self._db.read(lambda conn: jobs.count_jobs(conn, filter, limit))
+
+    async def count_or_estimate(self, filter: JobFilter, *, exact_up_to: int) -> Counted:
+        return await self._db.read(lambda conn: jobs.count_or_estimate(conn, filter, exact_up_to))
 
     async def throughput(
         self, *, since: datetime, bucket: timedelta, now: datetime | None = None
