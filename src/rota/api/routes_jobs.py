@@ -18,6 +18,7 @@ from rota.api.filters import filter_from_body, filter_from_query, restrict
 from rota.api.paging import IdCursor, PageLimit
 from rota.api.schedule_models import ScheduleOut, create_every_schedule
 from rota.api.schemas import (
+    DETAIL_PREVIEW_CHARS,
     MAX_SEARCH_LENGTH,
     SEARCH_PATTERN,
     BulkResult,
@@ -120,7 +121,8 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
         limit: PageLimit = 50,
     ) -> JobList:
         """Jobs matching the filters, newest first, one keyset page at a time; each with
-        bounded previews of its payload and last error (the job's own route has them whole)."""
+        bounded previews of its payload and last error (the job's own route has their first
+        64 KiB; GET /api/jobs/{id}/payload and /result have them whole)."""
         job_filter = filter_from_query(
             states=state,
             kind=kind,
@@ -313,7 +315,9 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
         it waits for."""
 
         async def read(source: Client) -> tuple[Job, list[Attempt], list[Step]]:
-            job = await source.get(job_id)
+            # The payload and result cut in the store's SQL: a 900 KB payload is not read
+            # whole to show its first 64 KiB (GET .../payload and .../result read them whole).
+            job = await source.store.get_preview(job_id, chars=DETAIL_PREVIEW_CHARS)
             return job, await source.attempts(job_id), await source.steps(job_id)
 
         job, attempts, steps = await ctx.read_one(read)

@@ -525,6 +525,13 @@ class Store(DurableVerbs, Protocol):
         """The job with this id, or JobNotFound."""
         ...
 
+    async def get_preview(self, job_id: int, *, chars: int) -> Job:
+        """The job with this id, its payload and result as ``Preview``s of (at most) the first
+        ``chars`` characters of their JSON text, and its last error cut alike: cut as the
+        store reads them, so a job's own answer never reads a whole 900 KB payload (``get``
+        reads it whole). JobNotFound."""
+        ...
+
     async def get_many(self, job_ids: Sequence[int]) -> list[Job]:
         """The jobs with these ids that exist, in no particular order, in one query (ids
         that name no job are left out). For waiting on many jobs at once."""
@@ -542,8 +549,8 @@ class Store(DurableVerbs, Protocol):
         however many jobs are inserted meanwhile. InvalidCursor for a cursor we did not issue.
         With ``previews``, each job's payload and result are a ``Preview`` (their first
         characters, cut as the store reads them) and its last error is cut alike: a page's
-        size is bounded whatever the jobs hold (the API's lists; the job's own route reads
-        them whole).
+        size is bounded whatever the jobs hold (the API's lists and ``rota jobs list``; the
+        job's own route reads more through ``get_preview``).
         """
         ...
 

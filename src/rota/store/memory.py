@@ -950,6 +950,10 @@ class MemoryStore(MemoryDurable):
         with self._lock:
             return self._get(job_id)
 
+    async def get_preview(self, job_id: int, *, chars: int) -> Job:
+        with self._lock:
+            return previewed(self._get(job_id), chars=chars)
+
     def _get(self, job_id: int) -> Job:
         job = self._jobs.get(job_id)
         if job is None:

@@ -102,6 +102,7 @@ from rota.store.postgres.queries import (
     LIST_COLUMNS,
     ROUTINES,
     migrations,
+    preview_columns,
     query,
 )
 from rota.store.postgres.rows import (
@@ -855,6 +856,18 @@ class PostgresStore(PostgresDurable):
         if not rows:
             raise JobNotFound(job_id)
         return (await self._with_results_apart([row_to_job(rows[0])]))[0]
+
+    async def get_preview(self, job_id: int, *, chars: int) -> Job:
+        if not -(2**63) <= job_id < 2**63:
+            raise JobNotFound(job_id)
+        statement = sql.SQL("SELECT {} FROM rota_jobs WHERE id = {}").format(
+            sql.SQL(preview_columns(max(1, chars))), sql.Literal(job_id)
+        )
+        async with self._connection() as conn:
+            row = await (await conn.execute(statement, prepare=False)).fetchone()
+        if row is None:
+            raise JobNotFound(job_id)
+        return row_to_listed(row)
 
     async def _with_results_apart(self, found: list[Job]) -> list[Job]:
         """``found`` with the results kept in rota_results (025) put on their succeeded jobs:

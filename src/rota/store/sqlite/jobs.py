@@ -59,6 +59,7 @@ from rota.store.sqlite.rows import (
     insert_rows,
     job_from_row,
     marks,
+    preview_columns,
     to_us,
 )
 
@@ -509,6 +510,11 @@ def _where(filter: JobFilter, states: frozenset[JobState] | None) -> tuple[str, 
 
 def get(conn: sqlite3.Connection, job_id: int) -> Job:
     return with_results_apart(conn, [job_from_row(_row(conn, JOB_COLUMNS, job_id))])[0]
+
+
+def get_preview(conn: sqlite3.Connection, job_id: int, chars: int) -> Job:
+    """The job with its payload, result and last error cut to ``chars`` characters in SQL."""
+    return job_from_row(_row(conn, preview_columns(max(1, chars)), job_id), previews=True)
 
 
 def get_many(conn: sqlite3.Connection, job_ids: Sequence[int]) -> list[Job]:

@@ -427,6 +427,9 @@ class SqliteStore(SqliteDurable):
     async def get(self, job_id: int) -> Job:
         return await self._db.read(lambda conn: jobs.get(conn, job_id))
 
+    async def get_preview(self, job_id: int, *, chars: int) -> Job:
+        return await self._db.read(lambda conn: jobs.get_preview(conn, job_id, chars))
+
     async def list_jobs(
         self,
         filter: JobFilter,
