@@ -956,25 +956,24 @@ class PostgresStore(PostgresDurable):
             async with self._connection() as conn:
                 row = await (await conn.execute(statement, prepare=False)).fetchone()
             return min(int(row[0]) if row else 0, max(0, limit))
-        statement = guarded(
-            sql.SQL(query("count_jobs").rstrip(";")).format(
-                where=where(filter), limit=sql.Literal(max(0, limit))
-            ),
-            filter,
-        )
-        rows = await self._filtered(statement)
+        rows = await self._filtered(_bounded_count(filter, limit))
         return int(rows[0][0]) if rows else 0
 
     async def count_or_estimate(self, filter: JobFilter, *, exact_up_to: int) -> Counted:
         if filters.counted(filter):
             return Counted(await self.count_jobs(filter, limit=2**62))
-        found = await self.count_jobs(filter, limit=exact_up_to + 1)
-        if found <= exact_up_to:
-            return Counted(found)
-        # The planner's estimate of the rows the filter matches: planned, never run, from the
-        # statistics of each partition the filter's states leave in the plan.
-        rows = await self._filtered(filters.estimate(filter))
-        planned = int(rows[0][0][0]["Plan"]["Plan Rows"]) if rows else 0
+        counting = _bounded_count(filter, exact_up_to + 1)
+        # One transaction for the bounded count and, past it, the planner's estimate of the
+        # rows the filter matches: planned, never run, from the statistics of each partition
+        # the filter's states leave in the plan.
+        async with self._connection() as conn, conn.transaction():
+            await conn.execute("SET LOCAL jit = off")
+            row = await (await conn.execute(counting, prepare=False)).fetchone()
+            found = int(row[0]) if row else 0
+            if found <= exact_up_to:
+                return Counted(found)
+            plan = await (await conn.execute(filters.estimate(filter), prepare=False)).fetchone()
+        planned = int(plan[0][0]["Plan"]["Plan Rows"]) if plan else 0
         return Counted(max(planned, exact_up_to + 1), estimated=True)
 
     async def throughput(
@@ -1330,3 +1329,14 @@ def _marked(rows: Sequence[Row], state: str) -> bool:
     """Whether a claim function's rows hold its marker row of ``state`` (queries.EXPIRED_MARKER,
     queries.CROWDED_MARKER): NULLs but for the state."""
     return any(row[0] is None and row[4] == state for row in rows)
+
+
+def _bounded_count(filter: JobFilter, limit: int) -> sql.Composable:
+    """How many jobs match ``filter``, counting no further than ``limit`` (guarded by the
+    maintained counts: a kind or queue with no job ends it at once)."""
+    return guarded(
+        sql.SQL(query("count_jobs").rstrip(";")).format(
+            where=where(filter), limit=sql.Literal(max(0, limit))
+        ),
+        filter,
+    )
