@@ -206,3 +206,35 @@ async def test_a_tenants_list_of_a_kind_checks_the_kind_in_the_index(pg_url: str
         for node in checked:
             assert node["Node Type"] == "Index Only Scan", node
             assert node.get("Heap Fetches", 0) == 0, node
+
+
+async def test_a_polled_list_and_count_are_planned_once_per_connection(pg_url: str) -> None:
+    """A list's first page and a count, asked again word for word as the dashboard polls
+    them, run prepared: planned once per connection. A deeper page, whose cursor makes its
+    text new each time, runs unprepared and leaves nothing prepared behind."""
+    from rota.store.postgres.store import PostgresStore
+
+    load(pg_url)
+    store = PostgresStore(pg_url, pool_min=1, pool_max=1)
+    try:
+        queue = JobFilter(queue="default")
+        first = await store.list_jobs(queue, limit=20, previews=True)
+        for _ in range(3):
+            assert (await store.list_jobs(queue, limit=20, previews=True)).jobs == first.jobs
+            await store.list_jobs(queue, cursor=first.next_cursor, limit=20, previews=True)
+            await store.count_jobs(JobFilter(tenant="t3"), limit=100)
+        async with store._connection() as conn:
+            rows = await (
+                await conn.execute(
+                    "SELECT statement, generic_plans + custom_plans FROM pg_prepared_statements"
+                    " WHERE statement LIKE %s",
+                    ["%FROM rota_jobs WHERE%"],
+                    prepare=False,
+                )
+            ).fetchall()
+    finally:
+        await store.close()
+    # The count prepared and run 3 times, the first page 4 times, on its one plan (a
+    # statement without parameters has one); no deeper page.
+    assert sorted(runs for _, runs in rows) == [3, 4], rows
+    assert not any(" id < " in text for text, _ in rows), rows
