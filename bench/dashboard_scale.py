@@ -11,7 +11,7 @@ spread over a week of day partitions as a week of work leaves them. The database
 ``plan_cache_mode = force_generic_plan``: every prepared statement runs with the plan it
 settles on after its fifth execution on a connection (the generic plan), from the first call,
 whichever pooled connection serves it (the lists' and counts' statements carry their values
-and run unprepared: planned for those values either way). SQLite: a file in a temporary directory.
+as literals: planned for those values whether prepared or not). SQLite: a file in a temporary directory.
 
 The jobs are loaded by one ``INSERT ... SELECT`` over a series (no Python loop): 60%
 succeeded, spread over the last 7 days; 25% pending, half due and half a day later; 10% dead,
