@@ -28,6 +28,7 @@ from rota.store.memory import MemoryStore
 from rota.store.sqlite import SqliteStore, connection
 from rota.store.sqlite.migrations import known
 from rota.testing import FakeClock
+from tests.support.vm_steps import vm_steps
 
 LEASE = timedelta(seconds=30)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -625,19 +626,15 @@ async def test_an_estimated_count_reads_a_sample_not_every_job(tmp_path: Path) -
             "INSERT INTO rota_counts (queue, state, n) VALUES ('default', 'pending', 300000)"
         )
         conn.commit()
-        steps = 0
-
-        def step() -> int:
-            nonlocal steps
-            steps += 1
-            return 0
-
-        conn.set_progress_handler(step, 100)
         # What reading every job costs (no index has the payload).
-        conn.execute("SELECT count(*) FROM rota_jobs WHERE payload = 'none'").fetchone()
-        scan, steps = steps, 0
+        scan, _ = vm_steps(
+            conn,
+            lambda: conn.execute(
+                "SELECT count(*) FROM rota_jobs WHERE payload = 'none'"
+            ).fetchone(),
+        )
         kind = JobFilter(kind="k3", states=frozenset({JobState.PENDING}))
-        counted = jobs.count_or_estimate(conn, kind, 1000)
+        steps, counted = vm_steps(conn, lambda: jobs.count_or_estimate(conn, kind, 1000))
     finally:
         conn.close()
     assert counted.estimated and 25_000 <= counted.n <= 35_000, counted
