@@ -156,3 +156,85 @@ async def test_a_count_of_a_tenants_jobs_of_a_kind_reads_no_row(pg_url: str) -> 
     for node in scans:
         assert node["Node Type"] == "Index Only Scan", node
         assert node.get("Heap Fetches", 0) == 0, node
+
+
+async def test_a_tenants_list_of_a_kind_checks_the_kind_in_the_index(pg_url: str) -> None:
+    load(pg_url)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        # Another tenant's jobs of a kind and of a queue that tenant t3 has none of.
+        conn.execute(
+            "INSERT INTO rota_jobs (state, kind, queue, payload, tenant, run_at, attempt,"
+            " max_attempts, created_at, started_at, finished_at)"
+            " SELECT s, k, q, '{}', 't4', now(), 1, 3, now(), now(), now()"
+            " FROM (VALUES ('dead', 'other', 'default'), ('succeeded', 'k', 'elsewhere'))"
+            " AS v(s, k, q)"
+        )
+        conn.execute("VACUUM ANALYZE rota_jobs")
+    store = open_store(pg_url)
+    try:
+        mine = JobFilter(tenant="t3", kind="k")
+        page = await store.list_jobs(mine, limit=50, previews=True)
+        deeper = await store.list_jobs(mine, cursor=page.next_cursor, limit=50)
+        listed = page.jobs + deeper.jobs
+        assert len(listed) == 100 and {(j.tenant, j.kind) for j in listed} == {("t3", "k")}
+        assert [job.id for job in listed] == sorted((j.id for j in listed), reverse=True)
+        dead = JobFilter(tenant="t3", kind="k", states=frozenset({JobState.DEAD}))
+        assert {job.state for job in (await store.list_jobs(dead)).jobs} == {JobState.DEAD}
+        assert (await store.list_jobs(JobFilter(tenant="t3", kind="none"))).jobs == []
+    finally:
+        await store.close()
+    # The tenant holds hundreds of dead jobs, none of this kind: the plan checks the kind in
+    # the tenant's index (027 carries it) and reads no row to learn that none matches.
+    for nothing in (
+        JobFilter(tenant="t3", kind="other", states=frozenset({JobState.DEAD})),
+        JobFilter(tenant="t3", queue="elsewhere", states=frozenset({JobState.SUCCEEDED})),
+    ):
+        statement = filters.page(nothing, LIST_COLUMNS, after=None, limit=51)
+        plan = generic_plan(
+            pg_url,
+            statement,
+            analyze=True,
+            setup=("SET enable_seqscan = off", "SET enable_bitmapscan = off"),
+        )
+        checked = [
+            node
+            for node in plan
+            if node.get("Relation Name", "").startswith("rota_jobs")
+            and node.get("Rows Removed by Filter", 0) > 0
+        ]
+        assert checked, plan
+        for node in checked:
+            assert node["Node Type"] == "Index Only Scan", node
+            assert node.get("Heap Fetches", 0) == 0, node
+
+
+async def test_a_polled_list_and_count_are_planned_once_per_connection(pg_url: str) -> None:
+    """A list's first page and a count, asked again word for word as the dashboard polls
+    them, run prepared: planned once per connection. A deeper page, whose cursor makes its
+    text new each time, runs unprepared and leaves nothing prepared behind."""
+    from rota.store.postgres.store import PostgresStore
+
+    load(pg_url)
+    store = PostgresStore(pg_url, pool_min=1, pool_max=1)
+    try:
+        queue = JobFilter(queue="default")
+        first = await store.list_jobs(queue, limit=20, previews=True)
+        for _ in range(3):
+            assert (await store.list_jobs(queue, limit=20, previews=True)).jobs == first.jobs
+            await store.list_jobs(queue, cursor=first.next_cursor, limit=20, previews=True)
+            await store.count_jobs(JobFilter(tenant="t3"), limit=100)
+        async with store._connection() as conn:
+            rows = await (
+                await conn.execute(
+                    "SELECT statement, generic_plans + custom_plans FROM pg_prepared_statements"
+                    " WHERE statement LIKE %s",
+                    ["%FROM rota_jobs WHERE%"],
+                    prepare=False,
+                )
+            ).fetchall()
+    finally:
+        await store.close()
+    # The count prepared and run 3 times, the first page 4 times, on its one plan (a
+    # statement without parameters has one); no deeper page.
+    assert sorted(runs for _, runs in rows) == [3, 4], rows
+    assert not any(" id < " in text for text, _ in rows), rows

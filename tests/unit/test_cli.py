@@ -186,3 +186,28 @@ def test_migrate_check_reports_pending_then_up_to_date(tmp_path: Path) -> None:
     code, _, err = run("migrate", "--check", db=db)
     assert code == 0
     assert "up to date" in err
+
+
+def test_jobs_list_reads_previews_of_900_kb_payloads(tmp_path: Path) -> None:
+    db = migrated(tmp_path / "heavy.db")
+    blob = "x" * 900_000
+
+    async def heavy() -> None:
+        store = SqliteStore(db)
+        await store.enqueue([JobSpec(kind="heavy", payload={"blob": blob}) for _ in range(3)])
+        await store.close()
+
+    asyncio.run(heavy())
+    code, out, _ = run("jobs", "list", "--json", db=db)
+    assert code == 0
+    # Three payloads of 900 KB whole would print 2.7 MB.
+    assert len(out) < 10_000
+    listed = json.loads(out)["jobs"]
+    assert len(listed) == 3
+    for job in listed:
+        assert "payload" not in job and job["payload_truncated"] is True
+        assert job["payload_preview"].startswith('{"blob":"xxx')
+        assert len(job["payload_preview"].encode()) <= 300
+        assert (job["result_preview"], job["last_error_preview"]) == (None, None)
+    shown = json.loads(run("jobs", "show", str(listed[0]["id"]), "--json", db=db)[1])
+    assert shown["payload"] == {"blob": blob}

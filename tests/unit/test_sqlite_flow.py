@@ -10,12 +10,12 @@ import queue
 import random
 import sqlite3
 import traceback
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -24,9 +24,9 @@ from rota.domain.job import JobSpec, JobState
 from rota.store.memory import MemoryStore
 from rota.store.sqlite import SqliteStore, claims
 from rota.testing import FakeClock
+from tests.support.vm_steps import vm_steps
 
 LEASE = timedelta(seconds=30)
-T = TypeVar("T")
 
 
 @pytest.fixture
@@ -57,24 +57,6 @@ def _claim_rolled_back(
         )
     finally:
         conn.execute("ROLLBACK")
-
-
-def _vm_steps(conn: sqlite3.Connection, body: Callable[[], T]) -> tuple[int, T]:
-    """How many SQLite virtual machine instructions (in tens) ``body`` runs on ``conn``, and
-    what it returned."""
-    steps = 0
-
-    def tick() -> int:
-        nonlocal steps
-        steps += 1
-        return 0
-
-    conn.set_progress_handler(tick, 10)
-    try:
-        result = body()
-    finally:
-        conn.set_progress_handler(None, 10)
-    return steps, result
 
 
 # ---------------------------------------------------------------------- plans
@@ -146,10 +128,10 @@ async def test_jobs_not_yet_due_cost_a_claim_nothing(tmp_path: Path, clock: Fake
         await store.migrate()
         await store.enqueue([JobSpec(kind="a", delay=timedelta(hours=1)) for _ in range(future)])
         with _raw(store) as conn:
-            idle, nothing = _vm_steps(conn, partial(_claim_rolled_back, conn, clock, 20))
+            idle, nothing = vm_steps(conn, partial(_claim_rolled_back, conn, clock, 20))
         await store.enqueue([JobSpec(kind="a") for _ in range(20)])
         with _raw(store) as conn:
-            busy, claimed = _vm_steps(conn, partial(_claim_rolled_back, conn, clock, 20))
+            busy, claimed = vm_steps(conn, partial(_claim_rolled_back, conn, clock, 20))
         assert (len(nothing.jobs), len(claimed.jobs)) == (0, 20)
         steps[future] = (idle, busy)
         await store.close()
@@ -171,7 +153,7 @@ async def test_a_kind_at_its_limit_is_skipped_without_reading_its_backlog(
         [held] = await store.claim("w", queues=["default"], limit=1, lease=LEASE)
         assert held.kind == "pdf"
         with _raw(store) as conn:
-            steps[backlog], claimed = _vm_steps(conn, partial(_claim_rolled_back, conn, clock, 20))
+            steps[backlog], claimed = vm_steps(conn, partial(_claim_rolled_back, conn, clock, 20))
         assert [job.kind for job in claimed.jobs] == ["mail"] * 20
         await store.close()
     assert steps[5_000] < steps[10] * 1.2 + 50, steps

@@ -18,6 +18,7 @@ from rota.api.filters import filter_from_body, filter_from_query, restrict
 from rota.api.paging import IdCursor, PageLimit
 from rota.api.schedule_models import ScheduleOut, create_every_schedule
 from rota.api.schemas import (
+    DETAIL_PREVIEW_CHARS,
     MAX_SEARCH_LENGTH,
     SEARCH_PATTERN,
     BulkResult,
@@ -58,8 +59,6 @@ from rota.store.base import MAX_BULK, JobFilter, decode_cursor, encode_cursor
 #: Job ids are PostgreSQL bigints; anything larger cannot name a job.
 MAX_JOB_ID = 2**63 - 1
 ACTIVE_STATES = frozenset({JobState.WAITING, JobState.PENDING, JobState.RUNNING})
-#: How far GET /api/jobs/counts counts each state under a kind, tenant or search filter.
-STATE_COUNT_CAP = 1000
 
 
 def json_body(model: type[Any]) -> dict[str, Any]:
@@ -122,7 +121,8 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
         limit: PageLimit = 50,
     ) -> JobList:
         """Jobs matching the filters, newest first, one keyset page at a time; each with
-        bounded previews of its payload and last error (the job's own route has them whole)."""
+        bounded previews of its payload and last error (the job's own route has their first
+        64 KiB; GET /api/jobs/{id}/payload and /result have them whole)."""
         job_filter = filter_from_query(
             states=state,
             kind=kind,
@@ -239,9 +239,10 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
         kind: Name = None, queue: Name = None, tenant: Name = None, q: Search = None
     ) -> StateCounts:
         """Jobs per state matching the filters, for the state tabs of a job list. By queue or
-        overall: the store's maintained counts (cheap at millions of jobs; estimates on large
-        PostgreSQL tables). With a kind, tenant or search: each state counted up to 1000
-        (STATE_COUNT_CAP; ``capped`` names the states with more)."""
+        overall: the store's maintained counts (cheap at millions of jobs). With a kind, tenant
+        or search: each state counted exactly up to a threshold (1000 by default), and past it
+        exactly where the store keeps the number, else estimated: ``estimated`` names those
+        states, whose count is an estimate (the dashboard says "about")."""
         job_filter = filter_from_query(states=None, kind=kind, queue=queue, tenant=tenant, q=q)
         if job_filter.kind is None and job_filter.tenant is None and job_filter.search is None:
             counts = await ctx.reads.store.counts()
@@ -253,17 +254,19 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
             return StateCounts(
                 counts={state.value: by_state.get(state, 0) for state in JobState},
                 exact=counts.exact,
-                capped=[],
+                estimated=[],
             )
-        found: dict[str, int] = {}
-        for state in JobState:
-            found[state.value] = await ctx.reads.store.count_jobs(
-                replace(job_filter, states=frozenset({state})), limit=STATE_COUNT_CAP + 1
+        found = {
+            state.value: await ctx.reads.store.count_or_estimate(
+                replace(job_filter, states=frozenset({state})),
+                exact_up_to=settings.exact_count_up_to,
             )
+            for state in JobState
+        }
         return StateCounts(
-            counts={state: min(n, STATE_COUNT_CAP) for state, n in found.items()},
+            counts={state: counted.n for state, counted in found.items()},
             exact=True,
-            capped=[state for state, n in found.items() if n > STATE_COUNT_CAP],
+            estimated=[state for state, counted in found.items() if counted.estimated],
         )
 
     @router.post(
@@ -312,7 +315,9 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
         it waits for."""
 
         async def read(source: Client) -> tuple[Job, list[Attempt], list[Step]]:
-            job = await source.get(job_id)
+            # The payload and result cut in the store's SQL: a 900 KB payload is not read
+            # whole to show its first 64 KiB (GET .../payload and .../result read them whole).
+            job = await source.store.get_preview(job_id, chars=DETAIL_PREVIEW_CHARS)
             return job, await source.attempts(job_id), await source.steps(job_id)
 
         job, attempts, steps = await ctx.read_one(read)

@@ -7,6 +7,7 @@ domain enforces them with messages naming the field.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
 
@@ -32,6 +33,7 @@ from rota.domain.job import (
     SAFE_YEARS_PATTERN,
     Attempt,
     Job,
+    Preview,
     payload_text,
     preview,
 )
@@ -474,10 +476,14 @@ class AttemptOut(BaseModel):
 
 #: How much of a payload or result a job's own answer carries; more is fetched on its own.
 DETAIL_PREVIEW_BYTES = 64 * 1024
+#: How many characters of them the store reads for it: one more than fits, so that a longer
+#: value shows as cut.
+DETAIL_PREVIEW_CHARS = DETAIL_PREVIEW_BYTES + 1
 
 
 def detail_values(job: Job) -> dict[str, Any]:
-    """The payload and result fields of JobDetail for ``job``: whole up to
+    """The payload and result fields of JobDetail for ``job`` (whole values, or Previews of
+    DETAIL_PREVIEW_CHARS characters as Store.get_preview reads them): whole up to
     DETAIL_PREVIEW_BYTES of JSON, their first part beyond."""
     fields: dict[str, Any] = {}
     for name, value in (("payload", job.payload), ("result", job.result)):
@@ -486,6 +492,8 @@ def detail_values(job: Job) -> dict[str, Any]:
         text, cut = preview(payload_text(value), DETAIL_PREVIEW_BYTES)
         if cut:
             fields.update({name: None, f"{name}_truncated": True, f"{name}_preview": text})
+        elif isinstance(value, Preview):  # read whole: under the cut
+            fields[name] = json.loads(value.text)
     return fields
 
 
@@ -534,8 +542,10 @@ class StateCounts(BaseModel):
 
     counts: dict[str, int]
     exact: bool = Field(description="False when the store answered from estimates.")
-    capped: list[str] = Field(
-        description="States with more matching jobs than were counted (the count is a floor)."
+    estimated: list[str] = Field(
+        description="States whose count is an estimate: more jobs matched than are counted one "
+        "by one (ApiSettings.exact_count_up_to, 1000 by default) and the store keeps no count "
+        "of them."
     )
 
 

@@ -60,6 +60,10 @@ class ApiSettings:
     #: this many started a second (with three seconds' worth as a burst); past either, 429.
     max_reads_per_identity: int = 16
     read_rate_per_identity: float = 100.0
+    #: GET /api/jobs/counts under a kind, tenant or search counts each state exactly up to
+    #: this many jobs; past it, a state the store does not count already is estimated (and
+    #: labelled so): Store.count_or_estimate.
+    exact_count_up_to: int = 1000
 
     def __post_init__(self) -> None:
         for what, token in (("auth token", self.auth_token), ("read token", self.read_token)):
@@ -101,6 +105,8 @@ class ApiSettings:
             raise InvalidInput("max_json_depth must be at least 2")
         if self.heartbeat_interval_seconds <= 0 or self.metrics_cache_seconds < 0:
             raise InvalidInput("intervals must be positive")
+        if self.exact_count_up_to < 0:
+            raise InvalidInput("exact_count_up_to must not be negative")
         if self.max_metric_queues < 1 or self.session_seconds < 60:
             raise InvalidInput("max_metric_queues must be >= 1 and session_seconds >= 60")
 

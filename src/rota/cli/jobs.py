@@ -22,7 +22,7 @@ from rota.cli.terminal import console, shown, table
 from rota.config import parse_duration, parse_instant, parse_json
 from rota.domain import blame
 from rota.domain.errors import InvalidInput, InvalidJob
-from rota.domain.job import Attempt, Job, JobState, validate_name
+from rota.domain.job import Attempt, Job, JobState, payload_text, preview, validate_name
 from rota.store.base import WorkerInfo
 
 # ---------------------------------------------------------------------- enqueue and jobs
@@ -213,7 +213,8 @@ def jobs_list(
     cursor: str | None,
     as_json: bool,
 ) -> None:
-    """List jobs, newest first."""
+    """List jobs, newest first (with --json, each payload, result and last error as its first
+    300 bytes and whether it was cut: ``rota jobs show`` has them whole)."""
     from rota.store import JobFilter
 
     filter = JobFilter(
@@ -222,10 +223,15 @@ def jobs_list(
         queue=queue,
         tenant=tenant,
     )
-    page = with_client(target, lambda c: c.list_jobs(filter, cursor=cursor, limit=limit))
+    # Previews cut as the store reads them: a page never reads whole payloads or results.
+    page = with_client(
+        target, lambda c: c.list_jobs(filter, cursor=cursor, limit=limit, previews=True)
+    )
     if as_json:
         click.echo(
-            json.dumps({"jobs": [job_json(j) for j in page.jobs], "next_cursor": page.next_cursor})
+            json.dumps(
+                {"jobs": [listed_json(j) for j in page.jobs], "next_cursor": page.next_cursor}
+            )
         )
         return
     out = console()
@@ -467,6 +473,17 @@ def job_json(job: Job) -> dict[str, Any]:
         "payload": job.payload,
         "result": job.result,
     }
+
+
+def listed_json(job: Job) -> dict[str, Any]:
+    """A listed job (its payload and result Previews) as the HTTP API's lists give it: the
+    first PREVIEW_BYTES of the payload, result and last error, each with whether it was cut."""
+    fields = job_json(job)
+    for name in ("payload", "result", "last_error"):
+        value = fields.pop(name)
+        text = value if name == "last_error" or value is None else payload_text(value)
+        fields[f"{name}_preview"], fields[f"{name}_truncated"] = preview(text)
+    return fields
 
 
 def attempt_json(attempt: Attempt) -> dict[str, Any]:

@@ -804,15 +804,16 @@ PREVIEW_CHARS = PREVIEW_BYTES + 1
 
 @dataclass(frozen=True, slots=True)
 class Preview:
-    """The first PREVIEW_CHARS characters (at most) of a stored JSON value's text, as a list
-    reads it: a list page never holds whole payloads or results, whatever they weigh."""
+    """The first characters of a stored JSON value's text, as the store read them: PREVIEW_CHARS
+    (at most) for a list, so that a list page never holds whole payloads or results whatever
+    they weigh; a job's own answer reads more (``Store.get_preview``)."""
 
     text: str
 
     @classmethod
-    def of(cls, value: object) -> Preview:
+    def of(cls, value: object, chars: int = PREVIEW_CHARS) -> Preview:
         """The preview of a whole value (stores that hold values in memory)."""
-        return cls(payload_text(value)[:PREVIEW_CHARS])
+        return cls(payload_text(value)[:chars])
 
 
 def payload_text(payload: object) -> str:
@@ -933,7 +934,9 @@ class EnqueueResult:
     replaced: bool = False
 
 
-def previewed(job: Job) -> Job:
-    """``job`` as a list shows it: its payload and result as Previews."""
-    result = None if job.result is None else Preview.of(job.result)
-    return replace(job, payload=Preview.of(job.payload), result=result)
+def previewed(job: Job, *, chars: int = PREVIEW_CHARS) -> Job:
+    """``job`` as a list shows it: its payload and result as Previews of ``chars`` characters,
+    its last error cut alike."""
+    result = None if job.result is None else Preview.of(job.result, chars)
+    error = None if job.last_error is None else job.last_error[:chars]
+    return replace(job, payload=Preview.of(job.payload, chars), result=result, last_error=error)

@@ -147,6 +147,15 @@ class Counts:
 
 
 @dataclass(frozen=True, slots=True)
+class Counted:
+    """How many jobs match a filter: ``n`` exactly, or about ``n`` when ``estimated`` (more
+    jobs matched than the store counts one by one: see ``Store.count_or_estimate``)."""
+
+    n: int
+    estimated: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class ThroughputBucket:
     """Jobs that reached a terminal state during [start, start + bucket)."""
 
@@ -516,6 +525,13 @@ class Store(DurableVerbs, Protocol):
         """The job with this id, or JobNotFound."""
         ...
 
+    async def get_preview(self, job_id: int, *, chars: int) -> Job:
+        """The job with this id, its payload and result as ``Preview``s of (at most) the first
+        ``chars`` characters of their JSON text, and its last error cut alike: cut as the
+        store reads them, so a job's own answer never reads a whole 900 KB payload (``get``
+        reads it whole). JobNotFound."""
+        ...
+
     async def get_many(self, job_ids: Sequence[int]) -> list[Job]:
         """The jobs with these ids that exist, in no particular order, in one query (ids
         that name no job are left out). For waiting on many jobs at once."""
@@ -533,8 +549,8 @@ class Store(DurableVerbs, Protocol):
         however many jobs are inserted meanwhile. InvalidCursor for a cursor we did not issue.
         With ``previews``, each job's payload and result are a ``Preview`` (their first
         characters, cut as the store reads them) and its last error is cut alike: a page's
-        size is bounded whatever the jobs hold (the API's lists; the job's own route reads
-        them whole).
+        size is bounded whatever the jobs hold (the API's lists and ``rota jobs list``; the
+        job's own route reads more through ``get_preview``).
         """
         ...
 
@@ -544,6 +560,16 @@ class Store(DurableVerbs, Protocol):
 
     async def count_jobs(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
         """How many jobs match ``filter``, counting no further than ``limit``."""
+        ...
+
+    async def count_or_estimate(self, filter: JobFilter, *, exact_up_to: int) -> Counted:
+        """How many jobs match ``filter``: exactly while at most ``exact_up_to`` match (a
+        count that stops after ``exact_up_to + 1`` rows decides), and exactly beyond that
+        where the store holds the number already (the maintained counts of a state, queue
+        and kind). Otherwise an estimate flagged ``estimated``, never below
+        ``exact_up_to + 1``: PostgreSQL's planner's row estimate for the filter, SQLite's
+        share of matches in evenly spread windows of ids times the jobs counted. Its cost does
+        not grow with the number of matches. The memory store always counts exactly."""
         ...
 
     async def throughput(

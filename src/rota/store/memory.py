@@ -74,6 +74,7 @@ from rota.store.base import (
     MAX_PAGE_SIZE,
     AuditPage,
     Beat,
+    Counted,
     Counts,
     JobFilter,
     LimitInfo,
@@ -949,6 +950,10 @@ class MemoryStore(MemoryDurable):
         with self._lock:
             return self._get(job_id)
 
+    async def get_preview(self, job_id: int, *, chars: int) -> Job:
+        with self._lock:
+            return previewed(self._get(job_id), chars=chars)
+
     def _get(self, job_id: int) -> Job:
         job = self._jobs.get(job_id)
         if job is None:
@@ -994,6 +999,10 @@ class MemoryStore(MemoryDurable):
         with self._lock:
             matched = sum(1 for job in self._jobs.values() if _matches(job, filter))
         return min(matched, max(0, limit))
+
+    async def count_or_estimate(self, filter: JobFilter, *, exact_up_to: int) -> Counted:
+        with self._lock:
+            return Counted(sum(1 for job in self._jobs.values() if _matches(job, filter)))
 
     async def throughput(
         self, *, since: datetime, bucket: timedelta, now: datetime | None = None

@@ -29,21 +29,25 @@ async def test_state_counts_overall_by_queue_and_by_kind(
     assert overall == {
         "counts": {**NO_JOBS, "pending": 4, "dead": 1},
         "exact": True,
-        "capped": [],
+        "estimated": [],
     }
     mail = (await api.get("/api/jobs/counts?queue=mail")).json()
     assert mail["counts"] == {**NO_JOBS, "pending": 3}
     assert (await api.get("/api/jobs/counts?queue=nowhere")).json()["counts"] == NO_JOBS
     report = (await api.get("/api/jobs/counts?kind=report")).json()
-    assert report == {"counts": {**NO_JOBS, "pending": 1, "dead": 1}, "exact": True, "capped": []}
+    assert report == {
+        "counts": {**NO_JOBS, "pending": 1, "dead": 1},
+        "exact": True,
+        "estimated": [],
+    }
 
 
-async def test_state_counts_under_a_kind_filter_stop_at_the_cap(
+async def test_state_counts_under_a_kind_filter_are_exact_in_memory_past_the_threshold(
     api: httpx.AsyncClient, store: MemoryStore
 ) -> None:
     await store.enqueue([JobSpec(kind="email") for _ in range(1001)])
     counted = (await api.get("/api/jobs/counts?kind=email")).json()
-    assert counted["counts"]["pending"] == 1000 and counted["capped"] == ["pending"]
+    assert counted["counts"]["pending"] == 1001 and counted["estimated"] == []
 
 
 async def test_state_counts_refuse_a_malformed_filter(api: httpx.AsyncClient) -> None:

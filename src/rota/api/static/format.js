@@ -109,6 +109,14 @@ export function count(n, exact = true) {
   return `${exact ? "" : "about "}${Number(n).toLocaleString("en-US")}`;
 }
 
+// An estimated count, rounded as a person says it: "about 1.2M", "about 45K", "about 1,001".
+export function about(n) {
+  for (const [from, size, unit] of [[1e6, 1e6, "M"], [1e4, 1e3, "K"]]) {
+    if (n >= from) return `about ${Number((n / size).toFixed(n >= 100 * size ? 0 : 1))}${unit}`;
+  }
+  return `about ${Number(n).toLocaleString("en-US")}`;
+}
+
 // "minute", "5 min", "90 s": a rate limit's period, exactly (never rounded).
 export function period(seconds) {
   const names = { 1: "second", 60: "minute", 3600: "hour", 86400: "day" };

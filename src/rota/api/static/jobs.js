@@ -4,7 +4,7 @@
 
 import { deleteJSON, getJSON, postJSON, query } from "./api.js";
 import { appendChildren, h, replaceChildren } from "./dom.js";
-import { count, parseTime, plural, progressBar, relative, stateCell } from "./format.js";
+import { about, count, parseTime, plural, progressBar, relative, stateCell } from "./format.js";
 import {
   confirmDialog, filterFrom, notify, pager, poller, presets, reportError, submitsToHash,
 } from "./ui.js";
@@ -123,8 +123,8 @@ export function renderJobs(root, config, params) {
   function showCounts(data) {
     let total = 0;
     for (const st of STATES) total += data.counts[st] || 0;
-    const capped = new Set(data.capped);
-    const shown = (st, n) => `${count(n, data.exact)}${capped.has(st) || (st === "" && capped.size) ? "+" : ""}`;
+    const estimated = new Set(data.estimated);
+    const shown = (st, n) => (estimated.has(st) || (st === "" && estimated.size) ? about(n) : count(n, data.exact));
     for (const link of tabs.querySelectorAll("a")) {
       const st = link.dataset.tab === "all" ? "" : link.dataset.tab;
       link.querySelector(".tab-count").textContent = shown(st, st ? data.counts[st] || 0 : total);

@@ -56,9 +56,17 @@ _CUT = {
     " ELSE substr(result::text, 1, {n}) END",
     "last_error": "substr(last_error, 1, {n})",
 }
-LIST_COLUMNS = ", ".join(
-    _CUT[name].format(n=PREVIEW_CHARS) if name in _CUT else name for name, _ in _JOB_COLUMN_TYPES
-)
+
+
+def preview_columns(chars: int) -> str:
+    """JOB_COLUMNS with the payload, result and last error cut to their first ``chars``
+    characters in SQL."""
+    return ", ".join(
+        _CUT[name].format(n=int(chars)) if name in _CUT else name for name, _ in _JOB_COLUMN_TYPES
+    )
+
+
+LIST_COLUMNS = preview_columns(PREVIEW_CHARS)
 
 #: A workflow schedule's last state is its last workflow's (rota.domain.workflow
 #: .workflow_outcome), read by the rota_jobs_workflow index; any other's, its last job's.

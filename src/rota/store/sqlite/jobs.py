@@ -34,6 +34,7 @@ from rota.domain.workflow import deleted_reason
 from rota.store.base import (
     MAX_BULK,
     MAX_PAGE_SIZE,
+    Counted,
     Counts,
     JobFilter,
     Page,
@@ -58,6 +59,7 @@ from rota.store.sqlite.rows import (
     insert_rows,
     job_from_row,
     marks,
+    preview_columns,
     to_us,
 )
 
@@ -510,6 +512,11 @@ def get(conn: sqlite3.Connection, job_id: int) -> Job:
     return with_results_apart(conn, [job_from_row(_row(conn, JOB_COLUMNS, job_id))])[0]
 
 
+def get_preview(conn: sqlite3.Connection, job_id: int, chars: int) -> Job:
+    """The job with its payload, result and last error cut to ``chars`` characters in SQL."""
+    return job_from_row(_row(conn, preview_columns(max(1, chars)), job_id), previews=True)
+
+
 def get_many(conn: sqlite3.Connection, job_ids: Sequence[int]) -> list[Job]:
     """The jobs with these ids that exist (by rowid, a chunk of ids per statement)."""
     wanted = sorted({job_id for job_id in job_ids if fits(job_id)})
@@ -630,6 +637,36 @@ def count_jobs(conn: sqlite3.Connection, filter: JobFilter, limit: int) -> int:
         [*params, clamp(max(0, limit))],
     ).fetchone()
     return int(count)
+
+
+#: An estimate reads this many windows of ids, evenly spread from the lowest id to the
+#: highest, each of ESTIMATE_WINDOW_IDS ids: at most 17,000 rows by rowid, however many match.
+ESTIMATE_WINDOWS = 16
+ESTIMATE_WINDOW_IDS = 1000
+
+
+def count_or_estimate(conn: sqlite3.Connection, filter: JobFilter, exact_up_to: int) -> Counted:
+    """Exact up to ``exact_up_to``; beyond, the share of matches among the jobs of evenly
+    spread windows of ids, times the jobs the maintained counts hold (rota_counts)."""
+    found = count_jobs(conn, filter, exact_up_to + 1)
+    if found <= exact_up_to:
+        return Counted(found)
+    where, params = _where(filter, filter.states)
+    # Apart: each alone is one descent of the rowid's b-tree; together, a scan of every job.
+    (low,) = conn.execute("SELECT min(id) FROM rota_jobs").fetchone()
+    (high,) = conn.execute("SELECT max(id) FROM rota_jobs").fetchone()
+    (total,) = conn.execute("SELECT coalesce(sum(n), 0) FROM rota_counts").fetchone()
+    step = max(ESTIMATE_WINDOW_IDS, (high - low + 1) // ESTIMATE_WINDOWS)
+    seen = matched = 0
+    for start in range(low, high + 1, step):
+        rows, hits = conn.execute(
+            f"SELECT count(*), coalesce(sum({where}), 0) FROM rota_jobs WHERE id BETWEEN ? AND ?",
+            [*params, start, start + ESTIMATE_WINDOW_IDS - 1],
+        ).fetchone()
+        seen += rows
+        matched += hits
+    share = matched / seen if seen else 0.0
+    return Counted(max(round(share * total), exact_up_to + 1), estimated=True)
 
 
 _SECOND_US = 1_000_000

@@ -37,20 +37,29 @@ JOB_COLUMNS = (
     "last_error, schedule, slot_at, crashes, trace_context, result, progress, progress_message, "
     "expires_at, workflow, waiting_on"
 )
+
+
 #: JOB_COLUMNS as a list reads them: the first characters of the payload, result and last
 #: error (job_from_row(..., previews=True) makes Previews of the first two).
-LIST_COLUMNS = (
-    JOB_COLUMNS.replace("payload,", f"substr(payload, 1, {PREVIEW_CHARS}),")
-    .replace("last_error,", f"substr(last_error, 1, {PREVIEW_CHARS}),")
-    # A result kept apart (025) is cut from rota_results, under the token that wrote it.
-    .replace(
-        "result,",
-        "CASE WHEN result IS NULL AND state = 'succeeded' THEN (SELECT "
-        f"substr(r.result, 1, {PREVIEW_CHARS}) FROM rota_results AS r WHERE r.job_id = "
-        "rota_jobs.id AND r.token = rota_jobs.lease_token) "
-        f"ELSE substr(result, 1, {PREVIEW_CHARS}) END,",
+def preview_columns(chars: int) -> str:
+    """JOB_COLUMNS with the payload, result and last error cut to their first ``chars``
+    characters in SQL."""
+    n = int(chars)
+    return (
+        JOB_COLUMNS.replace("payload,", f"substr(payload, 1, {n}),")
+        .replace("last_error,", f"substr(last_error, 1, {n}),")
+        # A result kept apart (025) is cut from rota_results, under the token that wrote it.
+        .replace(
+            "result,",
+            "CASE WHEN result IS NULL AND state = 'succeeded' THEN (SELECT "
+            f"substr(r.result, 1, {n}) FROM rota_results AS r WHERE r.job_id = "
+            "rota_jobs.id AND r.token = rota_jobs.lease_token) "
+            f"ELSE substr(result, 1, {n}) END,",
+        )
     )
-)
+
+
+LIST_COLUMNS = preview_columns(PREVIEW_CHARS)
 #: A job in a finished state, spelled as the partial index rota_jobs_finished spells its WHERE
 #: (a query must repeat it for SQLite to use the index); comparisons rather than IN, which
 #: builds a temporary table where SQLite checks it per row (020_no_lists_per_row).

@@ -40,6 +40,7 @@ from rota.store.base import (
     MAX_PAGE_SIZE,
     AuditPage,
     Beat,
+    Counted,
     Counts,
     JobFilter,
     LimitInfo,
@@ -426,6 +427,9 @@ class SqliteStore(SqliteDurable):
     async def get(self, job_id: int) -> Job:
         return await self._db.read(lambda conn: jobs.get(conn, job_id))
 
+    async def get_preview(self, job_id: int, *, chars: int) -> Job:
+        return await self._db.read(lambda conn: jobs.get_preview(conn, job_id, chars))
+
     async def list_jobs(
         self,
         filter: JobFilter,
@@ -444,6 +448,9 @@ class SqliteStore(SqliteDurable):
 
     async def count_jobs(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
         return await self._db.read(lambda conn: jobs.count_jobs(conn, filter, limit))
+
+    async def count_or_estimate(self, filter: JobFilter, *, exact_up_to: int) -> Counted:
+        return await self._db.read(lambda conn: jobs.count_or_estimate(conn, filter, exact_up_to))
 
     async def throughput(
         self, *, since: datetime, bucket: timedelta, now: datetime | None = None
