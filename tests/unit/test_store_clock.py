@@ -228,3 +228,32 @@ def test_readings_too_noisy_for_a_short_baseline_measure_over_a_longer_one() -> 
         clock.observe(local, local + 0.2, T0 + timedelta(seconds=(local + 0.1) * 0.2))
     assert clock.measured == pytest.approx(0.2, rel=0.02)
     assert clock.rate == pytest.approx(0.2, rel=0.02)
+
+
+def test_a_fast_clock_is_followed_at_its_bound_before_answers_are_precise_enough() -> None:
+    """A machine starved of CPU, and a local clock running five times fast: answers take 1.5
+    local seconds, far too slow for a measure, and a lease would be given up at a fifth of its
+    time. What the readings surely say (the store's clock moves at most 0.29 s a local second
+    after two readings, 0.21 s after six) is followed meanwhile: never below the truth, so no wait outlasts the store's time."""
+    clock = StoreClock(FakeClock(T0))
+    rates = []
+    for step in range(6):  # a store second apart, each answer 1.5 local seconds late
+        local = step * 5.0
+        clock.observe(local, local + 1.5, T0 + timedelta(seconds=(local + 0.75) * 0.2))
+        rates.append(clock.rate)
+    assert clock.measured is None, "too imprecise to measure"
+    assert rates[0] == 1.0, "one reading says nothing of the rate"
+    assert all(0.2 <= rate < 1.0 for rate in rates[1:]), rates
+    # 5 s of the store's over at least 23.5 local (from the first answer to the last request).
+    assert rates[-1] == pytest.approx(5 / 23.5)
+
+
+def test_a_slow_or_steady_clock_is_not_followed_at_a_bound() -> None:
+    """The bound only ever speeds waits up when it is surely below 1: answers too slow to
+    measure a clock in step, or one running slow, leave the rate at 1 until measured."""
+    for truth in (1.0, 3.0):
+        clock = StoreClock(FakeClock(T0))
+        for step in range(6):
+            local = step * 1.0
+            clock.observe(local, local + 0.4, T0 + timedelta(seconds=(local + 0.2) * truth))
+        assert (clock.measured, clock.rate) == (None, 1.0), truth

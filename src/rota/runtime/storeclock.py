@@ -11,7 +11,8 @@ and keep running handlers whose leases the store already gave away; one that run
 fence itself out early. When the rate strays from 1 by more than the tolerance, local waits
 for lease deadlines and heartbeats are scaled to it.
 
-The measured rate is the median of slopes between readings at least ``min_baseline_s`` store
+Until then, a local clock that surely runs fast is followed at the highest rate its readings
+allow, however slow their answers (``_surely_fast``). The measured rate is the median of slopes between readings at least ``min_baseline_s`` store
 seconds apart, each slope kept only when the requests' round trips make it precise to half the
 tolerance, so a step of the store's clock (or one slow answer) moves it little. Local waits
 follow the larger of it and the latest slope: a local clock that has just slowed down is
@@ -100,6 +101,7 @@ class StoreClock:
         self._keep(reading)
         slopes = self._slopes()
         if not slopes:
+            self._rate = self._surely_fast(reading) or 1.0
             return
         measured = self._measured = statistics.median(slopes)
         if self._metrics is not None:
@@ -129,6 +131,26 @@ class StoreClock:
                 readings[-1] = reading
             return
         readings.append(reading)
+
+    def _surely_fast(self, latest: Reading) -> float | None:
+        """Before any precise slope: the highest rate the readings up to ``latest`` allow,
+        when even that is below 1 by more than the tolerance (a local clock running fast), else
+        None. Between an earlier reading and ``latest`` the store's clock moved ``baseline``
+        while the local one moved at least from the earlier answer to the later request, so
+        ``baseline`` over that span bounds the rate from above whatever the round trips: a
+        starved machine's slow answers, too imprecise for a measure, still tell a clock five
+        times fast from one in step. Following the bound, waits stay no longer than the
+        store's time allows (a deadline passes no later than it should), where staying at 1
+        would give leases up five times too early."""
+        bound: float | None = None
+        for old in self._readings:
+            local = latest.sent - old.received
+            baseline = self._baseline(old, latest)
+            if old is latest or local <= 0 or baseline <= 0:
+                continue
+            slope = baseline / local
+            bound = slope if bound is None else min(bound, slope)
+        return bound if bound is not None and bound < 1.0 - self._tolerance else None
 
     def local_s(self, store_s: float) -> float:
         """The local seconds that ``store_s`` seconds of the store's clock take."""
