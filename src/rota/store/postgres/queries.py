@@ -9,6 +9,7 @@ from functools import cache
 from importlib import resources
 
 from rota.domain import blame
+from rota.domain.activity import DURATION_BOUNDS_US
 from rota.domain.job import ALONE_AFTER_CRASHES, PREVIEW_CHARS, STATE_BIT_SQL
 
 #: The columns every statement returning a job selects: Job's fields, in their order
@@ -101,6 +102,31 @@ _TALLY = """
     SELECT date_trunc('minute', coalesce(%(now)s::timestamptz, now())), state, count(*)
     FROM done WHERE state IN ('succeeded', 'dead', 'cancelled') GROUP BY state
     ON CONFLICT (minute, state) DO UPDATE SET n = rota_finished_per_minute.n + excluded.n
+""".strip()
+#: Adds the attempts that rows of a CTE named "done" ended to the per-minute activity tallies
+#: (029_activity), rows taken in key order. Each row ended one attempt: succeeded, or failed
+#: (pending again, or dead).
+_ACTIVITY = f"""
+    INSERT INTO rota_activity AS a (minute, queue, kind, bucket, succeeded, failed, dead, waited)
+    SELECT date_trunc('minute', coalesce(%(now)s::timestamptz, now())), queue, kind, bucket,
+           count(*) FILTER (WHERE measure = 'run' AND state = 'succeeded'),
+           count(*) FILTER (WHERE measure = 'run' AND state <> 'succeeded'),
+           count(*) FILTER (WHERE measure = 'run' AND state = 'dead'),
+           count(*) FILTER (WHERE measure = 'wait')
+    FROM (
+        SELECT done.queue, done.kind, done.state, m.measure,
+               width_bucket(m.us, '{{{",".join(map(str, DURATION_BOUNDS_US))}}}'::bigint[]) AS bucket
+        FROM done CROSS JOIN LATERAL (VALUES
+            ('run', (extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - done.started_at)
+                     * 1000000)::bigint),
+            ('wait', (extract(epoch FROM done.started_at - done.due_at) * 1000000)::bigint)
+        ) AS m(measure, us)
+    ) AS ended
+    GROUP BY queue, kind, bucket
+    ORDER BY queue, kind, bucket
+    ON CONFLICT (minute, queue, kind, bucket) DO UPDATE SET
+        succeeded = a.succeeded + excluded.succeeded, failed = a.failed + excluded.failed,
+        dead = a.dead + excluded.dead, waited = a.waited + excluded.waited
 """.strip()
 #: Wakes workers for the rows of a CTE named "done" that became pending (the same message
 #: the insert trigger sends), sent on commit; "woke" must be referenced for it to run.
@@ -199,6 +225,7 @@ def queries() -> dict[str, str]:
             .replace("{expired_marker_columns}", _EXPIRED_MARKER)
             .replace("{crowded_marker_columns}", _CROWDED_MARKER)
             .replace("{tally}", _TALLY)
+            .replace("{activity}", _ACTIVITY)
             .replace("{wake}", _WAKE)
             .replace("{finished}", _FINISHED)
             .replace("{schedule_columns}", SCHEDULE_COLUMNS)
