@@ -135,3 +135,27 @@ async def test_activity_refuses_buckets_that_are_no_whole_minutes(store: Store) 
         await store.activity(since=since, bucket=timedelta(seconds=30))
     with pytest.raises(InvalidInput):
         await store.activity(since=since + timedelta(seconds=1), bucket=MINUTE)
+
+
+async def test_the_tallies_of_pruned_minutes_go_with_their_jobs(
+    store: Store, clock: FakeClock
+) -> None:
+    start = clock.now()
+    await store.enqueue([JobSpec(kind="a", max_attempts=1), JobSpec(kind="a")])
+    first, second = await store.claim("w", queues=["default"], limit=2, lease=LEASE)
+    await store.complete(first.lease)
+    await store.fail(second.lease, error="boom", retry_in=timedelta(0), permanent=True)
+    clock.advance(timedelta(days=2))
+    later = clock.now().replace(second=0, microsecond=0)
+    await store.enqueue([JobSpec(kind="a")])
+    [third] = await store.claim("w", queues=["default"], limit=1, lease=LEASE)
+    await store.complete(third.lease)
+    clock.advance(MINUTE)
+    # As retention runs it: passes until one prunes nothing.
+    while await store.prune(older_than=clock.now() - timedelta(days=1)):
+        pass
+    pruned = await store.activity(since=start, bucket=MINUTE, now=start + 2 * MINUTE)
+    assert _totals(pruned) == [(0, 0, 0), (0, 0, 0)]
+    assert await store.top_errors(since=start) == []
+    kept = await store.activity(since=later, bucket=MINUTE)
+    assert _totals(kept) == [(1, 0, 0)]
