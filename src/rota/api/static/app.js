@@ -12,6 +12,7 @@ import { renderWorkers } from "./workers.js";
 import { renderSchedules } from "./schedules.js";
 import { renderQueues } from "./queues.js";
 import { renderAudit } from "./audit.js";
+import { renderActivity } from "./activity.js";
 
 let current = null;
 let config = { demo: false, read_only: false, kinds: null, login: false, identity: "" };
@@ -25,6 +26,11 @@ function route() {
   if (jobMatch) return { view: "jobs", render: (root) => renderJob(root, config, jobMatch[1]) };
   const workflowMatch = /^\/workflows\/(\d+)$/.exec(path);
   if (workflowMatch) return { view: "jobs", render: (root) => renderWorkflow(root, config, workflowMatch[1]) };
+  const pageMatch = /^\/(queues|kinds)\/([^/]+)$/.exec(path);
+  if (pageMatch) {
+    const name = decodeURIComponent(pageMatch[2]);
+    return { view: "queues", render: (root) => renderActivity(root, pageMatch[1], name, params) };
+  }
   if (path === "/jobs") return { view: "jobs", render: (root) => renderJobs(root, config, params) };
   if (path === "/workers") return { view: "workers", render: (root) => renderWorkers(root, config) };
   if (path === "/queues") return { view: "queues", render: (root) => renderQueues(root, config) };
