@@ -1,4 +1,5 @@
-"""The kind and queue pages' reads keep to their window under the generic plan.
+"""The activity tallies on PostgreSQL at scale: the pages' reads keep to their window under the
+generic plan, and completions racing on the same tally rows never deadlock.
 
 A page reads the activity tallies (029_activity) of one queue or kind over at most a day;
 whatever the number of jobs (the tallies hold none), and however many days of tallies are
@@ -9,6 +10,7 @@ ANALYZE.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -17,6 +19,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from rota.domain.job import JobSpec
+from rota.store import Store, open_store
 from rota.store.postgres.activity import _FILTERS
 from rota.store.postgres.queries import query
 from tests.support.plans import nodes
@@ -101,3 +105,34 @@ async def test_a_page_reads_only_its_queue_or_kind_minutes_of_the_window(
         # The hour's minutes of that queue or kind, and nothing removed by a filter.
         assert node["Actual Rows"] <= 60 * rows_per_minute, node
         assert node.get("Rows Removed by Filter", 0) == 0, node
+
+
+async def test_concurrent_completions_of_the_same_buckets_never_deadlock(pg_url: str) -> None:
+    # Batches of jobs of three kinds, completed by four stores at once, each batch listing its
+    # jobs in another order: every statement upserts the same (minute, queue, kind, bucket)
+    # rows, and takes them in key order whatever the order of its jobs.
+    stores = [open_store(pg_url) for _ in range(4)]
+    try:
+        kinds = ["a", "b", "c"]
+        await stores[0].enqueue([JobSpec(kind=kinds[i % 3]) for i in range(4 * 8 * 30)])
+
+        async def complete(store: Store, reverse: bool) -> int:
+            done = 0
+            for _ in range(8):
+                jobs = await store.claim(
+                    "w", queues=["default"], limit=30, lease=timedelta(minutes=5)
+                )
+                leases = [job.lease for job in (reversed(jobs) if reverse else jobs)]
+                assert await store.complete_many(leases) == []
+                done += len(jobs)
+            return done
+
+        done = await asyncio.gather(*(complete(s, i % 2 == 1) for i, s in enumerate(stores)))
+        assert sum(done) == 4 * 8 * 30
+        now = await stores[0].now()
+        since = now.replace(second=0, microsecond=0) - timedelta(minutes=1)
+        buckets = await stores[0].activity(since=since, bucket=timedelta(minutes=2))
+        assert sum(b.succeeded for b in buckets) == 4 * 8 * 30
+    finally:
+        for store in stores:
+            await store.close()
