@@ -17,7 +17,15 @@ from rota.domain.job import JobSpec
 from rota.store.base import WorkerInfo
 from rota.store.memory import MemoryStore
 from rota.testing import FakeClock
-from tests.e2e.conftest import Watched, assert_same_document, same_document, screenshot, serve_store
+from tests.e2e.conftest import (
+    HOSTILE,
+    Watched,
+    assert_same_document,
+    dead_job,
+    same_document,
+    screenshot,
+    serve_store,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -179,4 +187,17 @@ async def test_kind_and_queue_pages_chart_what_ran_and_group_its_errors(page: Wa
         for chart in await tab.locator("svg.chart").all():
             assert await chart.get_attribute("role") == "img"
             assert await chart.get_attribute("aria-label")
+    await page.assert_clean()
+
+
+async def test_a_hostile_error_shows_as_text_on_the_kind_page(page: Watched) -> None:
+    store = MemoryStore()
+    with serve_store(store, ApiSettings()) as served:
+        job_id = await dead_job(store, kind="hostile")
+        tab = page.page
+        await tab.goto(served.url + f"/#/jobs/{job_id}")
+        await tab.locator('dd a[href="#/kinds/hostile"]').click()
+        sample = tab.locator("table.errors .sample")
+        await expect(sample).to_contain_text(f"failed: {HOSTILE}"[:200])
+        await expect(tab.locator("table.errors tbody tr")).to_have_count(1)
     await page.assert_clean()

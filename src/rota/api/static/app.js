@@ -28,7 +28,12 @@ function route() {
   if (workflowMatch) return { view: "jobs", render: (root) => renderWorkflow(root, config, workflowMatch[1]) };
   const pageMatch = /^\/(queues|kinds)\/([^/]+)$/.exec(path);
   if (pageMatch) {
-    const name = decodeURIComponent(pageMatch[2]);
+    let name = pageMatch[2];
+    try {
+      name = decodeURIComponent(name);
+    } catch {
+      // A malformed escape: the name goes to the server as it is, which refuses it (400).
+    }
     return { view: "queues", render: (root) => renderActivity(root, pageMatch[1], name, params) };
   }
   if (path === "/jobs") return { view: "jobs", render: (root) => renderJobs(root, config, params) };
