@@ -19,11 +19,11 @@ from rota.api.activity_models import (
     error_out,
     totals_out,
 )
-from rota.api.blockers import flow_snapshot
+from rota.api.blockers import blockers_out, flow_snapshot
 from rota.api.context import ApiContext
-from rota.api.schemas import BlockerOut, errors
+from rota.api.schemas import errors
 from rota.domain.activity import MINUTE, TOP_ERRORS, WINDOWS
-from rota.domain.blockers import Blocker, kind_blockers, queue_blockers
+from rota.domain.blockers import kind_blockers, queue_blockers
 from rota.domain.job import MAX_NAME_LENGTH, NAME_PATTERN, JobState
 
 Name = Annotated[
@@ -39,10 +39,6 @@ Window = Annotated[
     WindowName,
     Query(description="How far back: the last hour (1-minute bars), 6 h (5 min), 24 h (20 min)."),
 ]
-
-
-def _held(found: list[Blocker]) -> list[BlockerOut]:
-    return [BlockerOut(reason=b.reason.value, message=b.message, certain=b.certain) for b in found]
 
 
 def activity_router(ctx: ApiContext) -> APIRouter:
@@ -89,7 +85,7 @@ def activity_router(ctx: ApiContext) -> APIRouter:
         by_state = counts.by_queue.get(name, {})
         flow = await flow_snapshot(ctx, now)
         waiting = by_state.get(JobState.WAITING, 0)
-        out.held_by = _held(queue_blockers(name, flow, waiting=waiting))
+        out.held_by = blockers_out(queue_blockers(name, flow, waiting=waiting))
         out.counts = {state.value: by_state.get(state, 0) for state in JobState}
         return out
 
@@ -105,7 +101,7 @@ def activity_router(ctx: ApiContext) -> APIRouter:
         or rate limit used up, or no live worker running it."""
         now = await ctx.now()
         out = await window_of(now, window, None, name)
-        out.held_by = _held(kind_blockers(name, await flow_snapshot(ctx, now)))
+        out.held_by = blockers_out(kind_blockers(name, await flow_snapshot(ctx, now)))
         return out
 
     return router
