@@ -104,7 +104,7 @@ export function renderActivity(root, scope, name, params) {
     h("table", { class: "grid errors" },
       h("thead", {}, h("tr", {},
         h("th", { class: "num" }, "attempts"), h("th", {}, "error (numbers, ids and quoted text folded)"),
-        h("th", {}, "last"))),
+        h("th", {}, "last one's minute"))),
       errors),
   );
   return poller(async () => {
