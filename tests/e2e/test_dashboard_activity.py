@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from playwright.async_api import expect
+from playwright.async_api import Browser, expect
 
 from rota.api import ApiSettings
 from rota.domain.job import JobSpec
@@ -201,3 +201,20 @@ async def test_a_hostile_error_shows_as_text_on_the_kind_page(page: Watched) -> 
         await expect(sample).to_contain_text(f"failed: {HOSTILE}"[:200])
         await expect(tab.locator("table.errors tbody tr")).to_have_count(1)
     await page.assert_clean()
+
+
+async def test_the_queue_page_reads_in_dark_mode_too(browser: Browser) -> None:
+    clock = FakeClock(START)
+    store = MemoryStore(clock=clock)
+    await an_hour_of_jobs(store, clock)
+    context = await browser.new_context(color_scheme="dark")
+    try:
+        tab = await context.new_page()
+        with serve_store(store, ApiSettings()) as served:
+            await tab.goto(served.url + "/#/queues/images")
+            await expect(tab.locator("table.errors tbody tr")).to_have_count(2)
+            await expect(tab.locator('svg[aria-label^="Throughput"]')).to_be_visible()
+            low = await tab.evaluate(LOW_CONTRAST)
+            assert not low, "; ".join(low)
+    finally:
+        await context.close()
