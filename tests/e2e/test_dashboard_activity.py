@@ -187,6 +187,13 @@ async def test_kind_and_queue_pages_chart_what_ran_and_group_its_errors(page: Wa
         for chart in await tab.locator("svg.chart").all():
             assert await chart.get_attribute("role") == "img"
             assert await chart.get_attribute("aria-label")
+        # The overview's and the jobs list's names lead to the pages too.
+        await tab.goto(served.url + "/#/")
+        await tab.locator('main a[href="#/queues/images"]').click()
+        await expect(tab.locator("h1")).to_contain_text("Queue images")
+        await tab.goto(served.url + "/#/jobs")
+        await tab.locator('td.kind a[href="#/kinds/resize"]').first.click()
+        await expect(tab.locator("h1")).to_contain_text("Kind resize")
     await page.assert_clean()
 
 
