@@ -128,6 +128,17 @@ class Cluster:
         """The ``postgres`` database over the unix socket."""
         return f"postgresql://postgres@/postgres?host={self.root}&port={self.port}"
 
+    def new_database(self, prefix: str) -> str:
+        """A new, empty database named ``prefix`` and a random suffix; its URL."""
+        import uuid
+
+        import psycopg
+
+        name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+        with psycopg.connect(self.url, autocommit=True) as admin:
+            admin.execute(f'CREATE DATABASE "{name}"')  # type: ignore[arg-type]
+        return self.url.replace("/postgres?", f"/{name}?", 1)
+
     @classmethod
     def start(cls, *, extra: dict[str, str] | None = None, timeout_s: float = 60.0) -> Cluster:
         """initdb, write the settings, start the postmaster, wait until it accepts connections."""

@@ -15,11 +15,9 @@ import argparse
 import asyncio
 import statistics
 import time
-import uuid
 from collections.abc import Coroutine
 from datetime import timedelta
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 
@@ -96,10 +94,7 @@ def main() -> None:
     args = parser.parse_args()
     cluster = Cluster.start()
     try:
-        name = f"rota_counts_{uuid.uuid4().hex[:8]}"
-        with psycopg.connect(cluster.url, autocommit=True) as admin:
-            admin.execute(f'CREATE DATABASE "{name}"')
-        url = urlunsplit(urlsplit(cluster.url)._replace(path=f"/{name}"))
+        url = cluster.new_database("rota_counts")
 
         async def setup() -> None:
             store = open_store(url)

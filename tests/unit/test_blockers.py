@@ -7,7 +7,14 @@ from datetime import UTC, datetime, timedelta
 from typing import get_args
 
 from rota.api.schemas import BlockedName
-from rota.domain.blockers import Blocked, FlowSnapshot, LimitUse, blockers
+from rota.domain.blockers import (
+    Blocked,
+    FlowSnapshot,
+    LimitUse,
+    blockers,
+    kind_blockers,
+    queue_blockers,
+)
 from rota.domain.flow import Limit, LimitScope
 from rota.domain.job import Job, JobState
 
@@ -140,3 +147,45 @@ def test_a_tenants_own_limit_takes_precedence_over_the_every_tenant_one() -> Non
     assert reasons(job(tenant="beta"), replace(flow, tenant_running={"beta": 1})) == [
         Blocked.TENANT_LIMIT
     ]
+
+
+def test_a_queue_is_held_back_by_its_pause_its_limit_its_workers_and_its_waiting_jobs() -> None:
+    assert queue_blockers("default", SERVED) == []
+    full = FlowSnapshot.of(
+        paused_queues=["default"],
+        limits=[LimitUse(Limit(LimitScope.QUEUE, "default", concurrency=2), running=2)],
+        served_queues=["mail"],
+    )
+    assert [(b.reason, b.message) for b in queue_blockers("default", full, waiting=3)] == [
+        (Blocked.WAITING_ON_PARENTS, "3 waiting on their parent jobs"),
+        (Blocked.QUEUE_PAUSED, "queue default is paused"),
+        (Blocked.QUEUE_LIMIT, "queue default is at its limit: 2 of 2 running"),
+        (Blocked.NO_WORKER, "no live worker claims from queue default"),
+    ]
+    # A kind's limit holds back only that kind's jobs, not the queue.
+    kind_full = FlowSnapshot.of(
+        limits=[LimitUse(Limit(LimitScope.KIND, "email", concurrency=1), running=1)],
+        served_queues=["default"],
+    )
+    assert queue_blockers("default", kind_full) == []
+
+
+def test_a_kind_is_held_back_by_its_limits_and_by_no_live_worker_running_it() -> None:
+    assert kind_blockers("email", SERVED) == []
+    rated = FlowSnapshot.of(
+        limits=[
+            LimitUse(
+                Limit(LimitScope.KIND, "email", rate=5, period=timedelta(minutes=1)),
+                recent_starts=5,
+            )
+        ],
+        served_queues=["default", "mail"],
+        served_kinds={"default": ["pdf"], "mail": ["sms"]},
+    )
+    assert [(b.reason, b.message) for b in kind_blockers("email", rated)] == [
+        (Blocked.KIND_RATE, "kind email used its 5 starts per minute"),
+        (Blocked.NO_WORKER_FOR_KIND, "no live worker runs kind email"),
+    ]
+    # A worker that did not list its kinds may run any.
+    anyone = FlowSnapshot.of(served_queues=["default"], served_kinds={"default": None})
+    assert kind_blockers("email", anyone) == []

@@ -14,6 +14,7 @@ from rota.api.context import ApiContext
 from rota.api.errors import install_error_handlers
 from rota.api.gate import RequestGate
 from rota.api.queue_models import LimitCreate
+from rota.api.routes_activity import activity_router
 from rota.api.routes_audit import audit_router
 from rota.api.routes_jobs import jobs_router
 from rota.api.routes_misc import misc_router
@@ -92,6 +93,7 @@ def create_app(
     app.include_router(jobs_router(ctx))
     app.include_router(schedules_router(ctx))
     app.include_router(queues_router(ctx))
+    app.include_router(activity_router(ctx))
     app.include_router(workflows_router(ctx))
     app.include_router(signals_router(ctx))
     app.include_router(audit_router(ctx))

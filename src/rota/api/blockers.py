@@ -15,7 +15,7 @@ from datetime import datetime
 
 from rota.api.context import ApiContext
 from rota.api.schemas import BlockerOut
-from rota.domain.blockers import FlowSnapshot, LimitUse, blockers, is_held
+from rota.domain.blockers import Blocker, FlowSnapshot, LimitUse, blockers, is_held
 from rota.domain.job import Job
 from rota.store.base import kinds_by_queue
 
@@ -49,10 +49,9 @@ async def blocked_by(ctx: ApiContext, jobs: Sequence[Job], now: datetime) -> lis
     if not any(is_held(job) for job in jobs):
         return [[] for _ in jobs]
     flow = await flow_snapshot(ctx, now)
-    return [
-        [
-            BlockerOut(reason=b.reason.value, message=b.message, certain=b.certain)
-            for b in blockers(job, now, flow)
-        ]
-        for job in jobs
-    ]
+    return [blockers_out(blockers(job, now, flow)) for job in jobs]
+
+
+def blockers_out(found: Sequence[Blocker]) -> list[BlockerOut]:
+    """The API's form of ``found``."""
+    return [BlockerOut(reason=b.reason.value, message=b.message, certain=b.certain) for b in found]

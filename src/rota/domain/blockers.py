@@ -187,3 +187,32 @@ def _period_text(seconds: float) -> str:
     if whole == seconds and whole in names:
         return names[whole]
     return f"{seconds:g} s"
+
+
+def queue_blockers(queue: str, flow: FlowSnapshot, *, waiting: int = 0) -> list[Blocker]:
+    """What holds back the jobs of ``queue`` as a whole now: paused, its concurrency limit
+    full, no live worker claiming from it, and ``waiting`` jobs waiting on their parents.
+    Limits of a kind or tenant hold back only some of its jobs: each job's own ``blockers``
+    names them."""
+    found: list[Blocker] = []
+    if waiting:
+        found.append(Blocker(Blocked.WAITING_ON_PARENTS, f"{waiting} waiting on their parent jobs"))
+    if queue in flow.paused_queues:
+        found.append(Blocker(Blocked.QUEUE_PAUSED, f"queue {queue} is paused"))
+    found.extend(_limit_blockers(flow, LimitScope.QUEUE, queue))
+    if flow.served_queues is not None and queue not in flow.served_queues:
+        found.append(Blocker(Blocked.NO_WORKER, f"no live worker claims from queue {queue}"))
+    return found
+
+
+def kind_blockers(kind: str, flow: FlowSnapshot) -> list[Blocker]:
+    """What holds back the jobs of ``kind`` as a whole now: its concurrency or rate limit
+    used up, or no live worker that runs it (every live worker listed its kinds, none this
+    one)."""
+    found = _limit_blockers(flow, LimitScope.KIND, kind)
+    served = flow.served_queues
+    if served is not None and not any(
+        (kinds := flow.served_kinds.get(queue)) is None or kind in kinds for queue in served
+    ):
+        found.append(Blocker(Blocked.NO_WORKER_FOR_KIND, f"no live worker runs kind {kind}"))
+    return found

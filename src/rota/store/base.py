@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
 
+from rota.domain.activity import TOP_ERRORS, ActivityBucket, ErrorGroup
 from rota.domain.audit import AuditEntry, AuditFilter, AuditRecord
 from rota.domain.errors import InvalidCursor, InvalidInput
 from rota.domain.flow import Limit, LimitScope
@@ -576,6 +577,37 @@ class Store(DurableVerbs, Protocol):
         self, *, since: datetime, bucket: timedelta, now: datetime | None = None
     ) -> list[ThroughputBucket]:
         """Jobs finished per bucket from ``since`` to now, oldest first, empty buckets included."""
+        ...
+
+    async def activity(
+        self,
+        *,
+        since: datetime,
+        bucket: timedelta,
+        queue: str | None = None,
+        kind: str | None = None,
+        now: datetime | None = None,
+    ) -> list[ActivityBucket]:
+        """Attempts that ended per bucket from ``since`` (a whole minute) to now, oldest first,
+        empty buckets included, of one queue or kind (or all): successes, failures, deaths,
+        and run times and waits as duration histograms (rota.domain.activity). Read from the
+        per-minute tallies that ``complete_many`` and ``fail`` keep in their own fenced
+        statement; InvalidInput for a bucket that is no whole number of minutes."""
+        ...
+
+    async def top_errors(
+        self,
+        *,
+        since: datetime,
+        queue: str | None = None,
+        kind: str | None = None,
+        limit: int = TOP_ERRORS,
+        now: datetime | None = None,
+    ) -> list[ErrorGroup]:
+        """The ``limit`` most frequent errors of failed attempts from ``since`` to now, of
+        one queue or kind (or all), grouped by fingerprint (rota.domain.activity
+        .error_fingerprint), most first; read from the per-minute error tallies ``fail``
+        keeps, so its cost follows the window's minutes, not the jobs."""
         ...
 
     async def attempts(self, job_id: int) -> list[Attempt]:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from rota.domain import blame
+from rota.domain.activity import TOP_ERRORS, ActivityBucket, AttemptEnd, ErrorGroup, attempt_end
 from rota.domain.audit import AuditEntry, AuditFilter, AuditRecord, from_json_text, json_text
 from rota.domain.clock import Clock, SystemClock, utc
 from rota.domain.errors import (
@@ -89,6 +90,7 @@ from rota.store.base import (
     encode_cursor,
     kinds_by_queue,
 )
+from rota.store.memory_activity import ActivityTallies
 from rota.store.memory_durable import DurableState, MemoryDurable
 
 
@@ -139,6 +141,7 @@ class MemoryStore(MemoryDurable):
         self._audit: list[AuditEntry] = []
         self._next_audit_id = 1
         self._durable = DurableState()  #: step records and signals (store/memory_durable.py)
+        self._activity = ActivityTallies()  #: per-minute tallies (store/memory_activity.py)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -589,7 +592,9 @@ class MemoryStore(MemoryDurable):
     async def complete(self, lease: Lease, *, now: datetime | None = None) -> None:
         with self._lock:
             job = self._held(lease)
-            self._finish(job, self._now(now), JobState.SUCCEEDED, Outcome.SUCCEEDED)
+            at = self._now(now)
+            self._activity.add([attempt_end(job, JobState.SUCCEEDED, at)], at)
+            self._finish(job, at, JobState.SUCCEEDED, Outcome.SUCCEEDED)
 
     async def complete_many(
         self,
@@ -602,16 +607,19 @@ class MemoryStore(MemoryDurable):
         texts = list(results) if results is not None else [None] * len(leases)
         with self._lock:
             at = self._now(now)
+            ended: list[AttemptEnd] = []
             for lease, text in zip(leases, texts, strict=True):
                 try:
                     job = self._held(lease)
                 except LeaseLost:
                     lost.append(lease)
                     continue
+                ended.append(attempt_end(job, JobState.SUCCEEDED, at))
                 # Stored as it would come back from a database: a copy, parsed from JSON; None
                 # replaces the result a re-run job kept from its series before.
                 job = replace(job, result=None if text is None else json.loads(text))
                 self._finish(job, at, JobState.SUCCEEDED, Outcome.SUCCEEDED)
+            self._activity.add(ended, at)
         return lost
 
     async def fail(
@@ -629,7 +637,11 @@ class MemoryStore(MemoryDurable):
             at = self._now(now)
             error_text = truncate(error, MAX_ERROR_LENGTH)
             trace = truncate(traceback, MAX_TRACEBACK_LENGTH)
-            if permanent or job.attempt >= job.max_attempts:
+            dies = permanent or job.attempt >= job.max_attempts
+            ended = attempt_end(job, JobState.DEAD if dies else JobState.PENDING, at)
+            self._activity.add([ended], at)
+            self._activity.add_error(job.queue, job.kind, error, at)
+            if dies:
                 self._finish(job, at, JobState.DEAD, Outcome.FAILED, error_text, trace)
                 return JobState.DEAD
             self._end_attempt(job, at, Outcome.FAILED, error_text, trace)
@@ -1016,6 +1028,30 @@ class MemoryStore(MemoryDurable):
             ]
         return bucketize(finished, utc(since), bucket, at)
 
+    async def activity(
+        self,
+        *,
+        since: datetime,
+        bucket: timedelta,
+        queue: str | None = None,
+        kind: str | None = None,
+        now: datetime | None = None,
+    ) -> list[ActivityBucket]:
+        with self._lock:
+            return self._activity.buckets(utc(since), bucket, self._now(now), (queue, kind))
+
+    async def top_errors(
+        self,
+        *,
+        since: datetime,
+        queue: str | None = None,
+        kind: str | None = None,
+        limit: int = TOP_ERRORS,
+        now: datetime | None = None,
+    ) -> list[ErrorGroup]:
+        with self._lock:
+            return self._activity.top_errors(utc(since), self._now(now), (queue, kind), limit)
+
     async def attempts(self, job_id: int) -> list[Attempt]:
         with self._lock:
             self._get(job_id)
@@ -1116,6 +1152,9 @@ class MemoryStore(MemoryDurable):
             )
             doomed = [job_id for _, job_id in finished[: max(0, limit)]]
             self._orphan_children(set(doomed), self._now(None))
+            if len(doomed) < limit:
+                # As the SQL stores: the tallies of minutes whose jobs are all gone go too.
+                self._activity.prune(cutoff)
             for job_id in doomed:
                 job = self._jobs.pop(job_id)
                 self._history.pop(job_id, None)

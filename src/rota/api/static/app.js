@@ -12,6 +12,7 @@ import { renderWorkers } from "./workers.js";
 import { renderSchedules } from "./schedules.js";
 import { renderQueues } from "./queues.js";
 import { renderAudit } from "./audit.js";
+import { renderActivity } from "./activity.js";
 
 let current = null;
 let config = { demo: false, read_only: false, kinds: null, login: false, identity: "" };
@@ -25,6 +26,16 @@ function route() {
   if (jobMatch) return { view: "jobs", render: (root) => renderJob(root, config, jobMatch[1]) };
   const workflowMatch = /^\/workflows\/(\d+)$/.exec(path);
   if (workflowMatch) return { view: "jobs", render: (root) => renderWorkflow(root, config, workflowMatch[1], params) };
+  const pageMatch = /^\/(queues|kinds)\/([^/]+)$/.exec(path);
+  if (pageMatch) {
+    let name = pageMatch[2];
+    try {
+      name = decodeURIComponent(name);
+    } catch {
+      // A malformed escape: the name goes to the server as it is, which refuses it (400).
+    }
+    return { view: "queues", render: (root) => renderActivity(root, pageMatch[1], name, params) };
+  }
   if (path === "/jobs") return { view: "jobs", render: (root) => renderJobs(root, config, params) };
   if (path === "/workers") return { view: "workers", render: (root) => renderWorkers(root, config) };
   if (path === "/queues") return { view: "queues", render: (root) => renderQueues(root, config) };

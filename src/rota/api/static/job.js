@@ -285,8 +285,8 @@ export function renderJob(root, config, id) {
         operatorButtons(job, config, nowMs, () => loop.refresh())));
     replaceChildren(body,
       h("dl", { class: "fields" },
-        field("kind", job.kind),
-        field("queue", job.queue),
+        field("kind", h("a", { href: `#/kinds/${encodeURIComponent(job.kind)}`, class: "mono" }, job.kind)),
+        field("queue", h("a", { href: `#/queues/${encodeURIComponent(job.queue)}`, class: "mono" }, job.queue)),
         field("state", job.state === "waiting" ? `waiting on ${job.waiting_on}` : job.state),
         job.suspended ? field("suspended", suspendedText(job, nowMs)) : null,
         field("progress", progressBar(job, { finished: true })),

@@ -131,7 +131,7 @@ export function renderOverview(root, config) {
     );
     replaceChildren(chart, throughputChart(stats.throughput.buckets));
     const rows = Object.entries(stats.counts.by_queue).map(([queue, perState]) => h("tr", {},
-      h("td", {}, h("a", { href: `#/jobs?queue=${encodeURIComponent(queue)}` }, queue),
+      h("td", {}, h("a", { href: `#/queues/${encodeURIComponent(queue)}` }, queue),
         paused.has(queue) ? [" ", badge("paused")] : null),
       STATES.map((st) => h("td", { class: "num" }, count(perState[st] || 0, exact)))));
     replaceChildren(queues, rows.length ? rows : h("tr", {}, h("td", { class: "muted", colspan: 6 }, "No jobs yet.")));

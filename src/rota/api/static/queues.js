@@ -150,7 +150,8 @@ export function renderQueues(root, config) {
     ]);
     const exact = queueData.exact;
     const queueRows = queueData.queues.map((queue) => h("tr", { "data-queue": queue.name },
-      h("td", { class: "mono" }, h("a", { href: `#/jobs?queue=${encodeURIComponent(queue.name)}` }, queue.name)),
+      h("td", { class: "mono" }, h("a", { href: `#/queues/${encodeURIComponent(queue.name)}` }, queue.name),
+        " ", h("a", { class: "muted small-link", href: `#/jobs?queue=${encodeURIComponent(queue.name)}` }, "jobs")),
       h("td", {}, badge(queue.paused ? "paused" : "active")),
       STATES.map((st) => h("td", { class: "num" }, count(queue.counts[st] || 0, exact))),
       h("td", {}, queueLimit(queue)),

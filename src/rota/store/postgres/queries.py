@@ -9,6 +9,7 @@ from functools import cache
 from importlib import resources
 
 from rota.domain import blame
+from rota.domain.activity import DURATION_BOUNDS_US
 from rota.domain.job import ALONE_AFTER_CRASHES, PREVIEW_CHARS, STATE_BIT_SQL
 
 #: The columns every statement returning a job selects: Job's fields, in their order
@@ -110,6 +111,33 @@ _TALLY = """
     FROM done WHERE state IN ('succeeded', 'dead', 'cancelled') GROUP BY state
     ON CONFLICT (minute, state) DO UPDATE SET n = rota_finished_per_minute.n + excluded.n
 """.strip()
+#: DURATION_BOUNDS_US as an interval[] literal: width_bucket on intervals spares each row the
+#: numeric arithmetic of extract(epoch ...).
+_BOUNDS = "{" + ",".join(f'"{us} us"' for us in DURATION_BOUNDS_US) + "}"
+#: Adds the attempts that rows of a CTE named "done" ended to the per-minute activity tallies
+#: (029_activity), rows taken in key order (two batches never deadlock on them). Each row
+#: ended one attempt: succeeded, or failed (pending again, or dead).
+_ACTIVITY = f"""
+    INSERT INTO rota_activity AS a (minute, queue, kind, bucket, succeeded, failed, dead, waited)
+    SELECT date_trunc('minute', coalesce(%(now)s::timestamptz, now())), queue, kind, bucket,
+           count(*) FILTER (WHERE measure = 'run' AND state = 'succeeded'),
+           count(*) FILTER (WHERE measure = 'run' AND state <> 'succeeded'),
+           count(*) FILTER (WHERE measure = 'run' AND state = 'dead'),
+           count(*) FILTER (WHERE measure = 'wait')
+    FROM (
+        SELECT done.queue, done.kind, done.state, m.measure,
+               width_bucket(m.took, '{_BOUNDS}'::interval[]) AS bucket
+        FROM done CROSS JOIN LATERAL (VALUES
+            ('run', coalesce(%(now)s::timestamptz, now()) - done.started_at),
+            ('wait', done.started_at - done.due_at)
+        ) AS m(measure, took)
+    ) AS ended
+    GROUP BY queue, kind, bucket
+    ORDER BY queue, kind, bucket
+    ON CONFLICT (minute, queue, kind, bucket) DO UPDATE SET
+        succeeded = a.succeeded + excluded.succeeded, failed = a.failed + excluded.failed,
+        dead = a.dead + excluded.dead, waited = a.waited + excluded.waited
+""".strip()
 #: Wakes workers for the rows of a CTE named "done" that became pending (the same message
 #: the insert trigger sends), sent on commit; "woke" must be referenced for it to run.
 _WAKE = """
@@ -207,6 +235,7 @@ def queries() -> dict[str, str]:
             .replace("{expired_marker_columns}", _EXPIRED_MARKER)
             .replace("{crowded_marker_columns}", _CROWDED_MARKER)
             .replace("{tally}", _TALLY)
+            .replace("{activity}", _ACTIVITY)
             .replace("{wake}", _WAKE)
             .replace("{finished}", _FINISHED)
             .replace("{schedule_columns}", SCHEDULE_COLUMNS)

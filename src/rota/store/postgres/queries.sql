@@ -5,6 +5,8 @@
 -- Arrays are sent in binary (%(name)b): as text, psycopg spells an array by escaping every
 -- element and PostgreSQL parses it back, several µs a job for the payloads of a batch.
 -- {tally} adds the terminal transitions of the CTE "done" to rota_finished_per_minute;
+-- {activity} adds the attempts "done" ended (its rows carry queue, kind, started_at and the
+-- due time before the attempt, due_at) to rota_activity (029_activity);
 -- {wake} notifies workers of the jobs "done" made pending (due now or later), on commit;
 -- {finished} notifies result waiters when "done" made jobs they wait for terminal (one NOTIFY,
 -- on commit; none when nobody waits for them).
@@ -599,8 +601,8 @@ WITH done AS (
     FROM unnest(%(ids)b::bigint[], %(tokens)b::bigint[], %(results)b::text[])
          AS l(id, token, result)
     WHERE j.id = l.id AND j.state = 'running' AND j.lease_token = l.token
-    RETURNING j.id, j.state
-), tally AS ({tally}), {finished}
+    RETURNING j.id, j.state, j.queue, j.kind, j.started_at, j.run_at AS due_at
+), tally AS ({tally}), activity AS ({activity}), {finished}
 SELECT id FROM done, told;
 
 -- name: complete_apart
@@ -614,7 +616,7 @@ WITH done AS (
     FROM unnest(%(ids)b::bigint[], %(tokens)b::bigint[], %(results)b::text[])
          AS l(id, token, result)
     WHERE j.id = l.id AND j.state = 'running' AND j.lease_token = l.token
-    RETURNING j.id, j.state
+    RETURNING j.id, j.state, j.queue, j.kind, j.started_at, j.run_at AS due_at
 ), apart AS (
     INSERT INTO rota_results (job_id, token, result)
     SELECT a.id, a.token, a.result::json
@@ -622,7 +624,7 @@ WITH done AS (
          AS a(id, token, result)
     WHERE a.id IN (SELECT id FROM done)
     ON CONFLICT (job_id) DO UPDATE SET token = excluded.token, result = excluded.result
-), tally AS ({tally}), {finished}
+), tally AS ({tally}), activity AS ({activity}), {finished}
 SELECT id FROM done, told;
 
 -- name: results_apart
@@ -635,7 +637,12 @@ SELECT job_id, token, result FROM rota_results WHERE job_id = ANY(%(ids)b::bigin
 DELETE FROM rota_results r WHERE NOT EXISTS (SELECT 1 FROM rota_jobs j WHERE j.id = r.job_id);
 
 -- name: fail
-WITH done AS (
+-- The job's due time before this attempt (the wait the tallies count) is read under the same
+-- fenced condition: a running job's run_at never changes, and this statement sets it anew.
+WITH was AS (
+    SELECT run_at AS due_at FROM rota_jobs
+    WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s
+), done AS (
 UPDATE rota_jobs SET
     state = CASE WHEN %(permanent)s OR attempt >= max_attempts THEN 'dead' ELSE 'pending' END,
     run_at = CASE WHEN %(permanent)s OR attempt >= max_attempts THEN run_at
@@ -649,9 +656,17 @@ UPDATE rota_jobs SET
         'started_us', (extract(epoch FROM started_at) * 1000000)::bigint,
         'finished_us', (extract(epoch FROM coalesce(%(now)s::timestamptz, now())) * 1000000)::bigint,
         'outcome', 'failed', 'error', %(error)s::text, 'traceback', %(traceback)s::text))
+FROM was
 WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s
-RETURNING id, state, queue, run_at
-), tally AS ({tally}), {wake}, {finished}
+RETURNING id, state, queue, run_at, kind, started_at, was.due_at
+), tally AS ({tally}), activity AS ({activity}), errors AS (
+    INSERT INTO rota_error_minutes AS e (minute, queue, kind, fingerprint, sample, n)
+    SELECT date_trunc('minute', coalesce(%(now)s::timestamptz, now())), queue, kind,
+           %(fingerprint)s::text, %(sample)s::text, 1
+    FROM done
+    ON CONFLICT (minute, queue, kind, fingerprint) DO UPDATE SET
+        n = e.n + 1, sample = excluded.sample
+), {wake}, {finished}
 SELECT state FROM done, woke, told;
 
 -- name: give_back
@@ -885,7 +900,13 @@ WITH gone AS (
 SELECT count(*) FROM gone;
 
 -- name: prune_tally
--- Tally minutes older than the cutoff, once a pass came up short (their jobs are gone).
+-- Tally minutes older than the cutoff, once a pass came up short (their jobs are gone); the
+-- activity tallies of those minutes (029) go with them.
+WITH activity AS (
+    DELETE FROM rota_activity WHERE minute < %(older_than)s - interval '1 minute'
+), errors AS (
+    DELETE FROM rota_error_minutes WHERE minute < %(older_than)s - interval '1 minute'
+)
 DELETE FROM rota_finished_per_minute WHERE minute < %(older_than)s - interval '1 minute';
 
 -- name: drop_day
@@ -900,6 +921,26 @@ SELECT count(*) FROM (SELECT 1 FROM rota_jobs WHERE {where} LIMIT {limit}) AS ca
 SELECT minute, state, n FROM rota_finished_per_minute
 WHERE minute >= date_trunc('minute', %(since)s::timestamptz)
   AND minute < coalesce(%(now)s::timestamptz, now());
+
+-- name: activity
+-- A queue's or kind's activity ({filter}: by one, both or neither) per slot of %(width_s)s
+-- seconds from %(since)s, by duration bucket (029_activity), through the index of the filter.
+SELECT floor(extract(epoch FROM minute - %(since)s::timestamptz) / %(width_s)s)::int AS slot,
+       bucket, sum(succeeded)::bigint, sum(failed)::bigint, sum(dead)::bigint,
+       sum(waited)::bigint
+FROM rota_activity
+WHERE minute >= %(since)s::timestamptz AND minute < %(now)s::timestamptz {filter}
+GROUP BY slot, bucket;
+
+-- name: top_errors
+-- The most frequent error fingerprints of the window ({filter} as for "activity"), with the
+-- latest minute's sample.
+SELECT fingerprint, sum(n)::bigint AS total, max(minute),
+       (array_agg(sample ORDER BY minute DESC))[1]
+FROM rota_error_minutes
+WHERE minute >= %(since)s::timestamptz AND minute < %(now)s::timestamptz {filter}
+GROUP BY fingerprint ORDER BY total DESC, fingerprint
+LIMIT %(limit)s;
 
 -- name: counts
 -- The maintained counts (017_counts): folded totals plus the deltas not folded yet, summed in

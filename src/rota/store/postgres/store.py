@@ -20,6 +20,13 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from rota.domain.activity import (
+    TOP_ERRORS,
+    ActivityBucket,
+    ErrorGroup,
+    error_fingerprint,
+    error_sample,
+)
 from rota.domain.audit import AuditEntry, AuditFilter, AuditRecord
 from rota.domain.clock import Clock, utc
 from rota.domain.errors import (
@@ -75,7 +82,7 @@ from rota.store.base import (
     decode_cursor,
     encode_cursor,
 )
-from rota.store.postgres import audit, filters, retention, schedules, upkeep
+from rota.store.postgres import activity, audit, filters, retention, schedules, upkeep
 from rota.store.postgres.connect import Borrowed, Connections, PoolConnection
 from rota.store.postgres.durable import PostgresDurable
 from rota.store.postgres.enqueue import (
@@ -611,13 +618,16 @@ class PostgresStore(PostgresDurable):
         permanent: bool = False,
         now: datetime | None = None,
     ) -> JobState:
+        error_text = truncate(error, MAX_ERROR_LENGTH)
         rows = await self._fetch(
             "fail",
             {
                 "now": self._now(now),
                 "id": lease.job_id,
                 "token": lease.token,
-                "error": truncate(error, MAX_ERROR_LENGTH),
+                "error": error_text,
+                "fingerprint": error_fingerprint(error),
+                "sample": error_sample(error),
                 "traceback": truncate(traceback, MAX_TRACEBACK_LENGTH),
                 "retry_in": retry_in,
                 "permanent": permanent,
@@ -998,6 +1008,30 @@ class PostgresStore(PostgresDurable):
         return bucketize(
             ((minute, JobState(state), n) for minute, state, n in rows), utc(since), bucket, current
         )
+
+    async def activity(
+        self,
+        *,
+        since: datetime,
+        bucket: timedelta,
+        queue: str | None = None,
+        kind: str | None = None,
+        now: datetime | None = None,
+    ) -> list[ActivityBucket]:
+        async with self._connection() as conn:
+            return await activity.buckets(conn, utc(since), bucket, self._now(now), queue, kind)
+
+    async def top_errors(
+        self,
+        *,
+        since: datetime,
+        queue: str | None = None,
+        kind: str | None = None,
+        limit: int = TOP_ERRORS,
+        now: datetime | None = None,
+    ) -> list[ErrorGroup]:
+        async with self._connection() as conn:
+            return await activity.top_errors(conn, utc(since), self._now(now), queue, kind, limit)
 
     async def attempts(self, job_id: int) -> list[Attempt]:
         rows = await self._fetch("attempts", {"id": job_id})

@@ -32,7 +32,8 @@ from rota.domain.job import (
 )
 from rota.domain.lease import Lease
 from rota.store.base import Beat, RescueResult
-from rota.store.sqlite import candidates, flow
+from rota.store.sqlite import activity, candidates, flow
+from rota.store.sqlite.activity import Ended
 from rota.store.sqlite.counts import count_moved, tally_finished
 from rota.store.sqlite.rows import (
     CLAIMED_COLUMNS,
@@ -233,7 +234,7 @@ def complete(
         for pair, text in zip(_pairs(leases), _fitting(leases, texts), strict=True)
         if text is not None
     }
-    held: dict[tuple[int, int], str] = {}
+    held: dict[tuple[int, int], Ended] = {}
     # A job with a result gets a fenced statement of its own; the others share one. A long
     # result goes to rota_results (025), only for a job this completion succeeded.
     for (job_id, token), text in with_result.items():
@@ -241,8 +242,8 @@ def complete(
         found = conn.execute(
             _COMPLETE_WITH_RESULT, (None if apart else text, at_us, job_id, token)
         ).fetchall()
-        for found_id, found_token, queue in found:
-            held[found_id, found_token] = queue
+        for found_id, found_token, *ended in found:
+            held[found_id, found_token] = (ended[0], ended[1], ended[2], ended[3])
             if apart:
                 conn.execute(_STORE_APART, (found_id, found_token, text))
     plain = [pair for pair in _pairs(leases) if pair not in with_result]
@@ -254,8 +255,9 @@ def complete(
     )
     end_attempts(conn, [token for _, token in held], at_us, Outcome.SUCCEEDED)
     # Running to succeeded is counted here, not by the triggers (019).
-    count_moved(conn, held.values(), "running", "succeeded")
+    count_moved(conn, (ended[0] for ended in held.values()), "running", "succeeded")
     tally_finished(conn, at_us, "succeeded", len(held))
+    activity.record(conn, held.values(), JobState.SUCCEEDED, at_us)
     return [item for item in leases if (item.job_id, item.token) not in held]
 
 
@@ -274,7 +276,7 @@ _COMPLETE_WITH_RESULT = """
 UPDATE OR ROLLBACK rota_jobs SET state = 'succeeded', result = ?, lease_until = NULL, finished_at = ?,
     progress = 1
 WHERE id = ? AND state = 'running' AND lease_token = ?
-RETURNING id, lease_token, queue
+RETURNING id, lease_token, queue, kind, started_at, run_at
 """
 
 
@@ -286,7 +288,7 @@ UPDATE rota_jobs SET
     lease_until = NULL,
     last_error = :error
 WHERE id = :id AND state = 'running' AND lease_token = :token
-RETURNING state
+RETURNING state, queue, kind, started_at, run_at
 """
 
 
@@ -319,7 +321,10 @@ def fail(
     if row is None:
         raise LeaseLost(lease.job_id, lease.token)
     end_attempts(conn, [lease.token], at_us, Outcome.FAILED, error_text, trace)
-    return JobState(row[0])
+    state = JobState(row[0])
+    activity.record(conn, [row[1:]], state, at_us)
+    activity.record_error(conn, row[1], row[2], error, at_us)
+    return state
 
 
 _GIVE_BACK = """
@@ -422,21 +427,23 @@ def _fenced(
     assignments: str,
     params: Sequence[object],
     pairs: Sequence[tuple[int, int]],
-) -> dict[tuple[int, int], str]:
+) -> dict[tuple[int, int], Ended]:
     """Apply ``assignments`` (a constant SQL fragment) to each job still running under the
     token paired with its id, one statement per chunk; return the (id, token) pairs that held,
-    each with its job's queue.
+    each with its job's queue, kind, started_at and run_at.
     """
-    held: dict[tuple[int, int], str] = {}
+    held: dict[tuple[int, int], Ended] = {}
     for part in chunks(pairs):
         sql = (
             f"WITH held (held_id, held_token) AS (VALUES {pair_values(len(part))}) "
             f"UPDATE OR ROLLBACK rota_jobs SET {assignments} FROM held "
             "WHERE id = held_id AND state = 'running' AND lease_token = held_token "
-            "RETURNING id, lease_token, queue"
+            "RETURNING id, lease_token, queue, kind, started_at, run_at"
         )
-        for job_id, token, queue in conn.execute(sql, [*_flat(part), *params]):
-            held[job_id, token] = queue
+        for job_id, token, queue, kind, started, run_at in conn.execute(
+            sql, [*_flat(part), *params]
+        ):
+            held[job_id, token] = (queue, kind, started, run_at)
     return held
 
 

@@ -17,6 +17,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from functools import partial
 
+from rota.domain.activity import TOP_ERRORS, ActivityBucket, ErrorGroup
 from rota.domain.audit import AuditEntry, AuditFilter, AuditRecord
 from rota.domain.clock import Clock, SystemClock, utc
 from rota.domain.errors import LeaseLost, RotaError
@@ -53,6 +54,7 @@ from rota.store.base import (
     decode_cursor,
 )
 from rota.store.sqlite import (
+    activity,
     audit,
     claims,
     flow,
@@ -458,6 +460,34 @@ class SqliteStore(SqliteDurable):
         start = utc(since)
         return await self._db.read(lambda conn: jobs.throughput(conn, start, bucket, self._at(now)))
 
+    async def activity(
+        self,
+        *,
+        since: datetime,
+        bucket: timedelta,
+        queue: str | None = None,
+        kind: str | None = None,
+        now: datetime | None = None,
+    ) -> list[ActivityBucket]:
+        start, at = utc(since), self._at(now)
+        return await self._db.read(
+            lambda conn: activity.buckets(conn, start, bucket, at, queue, kind)
+        )
+
+    async def top_errors(
+        self,
+        *,
+        since: datetime,
+        queue: str | None = None,
+        kind: str | None = None,
+        limit: int = TOP_ERRORS,
+        now: datetime | None = None,
+    ) -> list[ErrorGroup]:
+        start, at = utc(since), self._at(now)
+        return await self._db.read(
+            lambda conn: activity.top_errors(conn, start, at, queue, kind, limit)
+        )
+
     async def attempts(self, job_id: int) -> list[Attempt]:
         return await self._db.read(lambda conn: jobs.attempts(conn, job_id))
 
@@ -488,7 +518,14 @@ class SqliteStore(SqliteDurable):
 
     async def prune(self, *, older_than: datetime, limit: int = 10_000) -> int:
         cutoff = utc(older_than)
-        return await self._db.write(lambda conn: jobs.prune(conn, cutoff, limit, self._at(None)))
+
+        def body(conn: sqlite3.Connection) -> int:
+            gone = jobs.prune(conn, cutoff, limit, self._at(None))
+            if gone < limit:
+                activity.prune(conn, cutoff)
+            return gone
+
+        return await self._db.write(body)
 
     # ------------------------------------------------------------------ flow control
 
