@@ -133,6 +133,27 @@ bench-profile: setup-bench ## Profile the worker on a no-op drain (py-spy; pg_st
 bench-pickup: setup-bench ## Split rota's and PgQueuer's pickup latency into its steps, into bench/results/pickup.md
 	$(PY) -m bench.pickup
 
+# DRAIN_SETTINGS_ARGS: e.g. --settings 1000/500,500/250 --processes 2 --runs 3, --quick.
+DRAIN_SETTINGS_ARGS ?=
+
+.PHONY: bench-drain-settings
+bench-drain-settings: setup ## rota's drain at several concurrency/claim_batch settings, alternated (prints)
+	$(PY) -m bench.drain_settings $(DRAIN_SETTINGS_ARGS)
+
+# DASHBOARD_ARGS: e.g. --jobs 10000000, --backend postgres.
+DASHBOARD_ARGS ?= --jobs 1000000
+
+.PHONY: bench-dashboard
+bench-dashboard: setup ## The dashboard's and the API's reads beside 1,000,000 jobs, PostgreSQL and SQLite (prints)
+	$(PY) -m bench.dashboard_scale $(DASHBOARD_ARGS)
+
+# SERVE_ARGS: e.g. --greedy-reader --clients 30 --seconds 20.
+SERVE_ARGS ?=
+
+.PHONY: bench-serve
+bench-serve: setup ## /healthz and leases of `rota serve` under API reads, or beside one greedy reader (prints)
+	$(PY) -m bench.serve_load $(SERVE_ARGS)
+
 # SCALE_ARGS: e.g. --scale 10000000 (about 20 min), --only finished, --runs 5.
 SCALE_ARGS ?=
 

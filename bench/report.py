@@ -21,21 +21,17 @@ from bench.harness import ROOT, SYSTEMS, Bench, Measurement, Settings
 MARKDOWN = ROOT / "docs" / "benchmarks.md"
 PLOT = ROOT / "docs" / "benchmarks.png"
 #: What the run above says and does not, written after reading it (dated, with the commit it
-#: read), spliced in verbatim after the notes; the write-ups below follow it.
-READING = ROOT / "bench" / "reading.md"
-#: The profile write-up (``python -m bench.profile`` and its reading), spliced in verbatim.
-PROFILE = ROOT / "bench" / "profile.md"
-#: The pickup latency, split into its steps (``python -m bench.pickup``), spliced in the same way.
-PICKUP = ROOT / "bench" / "pickup.md"
-#: The dashboard-at-scale and counting-cost write-up (``bench.dashboard_scale``,
-#: ``bench.counts_cost``), and the section on cost beside millions of jobs (``bench.scale``),
-#: each spliced in verbatim after it.
+#: read), spliced in verbatim after the notes; the published write-ups below follow it. The
+#: investigations behind the figures (profiles, before and after) are in bench/reading.md,
+#: which the report does not splice.
+PUBLISHED = ROOT / "bench" / "published.md"
+#: The dashboard and the API at millions of jobs (``bench.dashboard_scale``), and cost beside
+#: millions of jobs (``bench.scale``), each spliced in verbatim after it.
 DASHBOARD_SCALE = ROOT / "bench" / "dashboard_scale.md"
 SCALE = ROOT / "bench" / "scale.md"
 #: /healthz and leases under API load (``bench.serve_load``), spliced in the same way.
 SERVE_LOAD = ROOT / "bench" / "serve_load.md"
-#: Results' and workflows' cost before and after (``bench.regression``), fan-in and chains
-#: (``bench.workflows``), spliced in the same way.
+#: Fan-in and chains (``bench.workflows``), spliced in the same way.
 WORKFLOWS = ROOT / "bench" / "workflows.md"
 #: A day of the seeds' estimate, compressed (``bench.day``), spliced in the same way.
 DAY = ROOT / "bench" / "day.md"
@@ -43,6 +39,8 @@ DAY = ROOT / "bench" / "day.md"
 DURABLE = ROOT / "bench" / "durable.md"
 #: Import, --help and a worker's first claim (``bench.startup``), spliced in the same way.
 STARTUP = ROOT / "bench" / "startup.md"
+#: The write-ups, in the order the report splices them.
+WRITE_UPS = (PUBLISHED, DASHBOARD_SCALE, SCALE, DAY, SERVE_LOAD, WORKFLOWS, DURABLE, STARTUP)
 NAMES = {"rota": "rota", "pgqueuer": "PgQueuer", "procrastinate": "Procrastinate"}
 #: Settings that only say where this run's cluster happened to live.
 _PER_RUN = {"port", "unix_socket_directories", "data_directory", "config_file", "hba_file"}
@@ -304,6 +302,58 @@ HOW = [
 ]
 
 
+#: The reading guide at the top of the report: each section, what it measures, how to take it.
+GUIDE = [
+    "## How to read this page",
+    "",
+    "The tables of `make bench` come first (one run, every system in it); the sections after "
+    "them are each taken by a tool of their own, with its command, date and machine stated "
+    "where it starts. Compare figures within a table, or across tables only as far as their "
+    "machines and dates agree.",
+    "",
+    "| section | what it measures | reproduce |",
+    "|---|---|---|",
+    "| Results | enqueue (one job per call, one bulk call), drains of no-op jobs (a burst into "
+    "idle workers, a held backlog; 1 and 2 worker processes) with the worker's and "
+    "PostgreSQL's CPU per job, pickup latency of an idle worker, drains beside 1,000,000 jobs "
+    "not yet due or finished, schedule lag, a worker's memory, SQLite, fairness, the "
+    "dashboard's reads, durable jobs; every system of the run, median (min-max) of its runs "
+    "| `make bench` (about 30 min; rewrites this page), `make bench-quick` to check the "
+    "harness |",
+    "| Goals | rota's figures of the Results against the goals set, and against PgQueuer's "
+    "of the same run | `make bench` |",
+    "| How each figure is taken | the method of each scenario of the Results | |",
+    "| Reading the run above | what the published run shows against the goals, pair by pair | |",
+    "| The dashboard and the API at 1,000,000 and 10,000,000 jobs | the dashboard's and the "
+    "API's reads on a big jobs table, PostgreSQL and SQLite | `make bench-dashboard` |",
+    "| Claim, enqueue and prune beside millions of jobs | a claim's, an enqueue's and the "
+    "prune's cost beside 10,000,000 finished or future jobs | `make bench-scale` |",
+    "| A day of the seeds' estimate, compressed | a day of steady jobs and hourly schedules "
+    "at 50x and 100x: backlog, schedule lag, slots claimed | `make bench-day` |",
+    "| `rota serve` under API load; one greedy reader | /healthz latency and leases under "
+    "API reads; an admin's writes beside one greedy reader | `make bench-serve` |",
+    "| Fan-in and chains | a workflow's fan-in and chain beside plain jobs | "
+    "`make bench-workflows` |",
+    "| Durable jobs: 10 steps each, beside DBOS | 10-step durable jobs per second | "
+    "`make bench-durable` |",
+    "| Startup | import, `--help` and a worker's first claim | `make bench-startup` |",
+    "",
+    "The investigations behind these figures (where a job's CPU goes, where a pickup's time "
+    "goes, what a change cost before and after, the runs not published) are in the "
+    "repository's bench/reading.md, each with its command, figures, date and machine; "
+    "bench/README.md lists the suite and its tools.",
+]
+
+
+def write_ups() -> list[str]:
+    """The write-ups the report splices after its own sections, each verbatim."""
+    lines: list[str] = []
+    for write_up in WRITE_UPS:
+        if write_up.exists():
+            lines += ["", write_up.read_text().strip()]
+    return lines
+
+
 def write(
     bench: Bench,
     *,
@@ -364,6 +414,8 @@ def write(
     lines += [
         "- **Versions:** " + ", ".join(f"{k} {v}" for k, v in found.items()),
         "",
+        *GUIDE,
+        "",
         "## PostgreSQL server",
         "",
         *server_section(bench),
@@ -407,20 +459,7 @@ def write(
     if bench.skipped:
         lines += ["", "## Skipped", ""]
         lines += [f"- **{scenario}**: {why}" for scenario, why in bench.skipped]
-    for write_up in (
-        READING,
-        PROFILE,
-        PICKUP,
-        DASHBOARD_SCALE,
-        SCALE,
-        DAY,
-        SERVE_LOAD,
-        WORKFLOWS,
-        DURABLE,
-        STARTUP,
-    ):
-        if write_up.exists():
-            lines += ["", write_up.read_text().strip()]
+    lines += write_ups()
     lines += ["", "![Throughput and latency per system](benchmarks.png)", ""]
     MARKDOWN.write_text("\n".join(lines))
     plot(bench)
