@@ -110,12 +110,27 @@ serve: setup ## Run the service with the demo jobs on http://127.0.0.1:8080
 # --database-url postgresql://user@host:5432/postgres (a given server instead of its own).
 BENCH_ARGS ?=
 
+# Oban for Python needs Python 3.12 or later: the benchmarks run it, and DBOS beside it, in a venv
+# of their own (bench/peers312.py), made from the Python 3.12 that test-django6 finds. Without
+# one, `make bench` measures the others and says why these two were skipped.
+VENV_BENCH312 := .venv-bench312
+
+.PHONY: setup-bench312
+setup-bench312: ## The Python 3.12 venv of the peers Oban for Python and DBOS (make bench skips them without it)
+	@py="$(PY312)"; \
+	if [ -z "$$py" ]; then \
+		echo "setup-bench312: no Python 3.12 (python3.12 on PATH or under pyenv):" \
+			"make bench skips Oban for Python and DBOS" >&2; exit 0; fi; \
+	[ -x $(VENV_BENCH312)/bin/python ] || "$$py" -m venv $(VENV_BENCH312); \
+	$(VENV_BENCH312)/bin/pip install --quiet -e '.[bench312]' \
+		|| echo "setup-bench312: the install failed: make bench skips Oban for Python and DBOS" >&2
+
 .PHONY: bench
-bench: setup-bench ## Benchmarks on a throwaway production-configured PostgreSQL (~30 min); rewrites docs/benchmarks.md
+bench: setup-bench setup-bench312 ## Benchmarks on a throwaway production-configured PostgreSQL (~30 min); rewrites docs/benchmarks.md
 	$(PY) -m bench.run $(BENCH_ARGS)
 
 .PHONY: bench-quick
-bench-quick: setup-bench ## Check the benchmark harness end to end with small loads (figures not publishable)
+bench-quick: setup-bench setup-bench312 ## Check the benchmark harness end to end with small loads (figures not publishable)
 	$(PY) -m bench.run --quick --runs 1 $(BENCH_ARGS)
 
 # CAPACITY_ARGS: e.g. --quick (a check), --pg-cores 2 --jobs 200000 --processes 4, --checkpoint.
@@ -171,12 +186,13 @@ bench-scale: setup ## Claim, enqueue and prune beside millions of finished and f
 # Django 6 (django.tasks built in) needs Python 3.12 or later: the Django backend's tests run
 # again in a venv of their own, from python3.12 on PATH or the newest 3.12 under pyenv.
 VENV_DJANGO6 := .venv-django6
+# python3.12 on PATH or the newest 3.12 under pyenv; empty when there is none.
+PY312 = $(shell py=""; for p in python3.12 $${PYENV_ROOT:-$$HOME/.pyenv}/versions/3.12*/bin/python3.12; do \
+	if "$$p" -c "" 2>/dev/null; then py="$$p"; fi; done; echo "$$py")
 
 .PHONY: test-django6
 test-django6: ## The Django backend's tests on Django 6 and its own django.tasks (Python 3.12)
-	@py=""; for p in python3.12 $${PYENV_ROOT:-$$HOME/.pyenv}/versions/3.12*/bin/python3.12; do \
-		if "$$p" -c "" 2>/dev/null; then py="$$p"; fi; \
-	done; \
+	@py="$(PY312)"; \
 	if [ -z "$$py" ]; then echo "test-django6: no Python 3.12 (python3.12 on PATH or under pyenv)" >&2; exit 2; fi; \
 	echo "Django 6 on $$("$$py" --version)"; \
 	[ -x $(VENV_DJANGO6)/bin/python ] || "$$py" -m venv $(VENV_DJANGO6); \

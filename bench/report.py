@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 
 from bench.cluster import KEY_SETTINGS
-from bench.harness import ROOT, SYSTEMS, Bench, Measurement, Settings
+from bench.harness import PYTHON312, ROOT, SYSTEMS, Bench, Measurement, Settings
 
 MARKDOWN = ROOT / "docs" / "benchmarks.md"
 PLOT = ROOT / "docs" / "benchmarks.png"
@@ -41,7 +41,13 @@ DURABLE = ROOT / "bench" / "durable.md"
 STARTUP = ROOT / "bench" / "startup.md"
 #: The write-ups, in the order the report splices them.
 WRITE_UPS = (PUBLISHED, DASHBOARD_SCALE, SCALE, DAY, SERVE_LOAD, WORKFLOWS, DURABLE, STARTUP)
-NAMES = {"rota": "rota", "pgqueuer": "PgQueuer", "procrastinate": "Procrastinate"}
+NAMES = {
+    "rota": "rota",
+    "pgqueuer": "PgQueuer",
+    "procrastinate": "Procrastinate",
+    "oban": "Oban for Python",
+    "dbos": "DBOS",
+}
 #: Settings that only say where this run's cluster happened to live.
 _PER_RUN = {"port", "unix_socket_directories", "data_directory", "config_file", "hba_file"}
 
@@ -116,7 +122,28 @@ def versions() -> dict[str, str]:
     except (OSError, subprocess.CalledProcessError):
         commit = "unknown"
     found["rota commit"] = commit
+    found.update(peers312_versions())
     return found
+
+
+def peers312_versions() -> dict[str, str]:
+    """The versions of the peers run in the Python 3.12 venv, and its Python."""
+    if not PYTHON312.exists():
+        return {}
+    script = (
+        "import sys; from importlib import metadata as m\n"
+        "for p in ('oban', 'dbos'):\n"
+        "    try: print(p, '(Python 3.12 venv)', m.version(p))\n"
+        "    except m.PackageNotFoundError: print(p, '(Python 3.12 venv)', 'not installed')\n"
+        "print('Python of that venv', sys.version.split()[0])"
+    )
+    try:
+        out = subprocess.run(
+            [str(PYTHON312), "-c", script], capture_output=True, text=True, check=True
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return {}
+    return dict(line.rsplit(" ", 1) for line in out.splitlines() if " " in line)
 
 
 def harness_check(bench: Bench) -> bool:
@@ -269,14 +296,18 @@ HOW = [
     "- **enqueue**: single = one call per job, each its own commit; bulk = one call with "
     "every job, each system's fastest documented path (`App.enqueue_many`, COPY from 2,000 "
     "jobs; PgQueuer's list `Queries.enqueue`, one INSERT of arrays; Procrastinate's "
-    "`batch_defer_async`), timed from Python values to commit, into an emptied table after a "
-    "warm-up; the table is emptied again after the run.",
+    "`batch_defer_async`; Oban for Python's `enqueue_many`, one INSERT; DBOS has none, so its "
+    "bulk is `DBOSClient.enqueue_in_transaction` once per workflow in one transaction, over a "
+    "tenth of the batch), timed from "
+    "Python values to commit, into an emptied table after a warm-up; the table is emptied "
+    "again after the run.",
     "- **drain**, two methods, workers started and warmed up first (1,000 jobs run end to end "
     "before the clock starts). *burst*: one bulk enqueue into idle workers, clock from the "
     "enqueue call's return (its commit) to the last job's completion as the store recorded "
     "it. *backlog*: workers held (SIGSTOP: connected and warm, claiming nothing), the jobs "
     "enqueued and the table `ANALYZE`d, clock from the moment they are let go (SIGCONT) to the "
-    "last completion. Systems alternate run by run (rota, PgQueuer, Procrastinate, rota, ...) "
+    "last completion. Systems alternate run by run (rota, PgQueuer, Procrastinate, Oban for "
+    "Python, DBOS, rota, ...) "
     "so drift hits each alike; each run starts on an emptied table (`TRUNCATE`) and empties it "
     "again when done, so that no system's leftover rows are vacuumed in the next system's "
     "window; autovacuum does what it does during the drain. *rota / PgQueuer* pairs run i of "
@@ -297,6 +328,13 @@ HOW = [
     "per-state counters.",
     "- **dashboard**: one call after a warm-up, then timed calls; the HTTP ones go through the "
     "whole ASGI app in process (httpx `ASGITransport`).",
+    "- **Oban for Python and DBOS** run in a Python 3.12 venv of their own (`make "
+    "setup-bench312`; Oban for Python needs 3.12): their workers are that venv's processes "
+    "(`bench/peers312.py`), and their enqueues run in a process there that times its own "
+    "loops, so no exchange between the harness and that process is inside a figure; for "
+    "pickup latency it notes the instant each enqueue call returned, as the harness does for "
+    "the others. Every system reaches PostgreSQL the same way: the run's own cluster over a "
+    "unix socket, or the server given with `--database-url` as its URL says.",
     "- Every load is bounded in count and time; scenarios run one at a time; the goals compare "
     "with the peers measured in this run only.",
 ]
@@ -372,8 +410,10 @@ def write(
     lines = [
         "# Benchmarks",
         "",
-        "rota beside [PgQueuer](https://github.com/janbjorge/pgqueuer) and "
-        "[Procrastinate](https://github.com/procrastinate-org/procrastinate), measured in the "
+        "rota beside [PgQueuer](https://github.com/janbjorge/pgqueuer), "
+        "[Procrastinate](https://github.com/procrastinate-org/procrastinate), "
+        "[Oban for Python](https://pypi.org/project/oban/) and "
+        "[DBOS](https://pypi.org/project/dbos/), measured in the "
         "same run on the same PostgreSQL server, each peer with its own worker at its best "
         "documented settings. This file is written by `make bench` (`python -m bench.run`); do "
         "not edit it by hand. The run also writes the raw values of every run to "
@@ -511,7 +551,7 @@ def plot(bench: Bench) -> None:
     right.set_xticks([i + center for i in range(len(latency))], [t[2] for t in latency])
     right.set_ylabel("ms")
     right.set_title("Pickup latency (lower is better)")
-    title = "rota vs PgQueuer vs Procrastinate, same run, same PostgreSQL"
+    title = " vs ".join(NAMES[s] for s in systems) + ", same run, same PostgreSQL"
     if harness_check(bench):
         title += " (HARNESS CHECK: not a measurement)"
     figure.suptitle(title)

@@ -1,6 +1,6 @@
 """Drain: no-op jobs through 1 and 2 worker processes of each system (PostgreSQL), by both
 methods of ``bench.drains`` (a burst into idle workers, a steady backlog), systems alternating
-run by run (rota, PgQueuer, Procrastinate, rota, ...) so drift on the machine hits each alike.
+run by run (rota, PgQueuer, Procrastinate, Oban for Python, DBOS, rota, ...) so drift on the machine hits each alike.
 
 Procrastinate takes one job per fetch, so its best concurrency depends on the machine: a short
 calibration drains the same batch at each of ``PROCRASTINATE_CONCURRENCY`` first, and the
@@ -18,9 +18,10 @@ from bench.systems import System, make
 NAME = "drain"
 TITLE = "Drain no-op jobs on PostgreSQL"
 
-#: Procrastinate finishes some hundreds of jobs a second: a twentieth of the batch keeps its runs
-#: within seconds and measures the same rate.
-FRACTION = {"procrastinate": 20}
+#: Procrastinate finishes some hundreds of jobs a second, DBOS and Oban for Python some
+#: thousands: a part of the batch keeps their runs within seconds and measures the same rate
+#: (the report's cells say how many jobs).
+FRACTION = {"procrastinate": 20, "oban": 5, "dbos": 20}
 PROCRASTINATE_CONCURRENCY = (10, 25, 50, 100)
 
 
