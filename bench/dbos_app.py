@@ -60,11 +60,21 @@ async def sleep(seq: int) -> None:
     await asyncio.sleep(float(os.environ.get("BENCH_SLEEP_S", "30")))
 
 
-def launch_jobs(dsn: str, worker_concurrency: int | None, polling_interval_s: float) -> None:
+def launch_jobs(dsn: str, worker_concurrency: int | None, polling_interval_s: float | None) -> None:
     """Launch DBOS on ``dsn`` (an executor id of this process's own, as its documentation asks
-    where ``worker_concurrency`` is set) and declare the jobs' queue."""
-    DBOS(config={"name": "rota-bench", "system_database_url": dsn, "executor_id": str(os.getpid())})
+    where ``worker_concurrency`` is set) and declare the jobs' queue, unless
+    ``polling_interval_s`` is None (a launch that only makes the schema). It logs warnings only."""
+    DBOS(
+        config={
+            "name": "rota-bench",
+            "system_database_url": dsn,
+            "executor_id": str(os.getpid()),
+            "log_level": "WARNING",
+        }
+    )
     DBOS.launch()
+    if polling_interval_s is None:
+        return
     DBOS.register_queue(
         JOBS_QUEUE,
         worker_concurrency=worker_concurrency,

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import sys
@@ -151,7 +152,7 @@ class DbosSide:
 
             from bench import dbos_app
 
-            dbos_app.launch_jobs(self.dsn, None, 1.0)
+            dbos_app.launch_jobs(self.dsn, None, None)
             DBOS.destroy()
 
         await asyncio.to_thread(launched_once)
@@ -252,6 +253,8 @@ def main() -> None:
         raise SystemExit("usage: python -m bench.peers312 worker|serve oban|dbos [DSN]")
     role, system = sys.argv[1], sys.argv[2]
     if role == "serve":
+        # The client's start-up lines would go to the harness's progress: warnings only.
+        logging.getLogger("dbos").setLevel(logging.WARNING)
         asyncio.run(_serve(system, sys.argv[3]))
         return
     dsn = os.environ["BENCH_DSN"]
