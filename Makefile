@@ -110,12 +110,27 @@ serve: setup ## Run the service with the demo jobs on http://127.0.0.1:8080
 # --database-url postgresql://user@host:5432/postgres (a given server instead of its own).
 BENCH_ARGS ?=
 
+# Oban for Python needs Python 3.12 or later: the benchmarks run it, and DBOS beside it, in a venv
+# of their own (bench/peers312.py), made from the Python 3.12 that test-django6 finds. Without
+# one, `make bench` measures the others and says why these two were skipped.
+VENV_BENCH312 := .venv-bench312
+
+.PHONY: setup-bench312
+setup-bench312: ## The Python 3.12 venv of the peers Oban for Python and DBOS (make bench skips them without it)
+	@py="$(PY312)"; \
+	if [ -z "$$py" ]; then \
+		echo "setup-bench312: no Python 3.12 (python3.12 on PATH or under pyenv):" \
+			"make bench skips Oban for Python and DBOS" >&2; exit 0; fi; \
+	[ -x $(VENV_BENCH312)/bin/python ] || "$$py" -m venv $(VENV_BENCH312); \
+	$(VENV_BENCH312)/bin/pip install --quiet -e '.[bench312]' \
+		|| echo "setup-bench312: the install failed: make bench skips Oban for Python and DBOS" >&2
+
 .PHONY: bench
-bench: setup-bench ## Benchmarks on a throwaway production-configured PostgreSQL (~30 min); rewrites docs/benchmarks.md
+bench: setup-bench setup-bench312 ## Benchmarks on a throwaway production-configured PostgreSQL (~30 min); rewrites docs/benchmarks.md
 	$(PY) -m bench.run $(BENCH_ARGS)
 
 .PHONY: bench-quick
-bench-quick: setup-bench ## Check the benchmark harness end to end with small loads (figures not publishable)
+bench-quick: setup-bench setup-bench312 ## Check the benchmark harness end to end with small loads (figures not publishable)
 	$(PY) -m bench.run --quick --runs 1 $(BENCH_ARGS)
 
 # CAPACITY_ARGS: e.g. --quick (a check), --pg-cores 2 --jobs 200000 --processes 4, --checkpoint.
@@ -132,6 +147,34 @@ bench-profile: setup-bench ## Profile the worker on a no-op drain (py-spy; pg_st
 .PHONY: bench-pickup
 bench-pickup: setup-bench ## Split rota's and PgQueuer's pickup latency into its steps, into bench/results/pickup.md
 	$(PY) -m bench.pickup
+
+# DRAIN_SETTINGS_ARGS: e.g. --settings 1000/500,500/250 --processes 2 --runs 3, --quick.
+DRAIN_SETTINGS_ARGS ?=
+
+.PHONY: bench-drain-settings
+bench-drain-settings: setup ## rota's drain at several concurrency/claim_batch settings, alternated (prints)
+	$(PY) -m bench.drain_settings $(DRAIN_SETTINGS_ARGS)
+
+# ACTIVITY_ARGS: e.g. --jobs 10000 --rounds 4.
+ACTIVITY_ARGS ?=
+
+.PHONY: bench-activity
+bench-activity: setup ## What the kind and queue pages' per-minute tallies add to a completion (prints)
+	$(PY) -m bench.activity_cost $(ACTIVITY_ARGS)
+
+# DASHBOARD_ARGS: e.g. --jobs 10000000, --backend postgres.
+DASHBOARD_ARGS ?= --jobs 1000000
+
+.PHONY: bench-dashboard
+bench-dashboard: setup ## The dashboard's and the API's reads beside 1,000,000 jobs, PostgreSQL and SQLite (prints)
+	$(PY) -m bench.dashboard_scale $(DASHBOARD_ARGS)
+
+# SERVE_ARGS: e.g. --greedy-reader --clients 30 --seconds 20.
+SERVE_ARGS ?=
+
+.PHONY: bench-serve
+bench-serve: setup ## /healthz and leases of `rota serve` under API reads, or beside one greedy reader (prints)
+	$(PY) -m bench.serve_load $(SERVE_ARGS)
 
 # SCALE_ARGS: e.g. --scale 10000000 (about 20 min), --only finished, --runs 5.
 SCALE_ARGS ?=
@@ -150,12 +193,13 @@ bench-scale: setup ## Claim, enqueue and prune beside millions of finished and f
 # Django 6 (django.tasks built in) needs Python 3.12 or later: the Django backend's tests run
 # again in a venv of their own, from python3.12 on PATH or the newest 3.12 under pyenv.
 VENV_DJANGO6 := .venv-django6
+# python3.12 on PATH or the newest 3.12 under pyenv; empty when there is none.
+PY312 = $(shell py=""; for p in python3.12 $${PYENV_ROOT:-$$HOME/.pyenv}/versions/3.12*/bin/python3.12; do \
+	if "$$p" -c "" 2>/dev/null; then py="$$p"; fi; done; echo "$$py")
 
 .PHONY: test-django6
 test-django6: ## The Django backend's tests on Django 6 and its own django.tasks (Python 3.12)
-	@py=""; for p in python3.12 $${PYENV_ROOT:-$$HOME/.pyenv}/versions/3.12*/bin/python3.12; do \
-		if "$$p" -c "" 2>/dev/null; then py="$$p"; fi; \
-	done; \
+	@py="$(PY312)"; \
 	if [ -z "$$py" ]; then echo "test-django6: no Python 3.12 (python3.12 on PATH or under pyenv)" >&2; exit 2; fi; \
 	echo "Django 6 on $$("$$py" --version)"; \
 	[ -x $(VENV_DJANGO6)/bin/python ] || "$$py" -m venv $(VENV_DJANGO6); \

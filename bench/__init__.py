@@ -1,4 +1,4 @@
-"""rota's benchmarks: rota beside PgQueuer and Procrastinate, run by ``python -m bench.run``;
+"""rota's benchmarks: rota beside its peers, run by ``python -m bench.run`` (bench/README.md);
 the capacity of one PostgreSQL primary per core, by ``python -m bench.capacity``.
 
 Never part of the test run. Every load here is bounded in count and in time, and only talks to

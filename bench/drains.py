@@ -63,6 +63,7 @@ async def drain(
         processes=processes,
         concurrency=concurrency,
         extra=options,
+        argv=system.worker_argv,
     ) as group:
         warm = min(WARM_UP, max(20, count // 5))
         mark = await system.watermark()

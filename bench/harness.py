@@ -29,7 +29,11 @@ import psycopg
 from bench.cluster import server_cpu_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
-SYSTEMS = ("rota", "pgqueuer", "procrastinate")
+SYSTEMS = ("rota", "pgqueuer", "procrastinate", "oban", "dbos")
+#: The peers that run in a Python 3.12 venv of their own (``bench.peers312``; Oban for Python
+#: needs 3.12 or later), made by ``make setup-bench312``.
+PEERS312 = ("oban", "dbos")
+PYTHON312 = ROOT / ".venv-bench312" / "bin" / "python"
 #: Every database this suite creates starts with this prefix, and only those are dropped.
 DB_PREFIX = "rota_bench_"
 
@@ -341,8 +345,10 @@ def start_workers(
     concurrency: int,
     handler: str = "noop",
     extra: dict[str, str] | None = None,
+    argv: list[str] | None = None,
 ) -> WorkerGroup:
-    """Start ``processes`` worker processes of ``system`` (``python -m bench.worker``)."""
+    """Start ``processes`` worker processes of ``system``: ``argv``, by default ``python -m
+    bench.worker SYSTEM`` in this interpreter."""
     group = WorkerGroup([], [], [], [])
     stamp = f"{system}-{time.monotonic_ns()}"
     for index in range(processes):
@@ -363,7 +369,7 @@ def start_workers(
         }
         with log.open("wb") as out:
             process = subprocess.Popen(
-                [sys.executable, "-m", "bench.worker", system],
+                argv or [sys.executable, "-m", "bench.worker", system],
                 env=env,
                 cwd=ROOT,
                 stdout=out,
@@ -388,6 +394,25 @@ async def workers(settings: Settings, system: str, dsn: str, **options: Any) -> 
             await group.stop()
         finally:
             group.kill()
+
+
+def peers312_problem() -> str | None:
+    """Why the Python 3.12 peers cannot run here (None: they can)."""
+    if not PYTHON312.exists():
+        return (
+            f"no {PYTHON312.parent.parent.name} venv: `make setup-bench312` makes it "
+            "(it needs python3.12 on PATH or under pyenv)"
+        )
+    found = subprocess.run(
+        [str(PYTHON312), "-c", "import oban, dbos, psycopg_pool"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if found.returncode != 0:
+        last = (found.stderr.strip().splitlines() or ["?"])[-1]
+        return f"the {PYTHON312.parent.parent.name} venv cannot import them ({last}): `make setup-bench312`"
+    return None
 
 
 def rss_kib(pid: int) -> tuple[int, int]:

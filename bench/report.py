@@ -16,26 +16,22 @@ from typing import Any
 import psycopg
 
 from bench.cluster import KEY_SETTINGS
-from bench.harness import ROOT, SYSTEMS, Bench, Measurement, Settings
+from bench.harness import PYTHON312, ROOT, SYSTEMS, Bench, Measurement, Settings
 
 MARKDOWN = ROOT / "docs" / "benchmarks.md"
 PLOT = ROOT / "docs" / "benchmarks.png"
 #: What the run above says and does not, written after reading it (dated, with the commit it
-#: read), spliced in verbatim after the notes; the write-ups below follow it.
-READING = ROOT / "bench" / "reading.md"
-#: The profile write-up (``python -m bench.profile`` and its reading), spliced in verbatim.
-PROFILE = ROOT / "bench" / "profile.md"
-#: The pickup latency, split into its steps (``python -m bench.pickup``), spliced in the same way.
-PICKUP = ROOT / "bench" / "pickup.md"
-#: The dashboard-at-scale and counting-cost write-up (``bench.dashboard_scale``,
-#: ``bench.counts_cost``), and the section on cost beside millions of jobs (``bench.scale``),
-#: each spliced in verbatim after it.
+#: read), spliced in verbatim after the notes; the published write-ups below follow it. The
+#: investigations behind the figures (profiles, before and after) are in bench/reading.md,
+#: which the report does not splice.
+PUBLISHED = ROOT / "bench" / "published.md"
+#: The dashboard and the API at millions of jobs (``bench.dashboard_scale``), and cost beside
+#: millions of jobs (``bench.scale``), each spliced in verbatim after it.
 DASHBOARD_SCALE = ROOT / "bench" / "dashboard_scale.md"
 SCALE = ROOT / "bench" / "scale.md"
 #: /healthz and leases under API load (``bench.serve_load``), spliced in the same way.
 SERVE_LOAD = ROOT / "bench" / "serve_load.md"
-#: Results' and workflows' cost before and after (``bench.regression``), fan-in and chains
-#: (``bench.workflows``), spliced in the same way.
+#: Fan-in and chains (``bench.workflows``), spliced in the same way.
 WORKFLOWS = ROOT / "bench" / "workflows.md"
 #: A day of the seeds' estimate, compressed (``bench.day``), spliced in the same way.
 DAY = ROOT / "bench" / "day.md"
@@ -43,7 +39,27 @@ DAY = ROOT / "bench" / "day.md"
 DURABLE = ROOT / "bench" / "durable.md"
 #: Import, --help and a worker's first claim (``bench.startup``), spliced in the same way.
 STARTUP = ROOT / "bench" / "startup.md"
-NAMES = {"rota": "rota", "pgqueuer": "PgQueuer", "procrastinate": "Procrastinate"}
+#: What the activity tallies add to a completion (``bench.activity_cost``), the same way.
+ACTIVITY = ROOT / "bench" / "activity_cost.md"
+#: The write-ups, in the order the report splices them.
+WRITE_UPS = (
+    PUBLISHED,
+    DASHBOARD_SCALE,
+    SCALE,
+    DAY,
+    SERVE_LOAD,
+    WORKFLOWS,
+    DURABLE,
+    STARTUP,
+    ACTIVITY,
+)
+NAMES = {
+    "rota": "rota",
+    "pgqueuer": "PgQueuer",
+    "procrastinate": "Procrastinate",
+    "oban": "Oban for Python",
+    "dbos": "DBOS",
+}
 #: Settings that only say where this run's cluster happened to live.
 _PER_RUN = {"port", "unix_socket_directories", "data_directory", "config_file", "hba_file"}
 
@@ -118,7 +134,28 @@ def versions() -> dict[str, str]:
     except (OSError, subprocess.CalledProcessError):
         commit = "unknown"
     found["rota commit"] = commit
+    found.update(peers312_versions())
     return found
+
+
+def peers312_versions() -> dict[str, str]:
+    """The versions of the peers run in the Python 3.12 venv, and its Python."""
+    if not PYTHON312.exists():
+        return {}
+    script = (
+        "import sys; from importlib import metadata as m\n"
+        "for p in ('oban', 'dbos'):\n"
+        "    try: print(p, '(Python 3.12 venv)', m.version(p))\n"
+        "    except m.PackageNotFoundError: print(p, '(Python 3.12 venv)', 'not installed')\n"
+        "print('Python of that venv', sys.version.split()[0])"
+    )
+    try:
+        out = subprocess.run(
+            [str(PYTHON312), "-c", script], capture_output=True, text=True, check=True
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return {}
+    return dict(line.rsplit(" ", 1) for line in out.splitlines() if " " in line)
 
 
 def harness_check(bench: Bench) -> bool:
@@ -271,14 +308,18 @@ HOW = [
     "- **enqueue**: single = one call per job, each its own commit; bulk = one call with "
     "every job, each system's fastest documented path (`App.enqueue_many`, COPY from 2,000 "
     "jobs; PgQueuer's list `Queries.enqueue`, one INSERT of arrays; Procrastinate's "
-    "`batch_defer_async`), timed from Python values to commit, into an emptied table after a "
-    "warm-up; the table is emptied again after the run.",
+    "`batch_defer_async`; Oban for Python's `enqueue_many`, one INSERT; DBOS has none, so its "
+    "bulk is `DBOSClient.enqueue_in_transaction` once per workflow in one transaction, over a "
+    "tenth of the batch), timed from "
+    "Python values to commit, into an emptied table after a warm-up; the table is emptied "
+    "again after the run.",
     "- **drain**, two methods, workers started and warmed up first (1,000 jobs run end to end "
     "before the clock starts). *burst*: one bulk enqueue into idle workers, clock from the "
     "enqueue call's return (its commit) to the last job's completion as the store recorded "
     "it. *backlog*: workers held (SIGSTOP: connected and warm, claiming nothing), the jobs "
     "enqueued and the table `ANALYZE`d, clock from the moment they are let go (SIGCONT) to the "
-    "last completion. Systems alternate run by run (rota, PgQueuer, Procrastinate, rota, ...) "
+    "last completion. Systems alternate run by run (rota, PgQueuer, Procrastinate, Oban for "
+    "Python, DBOS, rota, ...) "
     "so drift hits each alike; each run starts on an emptied table (`TRUNCATE`) and empties it "
     "again when done, so that no system's leftover rows are vacuumed in the next system's "
     "window; autovacuum does what it does during the drain. *rota / PgQueuer* pairs run i of "
@@ -299,9 +340,70 @@ HOW = [
     "per-state counters.",
     "- **dashboard**: one call after a warm-up, then timed calls; the HTTP ones go through the "
     "whole ASGI app in process (httpx `ASGITransport`).",
+    "- **Oban for Python and DBOS** run in a Python 3.12 venv of their own (`make "
+    "setup-bench312`; Oban for Python needs 3.12): their workers are that venv's processes "
+    "(`bench/peers312.py`), and their enqueues run in a process there that times its own "
+    "loops, so no exchange between the harness and that process is inside a figure; for "
+    "pickup latency it notes the instant each enqueue call returned, as the harness does for "
+    "the others. Every system reaches PostgreSQL the same way: the run's own cluster over a "
+    "unix socket, or the server given with `--database-url` as its URL says.",
     "- Every load is bounded in count and time; scenarios run one at a time; the goals compare "
     "with the peers measured in this run only.",
 ]
+
+
+#: The reading guide at the top of the report: each section, what it measures, how to take it.
+GUIDE = [
+    "## How to read this page",
+    "",
+    "The tables of `make bench` come first (one run, every system in it); the sections after "
+    "them are each taken by a tool of their own, with its command, date and machine stated "
+    "where it starts. Compare figures within a table, or across tables only as far as their "
+    "machines and dates agree.",
+    "",
+    "| section | what it measures | reproduce |",
+    "|---|---|---|",
+    "| Results | enqueue (one job per call, one bulk call), drains of no-op jobs (a burst into "
+    "idle workers, a held backlog; 1 and 2 worker processes) with the worker's and "
+    "PostgreSQL's CPU per job, pickup latency of an idle worker, drains beside 1,000,000 jobs "
+    "not yet due or finished, schedule lag, a worker's memory, SQLite, fairness, the "
+    "dashboard's reads, durable jobs; every system of the run, median (min-max) of its runs "
+    "| `make bench` (about 30 min; rewrites this page), `make bench-quick` to check the "
+    "harness |",
+    "| Goals | rota's figures of the Results against the goals set, and against PgQueuer's "
+    "of the same run | `make bench` |",
+    "| How each figure is taken | the method of each scenario of the Results | |",
+    "| Reading the run above | what the published run shows against the goals, pair by pair | |",
+    "| The dashboard and the API at 1,000,000 and 10,000,000 jobs | the dashboard's and the "
+    "API's reads on a big jobs table, PostgreSQL and SQLite | `make bench-dashboard` |",
+    "| Claim, enqueue and prune beside millions of jobs | a claim's, an enqueue's and the "
+    "prune's cost beside 10,000,000 finished or future jobs | `make bench-scale` |",
+    "| A day of the seeds' estimate, compressed | a day of steady jobs and hourly schedules "
+    "at 50x and 100x: backlog, schedule lag, slots claimed | `make bench-day` |",
+    "| `rota serve` under API load; one greedy reader | /healthz latency and leases under "
+    "API reads; an admin's writes beside one greedy reader | `make bench-serve` |",
+    "| Fan-in and chains | a workflow's fan-in and chain beside plain jobs | "
+    "`make bench-workflows` |",
+    "| Durable jobs: 10 steps each, beside DBOS | 10-step durable jobs per second | "
+    "`make bench-durable` |",
+    "| Startup | import, `--help` and a worker's first claim | `make bench-startup` |",
+    "| Activity tallies | what the kind and queue pages' per-minute tallies add to a "
+    "completion | `python -m bench.activity_cost` |",
+    "",
+    "The investigations behind these figures (where a job's CPU goes, where a pickup's time "
+    "goes, what a change cost before and after, the runs not published) are in the "
+    "repository's bench/reading.md, each with its command, figures, date and machine; "
+    "bench/README.md lists the suite and its tools.",
+]
+
+
+def write_ups() -> list[str]:
+    """The write-ups the report splices after its own sections, each verbatim."""
+    lines: list[str] = []
+    for write_up in WRITE_UPS:
+        if write_up.exists():
+            lines += ["", write_up.read_text().strip()]
+    return lines
 
 
 def write(
@@ -322,8 +424,10 @@ def write(
     lines = [
         "# Benchmarks",
         "",
-        "rota beside [PgQueuer](https://github.com/janbjorge/pgqueuer) and "
-        "[Procrastinate](https://github.com/procrastinate-org/procrastinate), measured in the "
+        "rota beside [PgQueuer](https://github.com/janbjorge/pgqueuer), "
+        "[Procrastinate](https://github.com/procrastinate-org/procrastinate), "
+        "[Oban for Python](https://pypi.org/project/oban/) and "
+        "[DBOS](https://pypi.org/project/dbos/), measured in the "
         "same run on the same PostgreSQL server, each peer with its own worker at its best "
         "documented settings. This file is written by `make bench` (`python -m bench.run`); do "
         "not edit it by hand. The run also writes the raw values of every run to "
@@ -363,6 +467,8 @@ def write(
         )
     lines += [
         "- **Versions:** " + ", ".join(f"{k} {v}" for k, v in found.items()),
+        "",
+        *GUIDE,
         "",
         "## PostgreSQL server",
         "",
@@ -407,20 +513,7 @@ def write(
     if bench.skipped:
         lines += ["", "## Skipped", ""]
         lines += [f"- **{scenario}**: {why}" for scenario, why in bench.skipped]
-    for write_up in (
-        READING,
-        PROFILE,
-        PICKUP,
-        DASHBOARD_SCALE,
-        SCALE,
-        DAY,
-        SERVE_LOAD,
-        WORKFLOWS,
-        DURABLE,
-        STARTUP,
-    ):
-        if write_up.exists():
-            lines += ["", write_up.read_text().strip()]
+    lines += write_ups()
     lines += ["", "![Throughput and latency per system](benchmarks.png)", ""]
     MARKDOWN.write_text("\n".join(lines))
     plot(bench)
@@ -472,7 +565,7 @@ def plot(bench: Bench) -> None:
     right.set_xticks([i + center for i in range(len(latency))], [t[2] for t in latency])
     right.set_ylabel("ms")
     right.set_title("Pickup latency (lower is better)")
-    title = "rota vs PgQueuer vs Procrastinate, same run, same PostgreSQL"
+    title = " vs ".join(NAMES[s] for s in systems) + ", same run, same PostgreSQL"
     if harness_check(bench):
         title += " (HARNESS CHECK: not a measurement)"
     figure.suptitle(title)

@@ -8,12 +8,23 @@ peer's own enqueue would write.
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
+import json
+import time
 from typing import Any
 
 import psycopg
 
-from bench.harness import DB_PREFIX, Settings, execute, recreate_database, scalar
+from bench.harness import (
+    DB_PREFIX,
+    PYTHON312,
+    ROOT,
+    Settings,
+    execute,
+    recreate_database,
+    scalar,
+)
 
 #: The last id a sequence handed out (0 before the first): rows may have been deleted since.
 _LAST_ID = "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {sequence}"
@@ -30,6 +41,8 @@ class System:
     table = ""
     #: The store's instant (epoch seconds) of the last successful completion.
     last_finished_sql = ""
+    #: The command of one worker process (``bench.harness.start_workers``); None: bench.worker.
+    worker_argv: list[str] | None = None
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -60,6 +73,36 @@ class System:
     async def enqueue_bulk(self, kind: str, count: int) -> None:
         raise NotImplementedError
 
+    async def enqueue_noted(self, kind: str, seq: int) -> float:
+        """``enqueue_one``, then the instant its call returned (its commit), by ``time.time()``."""
+        await self.enqueue_one(kind, seq)
+        return time.time()
+
+    async def timed_singles(self, kind: str, count: int) -> float:
+        """Seconds for ``count`` enqueues of one job per call, one after another."""
+        started = time.perf_counter()
+        for seq in range(count):
+            await self.enqueue_one(kind, seq)
+        return time.perf_counter() - started
+
+    async def timed_bulk(self, kind: str, count: int) -> float:
+        """Seconds for one bulk enqueue of ``count`` jobs."""
+        started = time.perf_counter()
+        await self.enqueue_bulk(kind, count)
+        return time.perf_counter() - started
+
+    async def last_row(self) -> int:
+        """A mark past every row of the jobs table now (``clean_after`` removes those after)."""
+        return int(await scalar(self.dsn, f"SELECT coalesce(max(id), 0) FROM {self.table}"))
+
+    async def clean_after(self, mark: int) -> None:
+        """Remove the rows added after ``last_row`` gave ``mark`` (and their traces)."""
+        await execute(self.dsn, f"DELETE FROM {self.table} WHERE id > {mark}", *self._traces)
+        await self.vacuum(self.table)
+
+    #: Statements that empty what a system writes beside its jobs table (``clean_after``).
+    _traces: tuple[str, ...] = ()
+
     async def load_future(self, count: int) -> None:
         """``count`` jobs of kind noop due in a day, then VACUUM ANALYZE."""
         raise NotImplementedError
@@ -68,17 +111,31 @@ class System:
         """``count`` finished jobs (where the system keeps finished jobs), then VACUUM ANALYZE."""
         raise NotImplementedError
 
+    #: Where the jobs table keeps its rows by a serial id: its sequence, and the conditions of
+    #: an unfinished and of a succeeded job (the defaults of the three methods below use them).
+    _sequence = ""
+    _unfinished = ""
+    _succeeded = ""
+
     async def watermark(self) -> int:
         """A number marking "now" in the job stream, for ``done_sql`` and ``succeeded``."""
-        raise NotImplementedError
+        return int(await scalar(self.dsn, _LAST_ID.format(sequence=self._sequence)))
 
     def done_sql(self, mark: int, count: int) -> str:
         """A cheap query, true once the ``count`` jobs enqueued after ``mark`` have finished."""
-        raise NotImplementedError
+        return (
+            f"SELECT NOT EXISTS (SELECT 1 FROM {self.table} "
+            f"WHERE id > {mark} AND {self._unfinished})"
+        )
 
     async def succeeded(self, mark: int) -> int:
         """How many jobs enqueued after ``mark`` succeeded (exact; run once, after a drain)."""
-        raise NotImplementedError
+        return int(
+            await scalar(
+                self.dsn,
+                f"SELECT count(*) FROM {self.table} WHERE id > {mark} AND {self._succeeded}",
+            )
+        )
 
     async def vacuum(self, *tables: str) -> None:
         await execute(self.dsn, *(f"VACUUM ANALYZE {table}" for table in tables))
@@ -108,6 +165,7 @@ class Rota(System):
     last_finished_sql = (
         "SELECT extract(epoch FROM max(finished_at)) FROM rota_jobs WHERE state = 'succeeded'"
     )
+    _traces = ("TRUNCATE rota_finished_per_minute",)
     # The per-minute tally is kept by the completing statement itself: a tiny table.
     _tally = "SELECT coalesce(sum(n), 0) FROM rota_finished_per_minute WHERE state = 'succeeded'"
 
@@ -194,13 +252,13 @@ class PgQueuer(System):
     drain_env = {"BENCH_BATCH_SIZE": "100"}
     running_sql = "SELECT count(*) FROM pgqueuer WHERE status = 'picked'"
     table = "pgqueuer"
+    _traces = ("DELETE FROM pgqueuer_log WHERE job_id > 0",)
     # A finished job's row is deleted and its outcome logged, stamped when it was logged.
     last_finished_sql = (
         "SELECT extract(epoch FROM max(created)) FROM pgqueuer_log WHERE status = 'successful'"
     )
 
-    async def watermark(self) -> int:
-        return int(await scalar(self.dsn, _LAST_ID.format(sequence="pgqueuer_id_seq")))
+    _sequence = "pgqueuer_id_seq"
 
     def done_sql(self, mark: int, count: int) -> str:
         # A finished job's row is deleted (and logged in pgqueuer_log).
@@ -285,26 +343,14 @@ class Procrastinate(System):
     drain_env = {"BENCH_CONCURRENCY": "10"}
     running_sql = "SELECT count(*) FROM procrastinate_jobs WHERE status = 'doing'"
     table = "procrastinate_jobs"
+    _traces = ("TRUNCATE procrastinate_events",)
     last_finished_sql = (
         "SELECT extract(epoch FROM max(at)) FROM procrastinate_events WHERE type = 'succeeded'"
     )
 
-    async def watermark(self) -> int:
-        return int(await scalar(self.dsn, _LAST_ID.format(sequence="procrastinate_jobs_id_seq")))
-
-    def done_sql(self, mark: int, count: int) -> str:
-        return (
-            "SELECT NOT EXISTS (SELECT 1 FROM procrastinate_jobs "
-            f"WHERE id > {mark} AND status IN ('todo', 'doing'))"
-        )
-
-    async def succeeded(self, mark: int) -> int:
-        return int(
-            await scalar(
-                self.dsn,
-                f"SELECT count(*) FROM procrastinate_jobs WHERE id > {mark} AND status = 'succeeded'",
-            )
-        )
+    _sequence = "procrastinate_jobs_id_seq"
+    _unfinished = "status IN ('todo', 'doing')"
+    _succeeded = "status = 'succeeded'"
 
     async def install(self) -> None:
         from bench.apps import procrastinate_app
@@ -362,10 +408,235 @@ class Procrastinate(System):
         )
 
 
+class Peer312(System):
+    """A peer run in the Python 3.12 venv (``bench.peers312``): its workers are that venv's
+    processes, and its schema and enqueues go through a process there that answers one JSON
+    request a line. The timed loops run in that process and return their own seconds."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings)
+        self.worker_argv = [str(PYTHON312), "-m", "bench.peers312", "worker", self.name]
+        self._process: asyncio.subprocess.Process | None = None
+
+    async def _call(self, op: str, **args: Any) -> Any:
+        if self._process is None:
+            self._process = await asyncio.create_subprocess_exec(
+                str(PYTHON312),
+                "-m",
+                "bench.peers312",
+                "serve",
+                self.name,
+                self.dsn,
+                cwd=ROOT,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                limit=2**20,
+            )
+        process = self._process
+        assert process.stdin is not None
+        assert process.stdout is not None
+        process.stdin.write((json.dumps({"op": op, **args}) + "\n").encode())
+        await process.stdin.drain()
+        line = await asyncio.wait_for(process.stdout.readline(), timeout=1800)
+        if not line:
+            raise RuntimeError(f"{self.name}: its Python 3.12 process exited")
+        answer = json.loads(line)
+        if "error" in answer:
+            raise RuntimeError(f"{self.name}: {answer['error']}")
+        return answer["ok"]
+
+    async def install(self) -> None:
+        await self._call("install")
+
+    async def open(self) -> None:
+        await self._call("open")
+
+    async def close(self) -> None:
+        if self._process is None:
+            return
+        try:
+            await self._call("close")
+            await asyncio.wait_for(self._process.wait(), timeout=30)
+        finally:
+            if self._process.returncode is None:
+                self._process.kill()
+                await self._process.wait()
+            self._process = None
+
+    async def enqueue_one(self, kind: str, seq: int) -> None:
+        await self._call("enqueue_one", kind=kind, seq=seq)
+
+    async def enqueue_noted(self, kind: str, seq: int) -> float:
+        return float(await self._call("enqueue_one", kind=kind, seq=seq))
+
+    async def enqueue_bulk(self, kind: str, count: int) -> None:
+        await self._call("enqueue_bulk", kind=kind, count=count)
+
+    async def timed_singles(self, kind: str, count: int) -> float:
+        return float(await self._call("enqueue_singles", kind=kind, count=count))
+
+    async def timed_bulk(self, kind: str, count: int) -> float:
+        return float(await self._call("enqueue_bulk", kind=kind, count=count))
+
+
+class Oban(Peer312):
+    name = "oban"
+    #: Its queue's limit: the most jobs one worker runs at once, and so the most one fetch takes
+    #: (the drain scenario measures a few and takes the best for the run).
+    drain_env = {"BENCH_CONCURRENCY": "100"}
+    running_sql = "SELECT count(*) FROM oban_jobs WHERE state = 'executing'"
+    table = "oban_jobs"
+    # Oban keeps a finished job's row (state completed) until its pruner deletes it (a day on).
+    last_finished_sql = (
+        "SELECT extract(epoch FROM max(completed_at)) FROM oban_jobs WHERE state = 'completed'"
+    )
+    _columns = "args, meta, tags, queue, worker, priority, max_attempts, inserted_at, scheduled_at"
+    _row = (
+        "'{\"seq\": 0}', '{}', '{}', 'bench', 'bench.oban_app.Noop', 0, 20, "
+        "timezone('UTC', now()), "
+    )
+
+    _sequence = "oban_jobs_id_seq"
+    _unfinished = "state IN ('available', 'scheduled', 'executing', 'retryable')"
+    _succeeded = "state = 'completed'"
+
+    async def reset(self) -> None:
+        await execute(self.dsn, "TRUNCATE oban_jobs RESTART IDENTITY")
+
+    async def load_future(self, count: int) -> None:
+        await execute(
+            self.dsn,
+            f"INSERT INTO oban_jobs ({self._columns}, state) SELECT {self._row}"
+            "timezone('UTC', now()) + interval '1 day', 'scheduled' "
+            f"FROM generate_series(1, {int(count)})",
+        )
+        await self.vacuum("oban_jobs")
+
+    async def load_finished(self, count: int) -> None:
+        await execute(
+            self.dsn,
+            f"INSERT INTO oban_jobs ({self._columns}, state, attempt, attempted_at, "
+            f"attempted_by, completed_at) SELECT {self._row}"
+            "timezone('UTC', now()) - interval '1 hour', 'completed', 1, "
+            "timezone('UTC', now()) - interval '1 hour', '{loader}', "
+            "timezone('UTC', now()) - interval '59 minutes' "
+            f"FROM generate_series(1, {int(count)})",
+        )
+        await self.vacuum("oban_jobs")
+
+    def settings_text(self) -> str:
+        tuned = self.settings.tuned.get(self.name, {}).get("BENCH_TUNED_FROM")
+        how = f" (the best of {tuned} measured in this run)" if tuned else ""
+        return (
+            f"`Oban(queues={{'bench': {self.drain_env['BENCH_CONCURRENCY']}}})`{how} started as "
+            "`oban start` runs it: uvloop, a psycopg pool of 10 (its default), "
+            "LISTEN/NOTIFY on insert, a fetch of as many jobs as the queue's limit leaves free; "
+            "its defaults otherwise. Python 3.12, in a venv of its own"
+        )
+
+
+class Dbos(Peer312):
+    name = "dbos"
+    #: Its queue's polling interval (documented ``polling_interval_sec``; its default is 1 s).
+    drain_env = {"BENCH_POLL_S": "0.1"}
+    running_sql = "SELECT count(*) FROM dbos.workflow_status WHERE status = 'PENDING'"
+    table = "dbos.workflow_status"
+    last_finished_sql = (
+        "SELECT max(updated_at) / 1000.0 FROM dbos.workflow_status WHERE status = 'SUCCESS'"
+    )
+    _unfinished = "status IN ('ENQUEUED', 'PENDING', 'DELAYED')"
+    _succeeded = "status = 'SUCCESS'"
+
+    # Its workflows carry no serial id: the creation instant (epoch ms) marks the stream.
+    async def watermark(self) -> int:
+        return await self.last_row()
+
+    def done_sql(self, mark: int, count: int) -> str:
+        return (
+            "SELECT NOT EXISTS (SELECT 1 FROM dbos.workflow_status "
+            f"WHERE created_at > {mark} AND {self._unfinished})"
+        )
+
+    async def succeeded(self, mark: int) -> int:
+        return int(
+            await scalar(
+                self.dsn,
+                "SELECT count(*) FROM dbos.workflow_status "
+                f"WHERE created_at > {mark} AND {self._succeeded}",
+            )
+        )
+
+    async def last_row(self) -> int:
+        return int(
+            await scalar(self.dsn, "SELECT coalesce(max(created_at), 0) FROM dbos.workflow_status")
+        )
+
+    async def clean_after(self, mark: int) -> None:
+        await execute(self.dsn, f"DELETE FROM dbos.workflow_status WHERE created_at > {mark}")
+        await self.vacuum(self.table)
+
+    async def reset(self) -> None:
+        await execute(self.dsn, "TRUNCATE dbos.workflow_status CASCADE")
+
+    async def _copies(self, count: int, status: str) -> None:
+        """``count`` copies of one workflow enqueued through DBOS's API to run in a day (so
+        the rows are what its enqueue writes), in ``status``; then VACUUM ANALYZE."""
+        await self._call("enqueue_delayed", kind="noop")
+        async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
+            row = await (
+                await conn.execute(
+                    "SELECT workflow_uuid FROM dbos.workflow_status WHERE status = 'DELAYED' "
+                    "ORDER BY created_at DESC LIMIT 1"
+                )
+            ).fetchone()
+            assert row is not None, "the delayed workflow was not written"
+            template = row[0]
+            rows = await (
+                await conn.execute(
+                    "SELECT column_name FROM information_schema.columns WHERE table_schema = "
+                    "'dbos' AND table_name = 'workflow_status' ORDER BY ordinal_position"
+                )
+            ).fetchall()
+            columns = [found[0] for found in rows]
+            chosen = {"workflow_uuid": "gen_random_uuid()::text", "status": f"'{status}'"}
+            if status == "SUCCESS":
+                chosen["delay_until_epoch_ms"] = "NULL"
+            names = ", ".join(f'"{column}"' for column in columns)
+            values = ", ".join(chosen.get(column, f'"{column}"') for column in columns)
+            await conn.execute(
+                f"INSERT INTO dbos.workflow_status ({names}) SELECT {values} "  # type: ignore[arg-type]
+                f"FROM dbos.workflow_status, generate_series(1, {int(count)}) "
+                "WHERE workflow_uuid = %s",
+                [template],
+            )
+            await conn.execute(
+                "DELETE FROM dbos.workflow_status WHERE workflow_uuid = %s", [template]
+            )
+        await self.vacuum("dbos.workflow_status")
+
+    async def load_future(self, count: int) -> None:
+        await self._copies(count, "DELAYED")
+
+    async def load_finished(self, count: int) -> None:
+        await self._copies(count, "SUCCESS")
+
+    def settings_text(self) -> str:
+        return (
+            "launched in each worker process with an executor id of its own, its queue with no "
+            "concurrency limit (its default) and a `polling_interval_sec` of "
+            f"{self.drain_env['BENCH_POLL_S']} s (the default 1 s would add half a second to a "
+            "pickup; it lengthens the interval itself under contention); single enqueues through "
+            "`DBOSClient.enqueue`, a bulk through its `enqueue_in_transaction` once per workflow "
+            "in one transaction (it has no bulk enqueue). Python 3.12, in a venv of its own"
+        )
+
+
 ALL: dict[str, type[System]] = {
     "rota": Rota,
     "pgqueuer": PgQueuer,
     "procrastinate": Procrastinate,
+    "oban": Oban,
+    "dbos": Dbos,
 }
 
 

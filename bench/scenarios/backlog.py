@@ -12,25 +12,13 @@ from __future__ import annotations
 import statistics
 
 from bench.drains import drain
-from bench.harness import Bench, execute, progress, scalar
+from bench.harness import Bench, progress
 from bench.systems import System, make
 
 NAME = "backlog"
 TITLE = "Drain beside a large backlog (PostgreSQL, 1 worker process)"
-FRACTION = {"procrastinate": 5}
+FRACTION = {"procrastinate": 5, "dbos": 5}
 VARIANTS = ("empty", "not yet due", "finished")
-
-
-async def _clean(system: System, mark_id: int) -> None:
-    statements = [f"DELETE FROM {system.table} WHERE id > {mark_id}"]
-    if system.name == "rota":
-        statements.append("TRUNCATE rota_finished_per_minute")
-    if system.name == "pgqueuer":
-        statements.append("DELETE FROM pgqueuer_log WHERE job_id > 0")
-    if system.name == "procrastinate":
-        statements.append("TRUNCATE procrastinate_events")
-    await execute(system.dsn, *statements)
-    await system.vacuum(system.table)
 
 
 async def run(bench: Bench) -> None:
@@ -52,9 +40,7 @@ async def run(bench: Bench) -> None:
                     await system.load_finished(background)
                 else:
                     await system.vacuum(system.table)
-                last_ids[system.name] = int(
-                    await scalar(system.dsn, f"SELECT coalesce(max(id), 0) FROM {system.table}")
-                )
+                last_ids[system.name] = await system.last_row()
             timed_out: set[str] = set()
             for _ in range(bench.runs):
                 for system in systems:
@@ -86,7 +72,7 @@ async def one(
         )
         return False
     finally:
-        await _clean(system, last_id)
+        await system.clean_after(last_id)
     bench.record(
         NAME,
         f"drain: {label}",

@@ -1,10 +1,11 @@
 """Drain: no-op jobs through 1 and 2 worker processes of each system (PostgreSQL), by both
 methods of ``bench.drains`` (a burst into idle workers, a steady backlog), systems alternating
-run by run (rota, PgQueuer, Procrastinate, rota, ...) so drift on the machine hits each alike.
+run by run (rota, PgQueuer, Procrastinate, Oban for Python, DBOS, rota, ...) so drift on the machine hits each alike.
 
-Procrastinate takes one job per fetch, so its best concurrency depends on the machine: a short
-calibration drains the same batch at each of ``PROCRASTINATE_CONCURRENCY`` first, and the
-best is used for every Procrastinate figure of the run (the report says which).
+Procrastinate takes one job per fetch, and Oban for Python fetches as many jobs as its queue's
+limit leaves free, so the best concurrency of each depends on the machine: a short calibration
+drains the same batch at each of its ``CONCURRENCY`` first, and the best is used for every
+figure of that system in the run (the report says which).
 """
 
 from __future__ import annotations
@@ -13,24 +14,30 @@ import statistics
 
 from bench.drains import METHODS, drain, label
 from bench.harness import Bench, progress
+from bench.report import NAMES
 from bench.systems import System, make
 
 NAME = "drain"
 TITLE = "Drain no-op jobs on PostgreSQL"
 
-#: Procrastinate finishes some hundreds of jobs a second: a twentieth of the batch keeps its runs
-#: within seconds and measures the same rate.
-FRACTION = {"procrastinate": 20}
-PROCRASTINATE_CONCURRENCY = (10, 25, 50, 100)
+#: Procrastinate finishes some hundreds of jobs a second, DBOS and Oban for Python some
+#: thousands: a part of the batch keeps their runs within seconds and measures the same rate
+#: (the report's cells say how many jobs).
+FRACTION = {"procrastinate": 20, "oban": 5, "dbos": 20}
+#: The concurrencies a calibration tries, by system (Oban for Python's: its queue's limit).
+CONCURRENCY = {"procrastinate": (10, 25, 50, 100), "oban": (20, 100, 500)}
 
 
-async def tune_procrastinate(bench: Bench, system: System) -> None:
-    """Set the run's Procrastinate concurrency to the best of a few (burst, 1 process)."""
+async def tune(bench: Bench, system: System) -> None:
+    """Set the run's concurrency of ``system`` to the best of a few (burst, 1 process)."""
     if "BENCH_CONCURRENCY" in bench.settings.tuned.get(system.name, {}):
         return
-    count = bench.settings.size(2_000, 500)
+    # Ten fetches at the largest concurrency tried, at least: one fetch of the whole batch
+    # would measure no steady drain.
+    candidates = CONCURRENCY[system.name]
+    count = max(bench.settings.size(2_000, 500), 10 * max(candidates))
     rates: dict[int, float] = {}
-    for concurrency in PROCRASTINATE_CONCURRENCY:
+    for concurrency in candidates:
         await system.reset()
         result = await drain(
             bench,
@@ -41,9 +48,9 @@ async def tune_procrastinate(bench: Bench, system: System) -> None:
             env={"BENCH_CONCURRENCY": str(concurrency)},
         )
         rates[concurrency] = result.jobs_per_s
-        progress(f"  procrastinate concurrency {concurrency}: {result.jobs_per_s:,.0f} jobs/s")
+        progress(f"  {system.name} concurrency {concurrency}: {result.jobs_per_s:,.0f} jobs/s")
     best = max(rates, key=lambda c: rates[c])
-    tried = ", ".join(str(c) for c in PROCRASTINATE_CONCURRENCY)
+    tried = ", ".join(str(c) for c in candidates)
     bench.settings.tuned[system.name] = {
         "BENCH_CONCURRENCY": str(best),
         "BENCH_TUNED_FROM": tried,
@@ -51,9 +58,9 @@ async def tune_procrastinate(bench: Bench, system: System) -> None:
     system.drain_env["BENCH_CONCURRENCY"] = str(best)
     bench.note(
         NAME,
-        f"Procrastinate's concurrency: {best}, the fastest of {tried} on a {count:,}-job burst "
-        "drain with 1 process ("
-        + ", ".join(f"{c}: {rates[c]:,.0f} jobs/s" for c in PROCRASTINATE_CONCURRENCY)
+        f"{NAMES[system.name]}'s concurrency: {best}, the fastest of {tried} on a {count:,}-job "
+        "burst drain with 1 process ("
+        + ", ".join(f"{c}: {rates[c]:,.0f} jobs/s" for c in candidates)
         + ")",
     )
 
@@ -64,8 +71,8 @@ async def run(bench: Bench) -> None:
         await system.setup()
     try:
         for system in systems:
-            if system.name == "procrastinate":
-                await tune_procrastinate(bench, system)
+            if system.name in CONCURRENCY:
+                await tune(bench, system)
         for processes in (1, 2):
             for method in METHODS:
                 for index in range(bench.runs):

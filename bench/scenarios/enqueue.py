@@ -1,19 +1,22 @@
 """Enqueue on PostgreSQL: one job per call, and one bulk call of 100,000 jobs, each system by
 its own fastest documented path (rota's ``App.enqueue_many`` goes through COPY from 2,000 jobs;
 PgQueuer's list ``Queries.enqueue`` is one INSERT of arrays; Procrastinate's
-``batch_defer_async`` one call). Systems alternate run by run; each run starts on an emptied
+``batch_defer_async`` one call; Oban for Python's ``enqueue_many`` one INSERT; DBOS, which has
+no bulk enqueue, ``DBOSClient.enqueue_in_transaction`` once per workflow in one transaction).
+The Python 3.12 peers (``bench.peers312``) time their loops in their own process. Systems alternate run by run; each run starts on an emptied
 table after a warm-up (a few single calls and one bulk call of 2,000 jobs, not timed), and
 empties it again when done.
 """
 
 from __future__ import annotations
 
-import time
-
 from bench.harness import Bench, progress
 from bench.systems import System, make
 
 NAME = "enqueue"
+#: DBOS has no bulk enqueue: its bulk is one call per workflow in one transaction, over a tenth
+#: of the batch (a rate, so it compares).
+FRACTION = {"dbos": 10}
 TITLE = "Enqueue on PostgreSQL"
 
 
@@ -36,17 +39,13 @@ async def run(bench: Bench) -> None:
 async def one(bench: Bench, system: System, single: int, bulk: int) -> None:
     await _warm(system)
     await system.reset()
-    started = time.perf_counter()
-    for seq in range(single):
-        await system.enqueue_one("noop", seq)
-    elapsed = time.perf_counter() - started
+    elapsed = await system.timed_singles("noop", single)
     bench.record(
         NAME, "single enqueue, 1 job per call", system.name, single / elapsed, unit="jobs/s"
     )
     await system.reset()
-    started = time.perf_counter()
-    await system.enqueue_bulk("noop", bulk)
-    elapsed = time.perf_counter() - started
+    bulk //= FRACTION.get(system.name, 1)
+    elapsed = await system.timed_bulk("noop", bulk)
     bench.record(
         NAME,
         "bulk enqueue, one call",

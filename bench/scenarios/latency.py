@@ -56,8 +56,7 @@ async def pickups(system: System, count: int) -> dict[int, float]:
         delay = begin + seq / RATE_PER_S - time.monotonic()
         if delay > 0:
             await asyncio.sleep(delay)
-        await system.enqueue_one("record", seq)
-        committed[seq] = time.time()
+        committed[seq] = await system.enqueue_noted("record", seq)
     async with Poller(system.dsn, system.done_sql(mark, count)) as poller:
         await poller.until(bool, timeout_s=60)
     return committed
@@ -77,6 +76,7 @@ async def timed_pickups(
         concurrency=10,
         handler="record",
         extra=system.drain_env | WORKER_ENV | (extra or {}),
+        argv=system.worker_argv,
     ) as group:
         committed = await pickups(system, count)
     started = {int(seq): at for seq, at in group.records()}

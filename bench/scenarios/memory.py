@@ -18,6 +18,9 @@ _ENV = {
     "rota": {"BENCH_CONCURRENCY": "1000", "BENCH_CLAIM_BATCH": "250"},
     "pgqueuer": {"BENCH_BATCH_SIZE": "100"},
     "procrastinate": {"BENCH_CONCURRENCY": "1000", "BENCH_POOL_SIZE": "20"},
+    # Oban's queue limit; DBOS's queue has no concurrency limit (its default).
+    "oban": {"BENCH_CONCURRENCY": "1000"},
+    "dbos": {"BENCH_POLL_S": "0.1"},
 }
 
 
@@ -37,6 +40,7 @@ async def run(bench: Bench) -> None:
                     processes=1,
                     concurrency=JOBS,
                     extra=_ENV[name] | {"BENCH_SLEEP_S": "60", "BENCH_SHUTDOWN_S": "0"},
+                    argv=system.worker_argv,
                 ) as group:
                     [pid] = group.pids
                     idle_kib, _ = rss_kib(pid)
