@@ -43,6 +43,8 @@ DAY = ROOT / "bench" / "day.md"
 DURABLE = ROOT / "bench" / "durable.md"
 #: Import, --help and a worker's first claim (``bench.startup``), spliced in the same way.
 STARTUP = ROOT / "bench" / "startup.md"
+#: Takeover after SIGKILL and a restarted worker's first claim (``bench.takeover``), likewise.
+TAKEOVER = ROOT / "bench" / "takeover.md"
 NAMES = {"rota": "rota", "pgqueuer": "PgQueuer", "procrastinate": "Procrastinate"}
 #: Settings that only say where this run's cluster happened to live.
 _PER_RUN = {"port", "unix_socket_directories", "data_directory", "config_file", "hba_file"}
@@ -418,6 +420,7 @@ def write(
         WORKFLOWS,
         DURABLE,
         STARTUP,
+        TAKEOVER,
     ):
         if write_up.exists():
             lines += ["", write_up.read_text().strip()]

@@ -47,7 +47,7 @@ from typing import Any
 
 import psycopg
 
-from bench.cluster import Cluster
+from bench.cluster import Cluster, process_cpu_seconds
 from bench.harness import percentile, progress
 from rota.domain.job import JobSpec
 from rota.store import Store, open_store
@@ -107,6 +107,7 @@ class Round:
     #: Held jobs that finished before the kill landed (no next attempt to wait for).
     finished: int = 0
     first_claim_s: float | None = None
+    first_claim_cpu_s: float | None = None
 
 
 @dataclass
@@ -213,14 +214,20 @@ async def top_up(
             await asyncio.wait_for(stop.wait(), timeout=0.1)
 
 
-async def first_claim(conn: psycopg.AsyncConnection[Any], slot: Slot, deadline: float) -> float:
-    """Seconds from the slot's spawn to its worker's first claim, by the store's clock."""
+async def first_claim(
+    conn: psycopg.AsyncConnection[Any], slot: Slot, deadline: float
+) -> tuple[float, float]:
+    """Seconds from the slot's spawn to its worker's first claim, by the store's clock, and the
+    CPU seconds the worker had used when the claim was seen (its start's cost, which a busy
+    machine stretches into wall time)."""
     while time.monotonic() < deadline:
         if slot.process.poll() is not None:
             raise RuntimeError(f"{slot.name} exited: see {slot.log}")
         row = await (await conn.execute(_FIRST_CLAIM, {"worker": slot.name})).fetchone()
         if row and row[0] is not None:
-            return (row[0] - slot.spawned_at).total_seconds()  # type: ignore[no-any-return]
+            claimed: datetime = row[0]
+            cpu = process_cpu_seconds(slot.process.pid)
+            return (claimed - slot.spawned_at).total_seconds(), cpu
         await asyncio.sleep(0.02)  # the measuring loop's poll, off the workers' path
     raise TimeoutError(f"{slot.name} claimed nothing in time: see {slot.log}")
 
@@ -285,7 +292,7 @@ async def kill_round(
         first_claim(conn, replacement, deadline),
         taken_over(conn, list(ids), slot.name, killed_at, found, deadline),
     )
-    found.first_claim_s = claim
+    found.first_claim_s, found.first_claim_cpu_s = claim
     return found
 
 
@@ -328,7 +335,8 @@ async def measure(args: argparse.Namespace, cluster: Cluster, folder: Path) -> R
                 progress(
                     f"kill {number + 1}/{args.kills}: {found.victim} held {found.held};"
                     f" takeover {_list(found.takeover_s)} s;"
-                    f" first claim {found.first_claim_s:.2f} s after its spawn at"
+                    f" first claim {found.first_claim_s:.2f} s (CPU {found.first_claim_cpu_s:.2f} s)"
+                    " after its spawn at"
                     f" {fleet.slots[found.slot].spawned_at:%H:%M:%S.%f}"
                 )
         finally:
@@ -362,6 +370,7 @@ def report(run: Run, command: str) -> str:
     bound = s["lease"] + s["rescue"] + 1.0
     takeovers = [value for found in run.rounds for value in found.takeover_s]
     claims = [found.first_claim_s for found in run.rounds if found.first_claim_s is not None]
+    cpu = [found.first_claim_cpu_s for found in run.rounds if found.first_claim_cpu_s is not None]
     to_rescue = [value for found in run.rounds for value in found.to_rescue_s]
     to_claim = [value for found in run.rounds for value in found.rescue_to_claim_s]
     held = sum(found.held for found in run.rounds)
@@ -386,7 +395,8 @@ def report(run: Run, command: str) -> str:
         f"- **How:** {len(run.rounds)} rounds: SIGKILL a worker holding jobs, restart it at once"
         " under a new name. Takeover: a held job's next claim minus the kill, by the store's"
         " clock (split at the rescuer's return of the job to pending); first claim: the"
-        " restarted worker's first claim minus its spawn.",
+        " restarted worker's first claim minus its spawn, and the CPU time it had used when"
+        " the claim was seen (its start's cost, which the load stretches into wall time).",
         "",
         "| figure | median | p95 | max | count |",
         "|---|---|---|---|---|",
@@ -394,6 +404,7 @@ def report(run: Run, command: str) -> str:
         f"| of which: kill to rescue | {_stats(to_rescue)} |",
         f"| of which: rescue to claim | {_stats(to_claim)} |",
         f"| first claim after restart | {_stats(claims)} |",
+        f"| its CPU time by then | {_stats(cpu)} |",
         "",
     ]
     if takeovers:
