@@ -229,6 +229,13 @@ STARTUP_ARGS ?=
 bench-startup: setup ## Import, --help and a worker's first claim, median of fresh processes (prints)
 	$(PY) -m bench.startup $(STARTUP_ARGS)
 
+# TAKEOVER_ARGS: e.g. --kills 20, --lease 10 --rescue 2, --write (into bench/takeover.md).
+TAKEOVER_ARGS ?=
+
+.PHONY: bench-takeover
+bench-takeover: setup ## SIGKILL workers holding jobs and restart them: takeover and first claim (prints)
+	$(PY) -m bench.takeover $(TAKEOVER_ARGS)
+
 .PHONY: bench-workflows
 bench-workflows: setup ## A 10,000-parent fan-in and a 1,000-job chain beside plain jobs (prints)
 	$(PY) -m bench.workflows

@@ -76,14 +76,20 @@ async def rota_tick(ctx: Any, payload: Any) -> None:
 
 def define_schedules(app: App, count: int) -> None:
     """``count`` schedules firing the ``tick`` kind every second (``App.schedule``), or every
-    ``BENCH_SCHEDULE_EVERY_S`` with a jitter below ``BENCH_SCHEDULE_JITTER_S``."""
+    ``BENCH_SCHEDULE_EVERY_S`` with a jitter below ``BENCH_SCHEDULE_JITTER_S``, at the priority
+    ``BENCH_SCHEDULE_PRIORITY`` when it is set (the kind's otherwise)."""
     from datetime import timedelta
 
     every = float(os.environ.get("BENCH_SCHEDULE_EVERY_S", "1"))
     jitter = float(os.environ.get("BENCH_SCHEDULE_JITTER_S", "0"))
+    priority = os.environ.get("BENCH_SCHEDULE_PRIORITY")
     for index in range(count):
         app.schedule(
-            f"tick-{index:03d}", kind="tick", every=timedelta(seconds=every), jitter=jitter
+            f"tick-{index:03d}",
+            kind="tick",
+            every=timedelta(seconds=every),
+            jitter=jitter,
+            priority=int(priority) if priority else None,
         )
 
 

@@ -4,6 +4,7 @@
     python -m bench.day --speed 50 --hours 6    # a quarter of a day at 50x: 7.2 minutes
     python -m bench.day --quick                 # a check that it runs: small, not quotable
     python -m bench.day --json day.json         # also keep the raw figures
+    python -m bench.day --schedule-priority 10  # the schedules' jobs ahead of the steady ones
 
 The estimate: 10 million jobs a day (115 a second on average) and thousands of "every hour"
 schedules that all fall due at minute zero, spread by jitter. Compressed ``--speed`` times, a
@@ -27,6 +28,11 @@ counts the writes keep) at its largest and at the hour's end; the steady jobs en
 all jobs succeeded so far; the schedules' jobs enqueued before the end and never claimed. The
 schedules' first runs, at their creation before the first hour, are left out. Load average at
 the start is printed: a busy machine's figures are checks of this program, not measurements.
+
+``--schedule-priority N`` defines the schedules with a priority of their own (the steady jobs
+have 0), so that where the workers cannot drain the steady load a schedule's run is claimed
+ahead of the backlog rather than behind it; run once with and once without it to compare the
+lag. The report says which was used.
 """
 
 from __future__ import annotations
@@ -48,7 +54,7 @@ import psycopg
 from bench.cluster import Cluster
 from bench.harness import Settings, percentile, progress, start_workers
 from bench.systems import Rota
-from rota.domain.job import JobState
+from rota.domain.job import MAX_PRIORITY, MIN_PRIORITY, JobState
 from rota.domain.schedule_plan import jitter_offset
 
 #: A batch of steady jobs goes out this often (real seconds).
@@ -95,6 +101,8 @@ class Day:
     firing: dict[int, list[float]] = field(default_factory=dict)
     unclaimed: int = 0
     load: float = 0.0
+    #: The schedules' own priority, or None: the kind's (0, as the steady jobs').
+    schedule_priority: int | None = None
 
 
 async def enqueue_steady(system: Rota, rate: float, until: float, enqueued: list[int]) -> None:
@@ -150,7 +158,13 @@ async def schedules_defined(dsn: str, count: int, *, timeout_s: float) -> Any:
 async def measure(args: argparse.Namespace, cluster: Cluster) -> Day:
     hour_s = 3600 / args.speed
     rate = args.per_day / 86_400 * args.speed
-    day = Day(speed=args.speed, hours=args.hours, rate=rate, load=os.getloadavg()[0])
+    day = Day(
+        speed=args.speed,
+        hours=args.hours,
+        rate=rate,
+        load=os.getloadavg()[0],
+        schedule_priority=args.schedule_priority,
+    )
     settings = Settings(server_url=cluster.url, postmaster=cluster.pid, quick=args.quick)
     system = Rota(settings)
     await system.setup()
@@ -160,6 +174,8 @@ async def measure(args: argparse.Namespace, cluster: Cluster) -> Day:
         "BENCH_SCHEDULE_EVERY_S": repr(hour_s),
         "BENCH_SCHEDULE_JITTER_S": repr(args.jitter_minutes * 60 / args.speed),
     }
+    if args.schedule_priority is not None:
+        env["BENCH_SCHEDULE_PRIORITY"] = str(args.schedule_priority)
     group = start_workers(
         settings, "rota", system.dsn, processes=args.processes, concurrency=500, extra=env
     )
@@ -204,10 +220,16 @@ def _spread(values: list[float]) -> str:
     return f"{percentile(values, 0.5):,.0f} / {percentile(values, 0.99):,.0f} / {max(values):,.0f}"
 
 
+def _priority(day: Day) -> str:
+    if day.schedule_priority is None:
+        return "schedules at the kind's priority (0, as the steady jobs)"
+    return f"schedules at priority {day.schedule_priority} (steady jobs at 0)"
+
+
 def report(day: Day) -> str:
     lines = [
         f"load average at start {day.load:.2f} on {os.cpu_count()} CPUs;"
-        f" {day.speed:g}x, {day.rate:,.0f} steady jobs/s",
+        f" {day.speed:g}x, {day.rate:,.0f} steady jobs/s; {_priority(day)}",
         "| simulated hour | schedule lag p50 / p99 / max, ms | of which firing p50 / p99 / max,"
         " ms | schedule runs | pending max / at end | steady jobs enqueued | jobs succeeded |",
         "|---|---|---|---|---|---|---|",
@@ -245,6 +267,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "--jitter-minutes", type=float, default=5.0, help="simulated minutes of jitter (5)"
     )
     parser.add_argument("--processes", type=int, default=2, help="worker processes (2)")
+    parser.add_argument(
+        "--schedule-priority",
+        type=int,
+        metavar="N",
+        help="the schedules' jobs' priority (default: the kind's, 0, as the steady jobs')",
+    )
     parser.add_argument("--quick", action="store_true", help="1 hour, 100,000 a day, 100")
     parser.add_argument("--json", type=Path, help="also write the raw figures here")
     args = parser.parse_args(argv)
@@ -252,6 +280,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
         args.hours, args.per_day, args.schedules = 1, 100_000, 100
     if args.speed <= 0 or args.hours <= 0 or args.per_day < 0 or args.schedules <= 0:
         parser.error("--speed, --hours and --schedules must be positive, --per-day not negative")
+    if args.schedule_priority is not None and not (
+        MIN_PRIORITY <= args.schedule_priority <= MAX_PRIORITY
+    ):
+        parser.error(f"--schedule-priority must be between {MIN_PRIORITY} and {MAX_PRIORITY}")
     return args
 
 
@@ -271,6 +303,7 @@ def main(argv: list[str]) -> int:
                     "hours": day.hours,
                     "rate": day.rate,
                     "load": day.load,
+                    "schedule_priority": day.schedule_priority,
                     "samples": [vars(s) for s in day.samples],
                     "lags_ms": {str(h): v for h, v in day.lags.items()},
                     "firing_ms": {str(h): v for h, v in day.firing.items()},

@@ -39,6 +39,8 @@ DAY = ROOT / "bench" / "day.md"
 DURABLE = ROOT / "bench" / "durable.md"
 #: Import, --help and a worker's first claim (``bench.startup``), spliced in the same way.
 STARTUP = ROOT / "bench" / "startup.md"
+#: Takeover after SIGKILL and a restarted worker's first claim (``bench.takeover``), likewise.
+TAKEOVER = ROOT / "bench" / "takeover.md"
 #: What the activity tallies add to a completion (``bench.activity_cost``), the same way.
 ACTIVITY = ROOT / "bench" / "activity_cost.md"
 #: The write-ups, in the order the report splices them.
@@ -51,6 +53,7 @@ WRITE_UPS = (
     WORKFLOWS,
     DURABLE,
     STARTUP,
+    TAKEOVER,
     ACTIVITY,
 )
 NAMES = {
@@ -387,6 +390,8 @@ GUIDE = [
     "| Durable jobs: 10 steps each, beside DBOS | 10-step durable jobs per second | "
     "`make bench-durable` |",
     "| Startup | import, `--help` and a worker's first claim | `make bench-startup` |",
+    "| Takeover after SIGKILL | a killed worker's jobs taken over, a restarted worker's "
+    "first claim | `make bench-takeover` |",
     "| Activity tallies | what the kind and queue pages' per-minute tallies add to a "
     "completion | `python -m bench.activity_cost` |",
     "",

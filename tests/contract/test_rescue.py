@@ -21,7 +21,7 @@ async def test_rescue_requeues_expired_leases_with_attempts_left(
     result = await store.rescue()
     assert (result.requeued, result.dead) == ([job.id], [])
     rescued = await store.get(job.id)
-    assert (rescued.state, rescued.attempt, rescued.run_at) == (JobState.PENDING, 1, clock.now())
+    assert (rescued.state, rescued.attempt, rescued.run_at) == (JobState.PENDING, 1, job.run_at)
     [attempt] = await store.attempts(job.id)
     assert attempt.outcome is Outcome.LEASE_EXPIRED
     again = await claim_one(store)
@@ -67,3 +67,23 @@ async def test_rescue_leaves_live_leases_alone_and_respects_its_limit(
     assert (len(first.requeued), len(second.requeued)) == (3, 2)
     counts = await store.counts()
     assert (counts.by_state[JobState.PENDING], counts.by_state[JobState.RUNNING]) == (5, 1)
+
+
+async def test_a_rescued_job_keeps_its_place_ahead_of_jobs_due_after_it(
+    store: Store, clock: FakeClock
+) -> None:
+    """Taken over after its worker died, a job is claimed before the backlog that built up
+    while its lease ran out, as when a claim takes the expired lease over itself: a takeover
+    waits for the lease and the rescuer, not for the whole queue (bench/takeover.py)."""
+    job = await add(store)
+    held = await claim_one(store, "killed", lease=timedelta(seconds=5))
+    assert held is not None and held.id == job.id
+    clock.advance(timedelta(seconds=1))
+    backlog = await store.enqueue([JobSpec(kind="a") for _ in range(5)])
+    clock.advance(timedelta(seconds=5))
+
+    assert (await store.rescue()).requeued == [job.id]
+    again = await claim_one(store, "other")
+
+    assert again is not None and (again.id, again.attempt) == (job.id, 2)
+    assert again.id not in {result.job.id for result in backlog}

@@ -231,7 +231,7 @@ class StoreMachine(RuleBasedStateMachine):
             if expiry.dead:
                 job.state = JobState.DEAD
             else:
-                job.state, job.run_at = JobState.PENDING, self.now
+                job.state = JobState.PENDING  # at its own run_at: its place in line
 
     @precondition(lambda self: self.jobs)
     @rule(data=st.data())

@@ -1082,10 +1082,11 @@ class MemoryStore(MemoryDurable):
                     dead.append(job.id)
                 else:
                     self._end_attempt(job, at, Outcome.LEASE_EXPIRED, expiry.error)
+                    # Its run_at stays: it keeps its place in the claim order (PostgreSQL's
+                    # rescue statement says why).
                     self._jobs[job.id] = replace(
                         job,
                         state=JobState.PENDING,
-                        run_at=at,
                         attempt=expiry.attempt,
                         crashes=expiry.crashes,
                         lease_until=None,

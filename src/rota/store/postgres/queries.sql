@@ -786,7 +786,9 @@ FROM rota_jobs WHERE id = %(id)s;
 -- name: rescue
 -- Lock the expired rows and rewrite them in one statement, each only if it still carries the
 -- token observed: a rescue can never overwrite a job that completed or was re-claimed. Each
--- is settled by the blame rule: dead, or pending with its attempt counted or given back.
+-- is settled by the blame rule: dead, or pending with its attempt counted or given back. A job
+-- back to pending keeps its run_at, so its place in the claim order: as when a claim takes the
+-- expired lease over itself, it goes ahead of the jobs that fell due after it, not behind them.
 WITH expired AS MATERIALIZED (
     SELECT id, lease_token FROM rota_jobs
     WHERE state = 'running' AND lease_until < coalesce(%(now)s::timestamptz, now())
@@ -796,7 +798,6 @@ WITH expired AS MATERIALIZED (
 ), done AS (
 UPDATE rota_jobs j SET
     state = CASE WHEN {expiry_dead} THEN 'dead' ELSE 'pending' END,
-    run_at = CASE WHEN {expiry_dead} THEN j.run_at ELSE coalesce(%(now)s::timestamptz, now()) END,
     finished_at = CASE WHEN {expiry_dead} THEN coalesce(%(now)s::timestamptz, now()) END,
     lease_until = NULL,
     attempt = j.attempt - CASE WHEN {expiry_given_back} THEN 1 ELSE 0 END,

@@ -360,11 +360,11 @@ WHERE id IN ({ids}) AND state = 'running'
 """
 # Fenced by the token observed, like every write after a claim: a rescue can never overwrite
 # a job that completed or was re-claimed since. :settle is 0 for a claim taking the lease
-# over, which then leases the row itself (so its state and run_at stay for the take).
+# over, which then leases the row itself (so its state stays for the take). run_at stays
+# either way: a job back to pending keeps its place in the claim order.
 _EXPIRE = """
 UPDATE rota_jobs NOT INDEXED SET
     state = CASE WHEN NOT :settle THEN state WHEN :dead THEN 'dead' ELSE 'pending' END,
-    run_at = CASE WHEN :settle AND NOT :dead THEN :now ELSE run_at END,
     finished_at = CASE WHEN :settle AND :dead THEN :now ELSE finished_at END,
     lease_until = CASE WHEN :settle THEN NULL ELSE lease_until END,
     attempt = :attempt, crashes = :crashes, last_error = :error
@@ -373,7 +373,8 @@ WHERE id = :id AND state = 'running' AND lease_token = :token
 
 
 def rescue(conn: sqlite3.Connection, limit: int, at: datetime) -> RescueResult:
-    """Expired leases, by ``rota.domain.blame.expire``: dead, or pending and due at ``at``."""
+    """Expired leases, by ``rota.domain.blame.expire``: dead, or pending at their own run_at
+    (their place in the claim order, as when a claim takes an expired lease over)."""
     if limit <= 0:
         return RescueResult()
     expired = conn.execute(_EXPIRED, (to_us(at), clamp(limit))).fetchall()
