@@ -58,6 +58,7 @@ from rota.domain.lease import Lease
 from rota.domain.schedule import ScheduleSpec
 from rota.domain.schedule_state import Firing, Schedule, decide, upserted
 from rota.domain.workflow import (
+    REOPENED_STATES,
     Workflow,
     WorkflowBuilder,
     cancel_reason,
@@ -752,7 +753,9 @@ class MemoryStore(MemoryDurable):
 
     def _rearm_children(self, parent: int) -> None:
         """``parent`` was retried: the jobs its end cancelled wait again, unless another of
-        their parents has ended dead or cancelled too (then that one blocks them)."""
+        their parents has ended dead or cancelled too (then that one blocks them); and the
+        edges its end settled wait again for its new outcome (``_reopen_edges``)."""
+        self._reopen_edges(parent)
         for edge in self._children.get(parent, []):
             child = self._jobs.get(edge.child)
             if child is None or self._blocked_by.get(child.id) != parent:
@@ -779,6 +782,18 @@ class MemoryStore(MemoryDurable):
                 child, state=JobState.WAITING, finished_at=None, last_error=None
             )
             self._rearm_children(child.id)
+
+    def _reopen_edges(self, parent: int) -> None:
+        """``parent`` runs again: each settled edge to a child that has not started since
+        (waiting or pending) or may be retried (dead or cancelled) counts again, and a pending
+        child waits. A running or succeeded child keeps its run."""
+        for edge in self._children.get(parent, []):
+            child = self._jobs.get(edge.child)
+            if not edge.satisfied or child is None or child.state not in REOPENED_STATES:
+                continue
+            edge.satisfied = False
+            state = JobState.WAITING if child.state is JobState.PENDING else child.state
+            self._jobs[child.id] = replace(child, waiting_on=child.waiting_on + 1, state=state)
 
     def _end_attempt(
         self,
@@ -870,7 +885,9 @@ class MemoryStore(MemoryDurable):
             at = self._now(None)
             chosen = self._matching(filter, RETRYABLE_STATES, limit)
             done = 0
-            for job in chosen:
+            for chosen_job in chosen:
+                # As it is now: retrying a parent chosen with it may have re-opened its edges.
+                job = self._jobs[chosen_job.id]
                 try:
                     self._retry(job, None, at)
                 except StateConflict:
