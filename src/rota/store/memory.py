@@ -483,6 +483,8 @@ class MemoryStore(MemoryDurable):
                     finished_at=None,
                     progress=None,
                     progress_message=None,
+                    heartbeats=0,
+                    last_heartbeat_at=None,
                 )
                 self._jobs[job.id] = taken
                 self._history[job.id].append(
@@ -572,7 +574,12 @@ class MemoryStore(MemoryDurable):
                 except LeaseLost:
                     lost.append(held)
                     continue
-                renewed = replace(job, lease_until=at + lease)
+                renewed = replace(
+                    job,
+                    lease_until=at + lease,
+                    heartbeats=job.heartbeats + 1,
+                    last_heartbeat_at=at,
+                )
                 report = reported.get(job.id)
                 if report is not None:
                     renewed = replace(
@@ -808,7 +815,13 @@ class MemoryStore(MemoryDurable):
         for index in range(len(history) - 1, -1, -1):
             if history[index].token == job.lease_token:
                 history[index] = replace(
-                    history[index], finished_at=at, outcome=outcome, error=error, traceback=trace
+                    history[index],
+                    finished_at=at,
+                    outcome=outcome,
+                    error=error,
+                    traceback=trace,
+                    heartbeats=job.heartbeats,
+                    last_heartbeat_at=job.last_heartbeat_at,
                 )
                 return
 
@@ -1026,8 +1039,18 @@ class MemoryStore(MemoryDurable):
 
     async def attempts(self, job_id: int) -> list[Attempt]:
         with self._lock:
-            self._get(job_id)
-            return list(self._history[job_id])
+            job = self._get(job_id)
+            # The running attempt's heartbeats so far are the job's.
+            return [
+                replace(
+                    entry,
+                    heartbeats=job.heartbeats,
+                    last_heartbeat_at=job.last_heartbeat_at,
+                )
+                if entry.outcome is Outcome.RUNNING and entry.token == job.lease_token
+                else entry
+                for entry in self._history[job_id]
+            ]
 
     # ------------------------------------------------------------------ maintenance
 

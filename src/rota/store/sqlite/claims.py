@@ -60,7 +60,7 @@ WITH taken (taken_id, taken_token) AS (VALUES {{pairs}})
 UPDATE OR ROLLBACK rota_jobs
 SET state = 'running', attempt = attempt + 1, lease_token = taken_token, lease_until = ?,
     worker = ?, started_at = ?, finished_at = NULL, lease_started = NOT {candidates.ALONE_NEXT},
-    progress = NULL, progress_message = NULL
+    progress = NULL, progress_message = NULL, heartbeats = 0, last_heartbeat_at = NULL
 FROM taken WHERE id = taken_id
 """
 # The jobs just leased, as one JSON array of rows (CLAIMED_COLUMNS): one step of one
@@ -194,7 +194,13 @@ def heartbeat(
 ) -> Beat:
     """Extend every held lease to at + lease, writing the progress reported for it (same
     transaction, fenced alike); the lost ones, in the order given, and ``at``."""
-    held = _fenced(conn, "lease_until = ?", [to_us(at + lease)], _pairs(leases))
+    # The lease's renewal counts itself on the job, in the same fenced statement.
+    held = _fenced(
+        conn,
+        "lease_until = ?, heartbeats = heartbeats + 1, last_heartbeat_at = ?",
+        [to_us(at + lease), to_us(at)],
+        _pairs(leases),
+    )
     if progress:
         reports = [
             (report.fraction, report.message, lease.job_id, lease.token)
@@ -448,11 +454,18 @@ def end_attempts(
     error: str | None = None,
     traceback: str | None = None,
 ) -> None:
-    """Close the history rows of the attempts with these tokens."""
+    """Close the history rows of the attempts with these tokens, each keeping the heartbeats
+    its job counted under that token (called before a claim resets them)."""
     for part in chunks(tokens):
         conn.execute(
             "UPDATE OR ROLLBACK rota_attempts "
-            "SET finished_at = ?, outcome = ?, error = ?, traceback = ? "
+            "SET finished_at = ?, outcome = ?, error = ?, traceback = ?, "
+            "heartbeats = coalesce((SELECT j.heartbeats FROM rota_jobs AS j "
+            "WHERE j.id = rota_attempts.job_id AND j.lease_token = rota_attempts.token), "
+            "heartbeats), "
+            "last_heartbeat_at = coalesce((SELECT j.last_heartbeat_at FROM rota_jobs AS j "
+            "WHERE j.id = rota_attempts.job_id AND j.lease_token = rota_attempts.token), "
+            "last_heartbeat_at) "
             f"WHERE token IN ({marks(len(part))})",
             [at_us, outcome.value, error, traceback, *part],
         )
