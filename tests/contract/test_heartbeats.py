@@ -74,6 +74,8 @@ async def test_an_attempt_keeps_its_heartbeats_however_it_ends(
     [ended] = await store.attempts(job.id)
     assert (ended.outcome, ended.heartbeats, ended.last_heartbeat_at) == (outcome, 2, last)
     assert ended.token == job.lease_token
+    # Only a lease that ran out says when it did: its last heartbeat's renewal.
+    assert ended.lease_until == (last + LEASE if how == "rescue" else None)
 
 
 async def test_a_new_claim_starts_from_no_heartbeats_and_the_last_attempt_keeps_its_own(
@@ -114,7 +116,9 @@ async def test_a_taken_over_attempt_shows_its_last_heartbeat_before_its_lease_ra
     await store.complete(taker.lease)
     expired, succeeded = await store.attempts(silent.id)
     assert _beats(expired) == (Outcome.LEASE_EXPIRED, 1, last)
-    assert last < last + short < succeeded.started_at
+    # Its last heartbeat, then its lease's end, then the takeover's start.
+    assert expired.lease_until == last + short
+    assert last < expired.lease_until < succeeded.started_at == expired.finished_at
     assert _beats(succeeded) == (Outcome.SUCCEEDED, 1, succeeded.started_at + SECOND)
 
 

@@ -488,6 +488,11 @@ class AttemptOut(BaseModel):
         default=None,
         description="The store's instant of its last heartbeat; null when none came.",
     )
+    lease_until: datetime | None = Field(
+        default=None,
+        description="For an attempt whose lease expired (outcome lease_expired), when it ran "
+        "out; null otherwise.",
+    )
 
 
 #: How much of a payload or result a job's own answer carries; more is fetched on its own.
@@ -779,6 +784,7 @@ def attempt_out(attempt: Attempt) -> AttemptOut:
         traceback=attempt.traceback,
         heartbeats=attempt.heartbeats,
         last_heartbeat_at=attempt.last_heartbeat_at,
+        lease_until=attempt.lease_until,
     )
 
 

@@ -928,6 +928,8 @@ class Attempt:
     #: (None: none came); a running attempt's are the job's so far.
     heartbeats: int = 0
     last_heartbeat_at: datetime | None = None
+    #: For an attempt whose lease expired (LEASE_EXPIRED), when its lease ran out; else None.
+    lease_until: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

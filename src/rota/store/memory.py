@@ -822,6 +822,7 @@ class MemoryStore(MemoryDurable):
                     traceback=trace,
                     heartbeats=job.heartbeats,
                     last_heartbeat_at=job.last_heartbeat_at,
+                    lease_until=job.lease_until if outcome is Outcome.LEASE_EXPIRED else None,
                 )
                 return
 

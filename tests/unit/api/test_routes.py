@@ -117,7 +117,7 @@ async def test_get_job_has_attempts(api: httpx.AsyncClient, store: MemoryStore) 
     [attempt] = detail["attempts"]
     assert set(attempt) == {
         "attempt", "token", "worker", "started_at", "finished_at", "outcome", "error", "traceback",
-        "heartbeats", "last_heartbeat_at",
+        "heartbeats", "last_heartbeat_at", "lease_until",
     }  # fmt: skip
     assert attempt["worker"] == "w1" and attempt["outcome"] == "failed"
     assert "ValueError: boom" in attempt["traceback"]
@@ -137,10 +137,13 @@ async def test_a_job_and_its_attempts_show_their_heartbeats(
     await store.heartbeat([second.lease], lease=lease)
     detail = (await api.get(f"/api/jobs/{result.job.id}")).json()
     assert (detail["heartbeats"], detail["last_heartbeat_at"]) == (1, "2026-01-01T12:00:09Z")
-    beats = [(a["outcome"], a["heartbeats"], a["last_heartbeat_at"]) for a in detail["attempts"]]
+    beats = [
+        (a["outcome"], a["heartbeats"], a["last_heartbeat_at"], a["lease_until"])
+        for a in detail["attempts"]
+    ]
     assert beats == [
-        ("lease_expired", 1, "2026-01-01T12:00:02Z"),
-        ("running", 1, "2026-01-01T12:00:09Z"),
+        ("lease_expired", 1, "2026-01-01T12:00:02Z", "2026-01-01T12:00:07Z"),
+        ("running", 1, "2026-01-01T12:00:09Z", None),
     ]
     listed = (await api.get("/api/jobs")).json()["jobs"][0]
     assert (listed["heartbeats"], listed["last_heartbeat_at"]) == (1, "2026-01-01T12:00:09Z")

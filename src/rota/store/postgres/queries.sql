@@ -341,7 +341,9 @@ UPDATE rota_jobs j SET
             'attempt', j.attempt, 'token', j.lease_token, 'worker', j.worker,
             'started_us', (extract(epoch FROM j.started_at) * 1000000)::bigint,
             'finished_us', (extract(epoch FROM coalesce(%(now)s::timestamptz, now())) * 1000000)::bigint,
-            {_beats}, 'outcome', 'lease_expired', 'error', {expiry_error}))
+            {_beats},
+            'lease_until_us', (extract(epoch FROM j.lease_until) * 1000000)::bigint,
+            'outcome', 'lease_expired', 'error', {expiry_error}))
         ELSE j.history END,
     last_error = CASE WHEN j.state = 'running' THEN {expiry_error} ELSE j.last_error END
 -- The statement that splices this in names the rows, and their active states: the states
@@ -805,7 +807,9 @@ UPDATE rota_jobs j SET
         'attempt', j.attempt, 'token', j.lease_token, 'worker', j.worker,
         'started_us', (extract(epoch FROM j.started_at) * 1000000)::bigint,
         'finished_us', (extract(epoch FROM coalesce(%(now)s::timestamptz, now())) * 1000000)::bigint,
-        {_beats}, 'outcome', 'lease_expired', 'error', {expiry_error}))
+        {_beats},
+            'lease_until_us', (extract(epoch FROM j.lease_until) * 1000000)::bigint,
+            'outcome', 'lease_expired', 'error', {expiry_error}))
 FROM expired
 WHERE j.id = expired.id AND j.state = 'running' AND j.lease_token = expired.lease_token
 RETURNING j.id, j.state, j.queue, j.run_at

@@ -983,6 +983,7 @@ class PostgresStore(PostgresDurable):
                 traceback=entry.get("traceback"),
                 heartbeats=entry.get("heartbeats") or 0,
                 last_heartbeat_at=micros(entry.get("last_heartbeat_us")),
+                lease_until=micros(entry.get("lease_until_us")),
             )
             for entry in (history or [])
         ]

@@ -348,7 +348,7 @@ def give_back(
 
 
 _EXPIRED = """
-SELECT id, lease_token, attempt, max_attempts, crashes, lease_started
+SELECT id, lease_token, attempt, max_attempts, crashes, lease_started, lease_until
 FROM rota_jobs INDEXED BY rota_jobs_leases
 WHERE state = 'running' AND lease_until < ?
 ORDER BY id LIMIT ?
@@ -356,7 +356,8 @@ ORDER BY id LIMIT ?
 # NOT INDEXED: by rowid, as every statement reaching a job by its id (the (state, id) index
 # would serve too, at the cost of a second lookup).
 _EXPIRED_BY_ID = """
-SELECT id, lease_token, attempt, max_attempts, crashes, lease_started FROM rota_jobs NOT INDEXED
+SELECT id, lease_token, attempt, max_attempts, crashes, lease_started, lease_until
+FROM rota_jobs NOT INDEXED
 WHERE id IN ({ids}) AND state = 'running'
 """
 # Fenced by the token observed, like every write after a claim: a rescue can never overwrite
@@ -398,9 +399,9 @@ def _expire(
     conn: sqlite3.Connection, rows: Sequence[Any], at_us: int, *, settle: bool
 ) -> list[tuple[int, blame.Expiry]]:
     """Apply the blame rule to expired leases, given as (id, token, attempt, max_attempts,
-    crashes, lease_started) rows read in this transaction; close their attempts."""
+    crashes, lease_started, lease_until) rows read in this transaction; close their attempts."""
     settled: list[tuple[int, blame.Expiry]] = []
-    for job_id, token, attempt, max_attempts, crashes, started in rows:
+    for job_id, token, attempt, max_attempts, crashes, started, until in rows:
         expiry = blame.expire(
             attempt=attempt, max_attempts=max_attempts, crashes=crashes, started=bool(started)
         )
@@ -418,7 +419,9 @@ def _expire(
             },
         ).rowcount
         if changed:
-            end_attempts(conn, [token], at_us, Outcome.LEASE_EXPIRED, expiry.error)
+            end_attempts(
+                conn, [token], at_us, Outcome.LEASE_EXPIRED, expiry.error, lease_until_us=until
+            )
             settled.append((job_id, expiry))
     return settled
 
@@ -453,13 +456,16 @@ def end_attempts(
     outcome: Outcome,
     error: str | None = None,
     traceback: str | None = None,
+    *,
+    lease_until_us: int | None = None,
 ) -> None:
     """Close the history rows of the attempts with these tokens, each keeping the heartbeats
-    its job counted under that token (called before a claim resets them)."""
+    its job counted under that token (called before a claim resets them); an expired lease's
+    end is ``lease_until_us``."""
     for part in chunks(tokens):
         conn.execute(
             "UPDATE OR ROLLBACK rota_attempts "
-            "SET finished_at = ?, outcome = ?, error = ?, traceback = ?, "
+            "SET finished_at = ?, outcome = ?, error = ?, traceback = ?, lease_until = ?, "
             "heartbeats = coalesce((SELECT j.heartbeats FROM rota_jobs AS j "
             "WHERE j.id = rota_attempts.job_id AND j.lease_token = rota_attempts.token), "
             "heartbeats), "
@@ -467,7 +473,7 @@ def end_attempts(
             "WHERE j.id = rota_attempts.job_id AND j.lease_token = rota_attempts.token), "
             "last_heartbeat_at) "
             f"WHERE token IN ({marks(len(part))})",
-            [at_us, outcome.value, error, traceback, *part],
+            [at_us, outcome.value, error, traceback, lease_until_us, *part],
         )
 
 

@@ -61,7 +61,7 @@ ATTEMPT_COLUMNS = (
     "CASE WHEN a.outcome = 'running' AND j.lease_token = a.token THEN j.heartbeats "
     "ELSE a.heartbeats END, "
     "CASE WHEN a.outcome = 'running' AND j.lease_token = a.token THEN j.last_heartbeat_at "
-    "ELSE a.last_heartbeat_at END"
+    "ELSE a.last_heartbeat_at END, a.lease_until"
 )
 WORKER_COLUMNS = (
     "name, host, pid, queues, concurrency, started_at, beat_at, kinds, heartbeat_seconds"
@@ -211,7 +211,7 @@ def attempt_from_row(row: Sequence[Any]) -> Attempt:
     """An Attempt from a row selected as ATTEMPT_COLUMNS."""
     (
         attempt, token, worker, started_at, finished_at, outcome, error, traceback,
-        heartbeats, last_heartbeat_at,
+        heartbeats, last_heartbeat_at, lease_until,
     ) = row  # fmt: skip
     return Attempt(
         attempt=attempt,
@@ -224,6 +224,7 @@ def attempt_from_row(row: Sequence[Any]) -> Attempt:
         traceback=traceback,
         heartbeats=heartbeats,
         last_heartbeat_at=_maybe_instant(last_heartbeat_at),
+        lease_until=_maybe_instant(lease_until),
     )
 
 

@@ -28,3 +28,6 @@ ALTER TABLE rota_jobs ADD COLUMN heartbeats INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE rota_jobs ADD COLUMN last_heartbeat_at INTEGER;
 ALTER TABLE rota_attempts ADD COLUMN heartbeats INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE rota_attempts ADD COLUMN last_heartbeat_at INTEGER;
+-- An attempt whose lease expired: when it ran out (its worker's last heartbeat, that instant,
+-- then the rescue or the takeover that ended it).
+ALTER TABLE rota_attempts ADD COLUMN lease_until INTEGER;
