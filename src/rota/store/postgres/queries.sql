@@ -808,8 +808,8 @@ UPDATE rota_jobs j SET
         'started_us', (extract(epoch FROM j.started_at) * 1000000)::bigint,
         'finished_us', (extract(epoch FROM coalesce(%(now)s::timestamptz, now())) * 1000000)::bigint,
         {_beats},
-            'lease_until_us', (extract(epoch FROM j.lease_until) * 1000000)::bigint,
-            'outcome', 'lease_expired', 'error', {expiry_error}))
+        'lease_until_us', (extract(epoch FROM j.lease_until) * 1000000)::bigint,
+        'outcome', 'lease_expired', 'error', {expiry_error}))
 FROM expired
 WHERE j.id = expired.id AND j.state = 'running' AND j.lease_token = expired.lease_token
 RETURNING j.id, j.state, j.queue, j.run_at
