@@ -391,13 +391,104 @@ async def test_retrying_a_node_with_what_follows_it_runs_them_again_in_order(
         await workflows.retry_downstream(store, a, b)
 
 
-async def test_cancelling_a_node_with_what_follows_it_leaves_the_rest_alone(
+async def both_dead_on_a_run_anyway_edge(store: Store) -> tuple[Job, Job]:
+    """A parent that ended dead and its child on a "run" edge, which ran anyway and died."""
+    parent = await add(store)
+    child = await after(store, [parent.id], policy="run")
+    await kill(store, parent.id)
+    await kill(store, child.id)
+    return parent, child
+
+
+async def test_a_run_anyway_child_retried_with_its_dead_parent_waits_for_its_new_run(
     store: Store,
 ) -> None:
+    parent, child = await both_dead_on_a_run_anyway_edge(store)
+    assert await workflows.retry_downstream(store, parent.id, parent.id) == 2
+    waiting = await store.get(child.id)
+    assert (waiting.state, waiting.waiting_on) == (JobState.WAITING, 1)
+    await run(store, parent.id)  # the only claimable job: the child waits for it
+    released = await store.get(child.id)
+    assert (released.state, released.waiting_on) == (JobState.PENDING, 0)
+    await run(store, child.id)
+
+
+async def test_a_bulk_retry_of_a_dead_parent_and_its_run_anyway_child_makes_the_child_wait(
+    store: Store,
+) -> None:
+    parent, child = await both_dead_on_a_run_anyway_edge(store)
+    # Both in one call (on PostgreSQL, one statement): whichever is written first.
+    assert await store.bulk_retry(JobFilter(workflow=parent.id)) == 2
+    assert [await state_of(store, job) for job in (parent.id, child.id)] == [
+        JobState.PENDING,
+        JobState.WAITING,
+    ]
+    await kill(store, parent.id)  # ends dead again: the child runs anyway, once
+    await run(store, child.id)
+
+
+async def test_a_retried_parent_holds_back_a_run_anyway_child_that_has_not_started(
+    store: Store,
+) -> None:
+    parent = await add(store)
+    child = await after(store, [parent.id], policy="run")
+    await kill(store, parent.id)
+    assert await state_of(store, child.id) is JobState.PENDING
+    await store.retry(parent.id)
+    held = await store.get(child.id)
+    assert (held.state, held.waiting_on) == (JobState.WAITING, 1)
+    await run(store, parent.id)
+    await run(store, child.id)
+
+
+async def test_a_retried_parent_leaves_a_running_or_succeeded_child_its_run(
+    store: Store,
+) -> None:
+    parent = await add(store)
+    running = await after(store, [parent.id], policy="run", kind="r")
+    done = await after(store, [parent.id], policy="run", kind="s")
+    await kill(store, parent.id)
+    claimed = await store.claim("w", queues=["default"], limit=1, lease=LEASE)
+    assert [job.id for job in claimed] == [running.id]
+    await run(store, done.id)
+    await store.retry(parent.id)
+    assert [(await store.get(job.id)).waiting_on for job in (running, done)] == [0, 0]
+    assert await store.complete_many([claimed[0].lease]) == []
+    await run(store, parent.id)
+    assert await state_of(store, done.id) is JobState.SUCCEEDED
+
+
+def a_b_then_c_anyway() -> Workflow:
+    """a, then b, then c, which runs even if b ends dead or cancelled."""
     graph = Workflow()
     first = graph.add(JobSpec("a"))
     second = graph.add(JobSpec("b"), after=[first])
     graph.add(JobSpec("c"), after=[second], on_parent_failure="run")
+    return graph
+
+
+async def test_a_rearmed_job_makes_its_own_run_anyway_child_wait_for_it_again(
+    store: Store,
+) -> None:
+    a, b, c = (job.id for job in await store.enqueue_workflow(a_b_then_c_anyway()))
+    await kill(store, a)  # b is cancelled with it, and c runs anyway: it dies too
+    assert await state_of(store, b) is JobState.CANCELLED
+    await kill(store, c)
+    assert await workflows.retry_downstream(store, a, a) == 3
+    assert [await state_of(store, job) for job in (a, b, c)] == [
+        JobState.PENDING,
+        JobState.WAITING,
+        JobState.WAITING,
+    ]
+    await run(store, a)
+    await run(store, b)
+    await run(store, c)
+
+
+async def test_cancelling_a_node_with_what_follows_it_leaves_the_rest_alone(
+    store: Store,
+) -> None:
+    graph = a_b_then_c_anyway()
     graph.add(JobSpec("d"))
     a, b, c, d = (job.id for job in await store.enqueue_workflow(graph))
     [other] = await store.enqueue([JobSpec("x")])

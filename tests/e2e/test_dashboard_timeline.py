@@ -1,5 +1,6 @@
-"""A job's timeline in headless Chromium: its runs, the gap before a takeover and its durable
-steps drawn to scale, times absolute with relative ones beside them, progress live."""
+"""A job's timeline in headless Chromium: its runs, each run's last heartbeat, where a silent
+worker's lease ran out, the gap before a takeover and its durable steps drawn to scale, times
+absolute with relative ones beside them, progress live."""
 
 from __future__ import annotations
 
@@ -37,8 +38,10 @@ async def test_a_job_killed_once_shows_both_runs_and_the_takeover_gap_to_scale(
         return t0 + timedelta(seconds=seconds)
 
     [result] = await store.enqueue([JobSpec(kind="checkout")], now=at(0))
-    await store.claim("worker-1", queues=["default"], limit=1, lease=LEASE, now=at(1))
-    # worker-1 dies: its lease runs out and the rescuer hands the job back at +9 s ...
+    [silent] = await store.claim("worker-1", queues=["default"], limit=1, lease=LEASE, now=at(1))
+    # worker-1 beats once at +3 s and dies: its lease runs out at +8 s, and the rescuer hands
+    # the job back at +9 s ...
+    await store.heartbeat([silent.lease], lease=LEASE, now=at(3))
     assert (await store.rescue(now=at(9))).requeued == [result.job.id]
     # ... and worker-2 takes it over at +12 s, runs a durable step from +13 s to +15 s.
     [job] = await store.claim("worker-2", queues=["default"], limit=1, lease=LEASE, now=at(12))
@@ -63,6 +66,19 @@ async def test_a_job_killed_once_shows_both_runs_and_the_takeover_gap_to_scale(
     assert close(gap_x, first_x + first_w)
     assert close(second_x, gap_x + gap_w)
     assert close(step_x, first_x + 12 * second)
+    # Run 1's last heartbeat, then where its lease ran out, then the takeover's start.
+    beat_x, beat_w = await box(chart.locator('rect[data-beat="1"]'))
+    end_x, end_w = await box(chart.locator('rect[data-lease-end="1"]'))
+    beat_at, lease_end_at = beat_x + beat_w / 2, end_x + end_w / 2
+    assert close(beat_at, first_x + 2 * second), (beat_at, first_x, second)
+    assert close(lease_end_at, first_x + 7 * second), (lease_end_at, first_x, second)
+    assert beat_at < lease_end_at < second_x
+    await expect(chart.locator('rect[data-run="2"]')).to_have_count(1)
+    await expect(chart.locator('rect[data-beat="2"]')).to_have_count(0)  # run 2 never beat
+    beats = tab.locator('table.attempts tr[data-run="1"] td.beats')
+    await expect(beats).to_contain_text("1 heartbeat, last at ")
+    await expect(beats).to_contain_text(" UTC (2 min ago)")
+    await expect(chart.locator('rect[data-beat="1"] title')).to_contain_text("#1: 1 heartbeat")
     await expect(chart.locator('rect[data-run="1"] title')).to_contain_text(
         "#1 on worker-1 (attempt 1): lease expired after 8.0 s"
     )

@@ -363,7 +363,12 @@ async def test_a_slot_is_unique_after_its_job_finished(pg_url: str) -> None:
 #: Jobs in every state, as an earlier release left them: finished ones three days ago, today
 #: and in an unlikely future (a clock that ran ahead), one of them a schedule slot's; unique
 #: keys held by active jobs; a workflow whose parent is running.
+AFTER_READING = "ALTER TABLE rota_jobs DROP COLUMN heartbeats, DROP COLUMN last_heartbeat_at"
 BEFORE_019 = [
+    # The job columns this version's statements read that came after 019 (031's heartbeats),
+    # for the jobs to be read before the upgrade; dropped again before it (AFTER_READING).
+    "ALTER TABLE rota_jobs ADD COLUMN heartbeats integer NOT NULL DEFAULT 0, "
+    "ADD COLUMN last_heartbeat_at timestamptz",
     """
 INSERT INTO rota_jobs (kind, queue, payload, state, run_at, attempt, max_attempts, created_at,
                        started_at, finished_at, unique_key, schedule, slot_at, result)
@@ -410,6 +415,7 @@ async def test_an_upgrade_to_019_keeps_every_job_and_what_holds_on_them(
             before = await store.get_many(ids)
             assert len(before) == 20 * 4 * 3 + 2
 
+            await admin.execute(AFTER_READING)
             upgrades = [v for v, _ in migrations() if v[:3].isdigit() and v >= "019"]
             assert upgrades[0] == "019_finished_by_day"
             assert await store.pending_migrations() == upgrades

@@ -387,6 +387,16 @@ class JobFields(BaseModel):
     waiting_on: int = Field(
         description="How many of its parents it still waits for (a waiting job runs at 0)."
     )
+    heartbeats: int = Field(
+        default=0,
+        description="Heartbeats that renewed the lease of its latest attempt (0 since its "
+        "last claim until the first).",
+    )
+    last_heartbeat_at: datetime | None = Field(
+        default=None,
+        description="The store's instant of the latest attempt's last heartbeat; null before "
+        "its first.",
+    )
 
 
 class JobOut(JobFields):
@@ -472,6 +482,19 @@ class AttemptOut(BaseModel):
     outcome: str
     error: str | None
     traceback: str | None
+    heartbeats: int = Field(
+        default=0,
+        description="Heartbeats that renewed this attempt's lease (so far, while it runs).",
+    )
+    last_heartbeat_at: datetime | None = Field(
+        default=None,
+        description="The store's instant of its last heartbeat; null when none came.",
+    )
+    lease_until: datetime | None = Field(
+        default=None,
+        description="For an attempt whose lease expired (outcome lease_expired), when it ran "
+        "out; null otherwise.",
+    )
 
 
 #: How much of a payload or result a job's own answer carries; more is fetched on its own.
@@ -732,6 +755,8 @@ def job_out(job: Job) -> dict[str, Any]:
         "progress_message": job.progress_message,
         "workflow": job.workflow,
         "waiting_on": job.waiting_on,
+        "heartbeats": job.heartbeats,
+        "last_heartbeat_at": job.last_heartbeat_at,
         "payload": job.payload,
         "result": job.result,
     }
@@ -767,6 +792,9 @@ def attempt_out(attempt: Attempt) -> AttemptOut:
         outcome=attempt.outcome.value,
         error=attempt.error,
         traceback=attempt.traceback,
+        heartbeats=attempt.heartbeats,
+        last_heartbeat_at=attempt.last_heartbeat_at,
+        lease_until=attempt.lease_until,
     )
 
 

@@ -878,6 +878,10 @@ class Job:
     workflow: int | None = None
     #: How many of its parents have not yet succeeded (or ended, for on_parent_failure="run").
     waiting_on: int = 0
+    #: Heartbeats of its latest attempt (written by the heartbeat that renews its lease), and
+    #: the store's instant of the last one; a claim sets them back to 0 and None.
+    heartbeats: int = 0
+    last_heartbeat_at: datetime | None = None
 
     @property
     def is_terminal(self) -> bool:
@@ -921,6 +925,12 @@ class Attempt:
     outcome: Outcome
     error: str | None = None
     traceback: str | None = None
+    #: Heartbeats that renewed this attempt's lease, and the store's instant of the last one
+    #: (None: none came); a running attempt's are the job's so far.
+    heartbeats: int = 0
+    last_heartbeat_at: datetime | None = None
+    #: For an attempt whose lease expired (LEASE_EXPIRED), when its lease ran out; else None.
+    lease_until: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

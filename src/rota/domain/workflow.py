@@ -5,7 +5,8 @@ A job with parents starts ``waiting`` and becomes ``pending`` (claimable) once e
 parent is satisfied: the parent succeeded, or it ended dead or cancelled on an edge whose
 ``on_parent_failure`` is ``"run"``. On a ``"cancel"`` edge (the default) a parent that ends
 dead or cancelled cancels the child, with a reason naming that parent; retrying that parent
-puts the child back to waiting. A parent deleted before its end (or a finished one deleted
+puts the child back to waiting, and its edges that its end satisfied wait again for its new
+outcome (to every child not running or succeeded: see REOPENED_STATES). A parent deleted before its end (or a finished one deleted
 while a retried child still waits for it) counts as one that ended without succeeding: its
 "cancel" children are cancelled with a reason naming it, its "run" children no longer wait for
 it, and nothing can re-arm them. Stores count the unsatisfied edges of each job
@@ -29,6 +30,10 @@ MAX_WORKFLOW_JOBS = 20_000
 MAX_PARENTS = 10_000
 #: What a child does when a parent ends dead or cancelled.
 ON_PARENT_FAILURE = ("cancel", "run")
+#: The children whose satisfied edge to a parent counts again when that parent is retried
+#: (or re-armed): those that have not started since (a pending one waits again) and those a
+#: retry may run again. A running or succeeded child keeps the run it has.
+REOPENED_STATES = frozenset((JobState.WAITING, JobState.PENDING, JobState.DEAD, JobState.CANCELLED))
 
 
 def check_policy(value: object) -> str:

@@ -478,6 +478,8 @@ class Store(DurableVerbs, Protocol):
         """A dead or cancelled job becomes pending now (waiting, if it has parents that have
         not all succeeded) with its attempts reset; ``max_attempts``
         raises (never lowers) the limit. JobNotFound; StateConflict in any other state.
+        The edges its end settled wait again for its new outcome, to each child that has not
+        started since or may be retried (``rota.domain.workflow.REOPENED_STATES``).
         """
         ...
 

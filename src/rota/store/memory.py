@@ -59,6 +59,7 @@ from rota.domain.lease import Lease
 from rota.domain.schedule import ScheduleSpec
 from rota.domain.schedule_state import Firing, Schedule, decide, upserted
 from rota.domain.workflow import (
+    REOPENED_STATES,
     Workflow,
     WorkflowBuilder,
     cancel_reason,
@@ -486,6 +487,8 @@ class MemoryStore(MemoryDurable):
                     finished_at=None,
                     progress=None,
                     progress_message=None,
+                    heartbeats=0,
+                    last_heartbeat_at=None,
                 )
                 self._jobs[job.id] = taken
                 self._history[job.id].append(
@@ -575,7 +578,12 @@ class MemoryStore(MemoryDurable):
                 except LeaseLost:
                     lost.append(held)
                     continue
-                renewed = replace(job, lease_until=at + lease)
+                renewed = replace(
+                    job,
+                    lease_until=at + lease,
+                    heartbeats=job.heartbeats + 1,
+                    last_heartbeat_at=at,
+                )
                 report = reported.get(job.id)
                 if report is not None:
                     renewed = replace(
@@ -765,7 +773,9 @@ class MemoryStore(MemoryDurable):
 
     def _rearm_children(self, parent: int) -> None:
         """``parent`` was retried: the jobs its end cancelled wait again, unless another of
-        their parents has ended dead or cancelled too (then that one blocks them)."""
+        their parents has ended dead or cancelled too (then that one blocks them); and the
+        edges its end settled wait again for its new outcome (``_reopen_edges``)."""
+        self._reopen_edges(parent)
         for edge in self._children.get(parent, []):
             child = self._jobs.get(edge.child)
             if child is None or self._blocked_by.get(child.id) != parent:
@@ -793,6 +803,18 @@ class MemoryStore(MemoryDurable):
             )
             self._rearm_children(child.id)
 
+    def _reopen_edges(self, parent: int) -> None:
+        """``parent`` runs again: each settled edge to a child that has not started since
+        (waiting or pending) or may be retried (dead or cancelled) counts again, and a pending
+        child waits. A running or succeeded child keeps its run."""
+        for edge in self._children.get(parent, []):
+            child = self._jobs.get(edge.child)
+            if not edge.satisfied or child is None or child.state not in REOPENED_STATES:
+                continue
+            edge.satisfied = False
+            state = JobState.WAITING if child.state is JobState.PENDING else child.state
+            self._jobs[child.id] = replace(child, waiting_on=child.waiting_on + 1, state=state)
+
     def _end_attempt(
         self,
         job: Job,
@@ -806,7 +828,14 @@ class MemoryStore(MemoryDurable):
         for index in range(len(history) - 1, -1, -1):
             if history[index].token == job.lease_token:
                 history[index] = replace(
-                    history[index], finished_at=at, outcome=outcome, error=error, traceback=trace
+                    history[index],
+                    finished_at=at,
+                    outcome=outcome,
+                    error=error,
+                    traceback=trace,
+                    heartbeats=job.heartbeats,
+                    last_heartbeat_at=job.last_heartbeat_at,
+                    lease_until=job.lease_until if outcome is Outcome.LEASE_EXPIRED else None,
                 )
                 return
 
@@ -883,7 +912,9 @@ class MemoryStore(MemoryDurable):
             at = self._now(None)
             chosen = self._matching(filter, RETRYABLE_STATES, limit)
             done = 0
-            for job in chosen:
+            for chosen_job in chosen:
+                # As it is now: retrying a parent chosen with it may have re-opened its edges.
+                job = self._jobs[chosen_job.id]
                 try:
                     self._retry(job, None, at)
                 except StateConflict:
@@ -1054,8 +1085,18 @@ class MemoryStore(MemoryDurable):
 
     async def attempts(self, job_id: int) -> list[Attempt]:
         with self._lock:
-            self._get(job_id)
-            return list(self._history[job_id])
+            job = self._get(job_id)
+            # The running attempt's heartbeats so far are the job's.
+            return [
+                replace(
+                    entry,
+                    heartbeats=job.heartbeats,
+                    last_heartbeat_at=job.last_heartbeat_at,
+                )
+                if entry.outcome is Outcome.RUNNING and entry.token == job.lease_token
+                else entry
+                for entry in self._history[job_id]
+            ]
 
     # ------------------------------------------------------------------ maintenance
 

@@ -19,7 +19,7 @@ JOB_FIELDS = {
     "unique_key", "worker", "lease_until", "lease_token", "created_at", "started_at",
     "finished_at", "last_error", "schedule", "slot_at", "timeout_seconds", "crashes",
     "quarantine", "payload", "result", "progress", "progress_message", "expires_at", "workflow",
-    "waiting_on",
+    "waiting_on", "heartbeats", "last_heartbeat_at",
 }  # fmt: skip
 
 
@@ -117,9 +117,36 @@ async def test_get_job_has_attempts(api: httpx.AsyncClient, store: MemoryStore) 
     [attempt] = detail["attempts"]
     assert set(attempt) == {
         "attempt", "token", "worker", "started_at", "finished_at", "outcome", "error", "traceback",
+        "heartbeats", "last_heartbeat_at", "lease_until",
     }  # fmt: skip
     assert attempt["worker"] == "w1" and attempt["outcome"] == "failed"
     assert "ValueError: boom" in attempt["traceback"]
+
+
+async def test_a_job_and_its_attempts_show_their_heartbeats(
+    api: httpx.AsyncClient, store: MemoryStore, clock: FakeClock
+) -> None:
+    [result] = await store.enqueue([JobSpec(kind="email")])
+    lease = timedelta(seconds=5)
+    [first] = await store.claim("w1", queues=["default"], limit=1, lease=lease)
+    clock.advance(timedelta(seconds=2))
+    await store.heartbeat([first.lease], lease=lease)  # the last beat before it went silent
+    clock.advance(lease + timedelta(seconds=1))
+    [second] = await store.claim("w2", queues=["default"], limit=1, lease=lease)
+    clock.advance(timedelta(seconds=1))
+    await store.heartbeat([second.lease], lease=lease)
+    detail = (await api.get(f"/api/jobs/{result.job.id}")).json()
+    assert (detail["heartbeats"], detail["last_heartbeat_at"]) == (1, "2026-01-01T12:00:09Z")
+    beats = [
+        (a["outcome"], a["heartbeats"], a["last_heartbeat_at"], a["lease_until"])
+        for a in detail["attempts"]
+    ]
+    assert beats == [
+        ("lease_expired", 1, "2026-01-01T12:00:02Z", "2026-01-01T12:00:07Z"),
+        ("running", 1, "2026-01-01T12:00:09Z", None),
+    ]
+    listed = (await api.get("/api/jobs")).json()["jobs"][0]
+    assert (listed["heartbeats"], listed["last_heartbeat_at"]) == (1, "2026-01-01T12:00:09Z")
 
 
 async def test_a_crash_suspect_shows_why_it_runs_alone(

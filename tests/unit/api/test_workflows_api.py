@@ -223,9 +223,9 @@ async def test_retrying_a_dead_node_with_what_follows_it_rearms_and_reruns_them(
     retried = await api.post(f"/api/workflows/{a.id}/nodes/{b.id}/retry?downstream=true")
     assert retried.status_code == 200, retried.text
     assert retried.json() == {"count": 3}
-    # c's edge to b was settled when b died ("run"): c does not wait for b's new run.
+    # c's edge to b, settled when b died ("run"), is re-opened: c waits for b's new run.
     states = [(await store.get(j.id)).state for j in (b, c, d)]
-    assert states == [JobState.PENDING, JobState.PENDING, JobState.WAITING]
+    assert states == [JobState.PENDING, JobState.WAITING, JobState.WAITING]
     await _run(store, b.id)
     await _run(store, c.id)
     await _run(store, d.id)

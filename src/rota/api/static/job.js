@@ -7,7 +7,7 @@ import { ApiError, apiHref, deleteJSON, getJSON, postJSON } from "./api.js";
 import { h, replaceChildren } from "./dom.js";
 import { absolute, badge, duration, parseTime, plural, progressBar, relative, stateNote } from "./format.js";
 import { actionButtons, blockedLabel } from "./jobs.js";
-import { timelineChart } from "./timeline.js";
+import { heartbeatsText, timelineChart } from "./timeline.js";
 import { confirmDialog, notify, poller, reportError } from "./ui.js";
 
 function field(label, value) {
@@ -43,6 +43,8 @@ function timeline(job, now) {
   for (const a of numbered(job.attempts)) {
     const note = a.after ? `, ${a.after}` : "";
     events.push([a.started_at, `#${a.run} started on ${a.worker || "?"} (attempt ${a.attempt}${note}, token ${a.token})`]);
+    if (a.last_heartbeat_at) events.push([a.last_heartbeat_at, `#${a.run}: last of ${plural(a.heartbeats, "heartbeat")}`]);
+    if (a.lease_until) events.push([a.lease_until, `#${a.run}: its lease ran out`]);
     if (a.finished_at) events.push([a.finished_at, `#${a.run}: ${a.outcome}`]);
   }
   if (job.finished_at) events.push([job.finished_at, job.state]);
@@ -95,10 +97,10 @@ function workflowSection(job, workflow) {
   ];
 }
 
-function attemptsTable(job) {
+function attemptsTable(job, nowMs) {
   if (!job.attempts.length) return h("p", { class: "muted" }, "No attempts yet.");
   return h("table", { class: "grid attempts" },
-    h("thead", {}, h("tr", {}, ["#", "attempt", "token", "worker", "started", "took", "outcome", "error"].map((t) => h("th", { text: t })))),
+    h("thead", {}, h("tr", {}, ["#", "attempt", "token", "worker", "started", "took", "heartbeats", "outcome", "error"].map((t) => h("th", { text: t })))),
     h("tbody", {}, numbered(job.attempts).flatMap((a) => {
       const took = a.finished_at ? (parseTime(a.finished_at) - parseTime(a.started_at)) / 1000 : null;
       const counted = GIVEN_BACK.includes(a.outcome) ? `${a.attempt} (given back)` : String(a.attempt);
@@ -109,13 +111,14 @@ function attemptsTable(job) {
         h("td", { class: "mono" }, a.worker || ""),
         h("td", {}, absolute(a.started_at)),
         h("td", {}, took === null ? "running" : duration(took)),
+        h("td", { class: "beats" }, heartbeatsText(a, nowMs)),
         h("td", {}, badge(a.outcome)),
         h("td", { class: "attempt-error" },
           a.error ? h("pre", { class: "error-text" }, a.error) : "",
           a.traceback ? h("details", {}, h("summary", {}, "traceback"), h("pre", { class: "trace" }, a.traceback)) : ""));
       if (!a.after) return [row];
       const text = a.after === "re-run" ? "re-run: a new series of attempts" : "retried: attempts counted afresh";
-      return [h("tr", { class: "series" }, h("td", { colspan: "8", class: "muted" }, text)), row];
+      return [h("tr", { class: "series" }, h("td", { colspan: "9", class: "muted" }, text)), row];
     })));
 }
 
@@ -321,10 +324,10 @@ export function renderJob(root, config, id) {
       h("h2", { text: "Timeline" }),
       timelineChart(job, numbered(job.attempts), nowMs),
       job.attempts.length ? h("p", { class: "muted hint" },
-        "To scale: each run from its start to its end; dashed, the wait before a worker took the job over, or a running job's lease ahead of it; below, a durable job's steps. Hover for times.") : null,
+        "To scale: each run from its start to its end, a thin mark at its last heartbeat and, for a worker that went silent, a red one where its lease ran out; dashed, the wait before a worker took the job over, or a running job's lease ahead of it; below, a durable job's steps. Hover for times.") : null,
       timeline(job, nowMs),
       h("h2", { text: "Attempts" }),
-      attemptsTable(job));
+      attemptsTable(job, nowMs));
     body.querySelectorAll("details").forEach((d, i) => {
       if (openTraces.has(i)) d.open = true;
     });

@@ -1,9 +1,10 @@
 // A job's life drawn to scale: one row per run (from its start to its end; a running one's
-// lease ahead of it), the gap before a run that took the job over, and a durable job's steps,
-// sleeps and waits as rows below. SVG from the job's detail; every label goes in as text.
+// lease ahead of it; a mark at its last heartbeat, and where an expired lease ran out), the gap
+// before a run that took the job over, and a durable job's steps, sleeps and waits as rows
+// below. SVG from the job's detail; every label goes in as text.
 
 import { s } from "./dom.js";
-import { absolute, duration, parseTime } from "./format.js";
+import { absolute, duration, parseTime, plural, relative } from "./format.js";
 
 const WIDTH = 1000;
 const LABEL = 170;
@@ -29,6 +30,13 @@ function tickText(seconds) {
   return `+${Number((seconds / 86400).toFixed(1))} d`;
 }
 
+// What a run's heartbeats were: "N heartbeats, last at <absolute> (<relative>)".
+export function heartbeatsText(run, nowMs) {
+  if (!run.heartbeats || !run.last_heartbeat_at) return "no heartbeats";
+  const at = run.last_heartbeat_at;
+  return `${plural(run.heartbeats, "heartbeat")}, last at ${absolute(at)} (${relative(at, nowMs)})`;
+}
+
 // The rows to draw: each run, the gap before a takeover, each durable record; instants in ms.
 function rowsOf(job, runs, nowMs) {
   const rows = [];
@@ -49,6 +57,8 @@ function rowsOf(job, runs, nowMs) {
       end,
       gap: tookOver ? parseTime(previous.finished_at) : null,
       lease: a.outcome === "running" && job.lease_until ? parseTime(job.lease_until) : null,
+      beat: a.heartbeats && a.last_heartbeat_at ? parseTime(a.last_heartbeat_at) : null,
+      leaseEnd: a.outcome === "lease_expired" && a.lease_until ? parseTime(a.lease_until) : null,
     });
   });
   for (const step of job.steps || []) {
@@ -73,6 +83,13 @@ function bar(x0, x1, y, cls, title, data, least = 0) {
   });
   rect.append(s("title", {}, title));
   return rect;
+}
+
+// A thin mark across a row at x, taller than its bar.
+function mark(at, y, cls, title, data) {
+  const line = s("rect", { x: (at - 1).toFixed(2), y: (y - 3).toFixed(2), width: 2, height: BAR + 6, class: cls, ...data });
+  line.append(s("title", {}, title));
+  return line;
 }
 
 // The timeline, or null for a job no worker has started yet.
@@ -111,11 +128,23 @@ export function timelineChart(job, runs, nowMs) {
       const what = a.outcome === "running" ? "running" : a.outcome.replace("_", " ");
       parts.push(bar(x(row.start), x(row.end), y, `run o-${a.outcome}`,
         `#${a.run} on ${a.worker || "?"} (attempt ${a.attempt}): ${what} after ${duration(took)}, `
-        + `${absolute(a.started_at)} to ${a.finished_at ? absolute(a.finished_at) : "now"}`,
+        + `${absolute(a.started_at)} to ${a.finished_at ? absolute(a.finished_at) : "now"}; `
+        + heartbeatsText(a, nowMs),
         { "data-run": String(a.run) }, 2));
       if (row.lease !== null && row.lease > row.end) {
         parts.push(bar(x(row.end), x(row.lease), y, "lease",
           `lease until ${absolute(job.lease_until)}`, { "data-lease": String(a.run) }));
+      }
+      // A silent worker's run: its last heartbeat, then where its lease ran out, then the
+      // takeover (the next row's start).
+      if (row.leaseEnd !== null) {
+        parts.push(mark(x(row.leaseEnd), y, "lease-end",
+          `#${a.run}: its lease ran out at ${absolute(a.lease_until)} (${relative(a.lease_until, nowMs)})`,
+          { "data-lease-end": String(a.run) }));
+      }
+      if (row.beat !== null) {
+        parts.push(mark(x(row.beat), y, "beat", `#${a.run}: ${heartbeatsText(a, nowMs)}`,
+          { "data-beat": String(a.run) }));
       }
     } else {
       const st = row.step;

@@ -60,7 +60,7 @@ WITH held AS MATERIALIZED (
             'attempt', j.attempt, 'token', j.lease_token, 'worker', j.worker,
             'started_us', (extract(epoch FROM j.started_at) * 1000000)::bigint,
             'finished_us', (extract(epoch FROM coalesce(%(now)s::timestamptz, now())) * 1000000)::bigint,
-            'outcome', 'failed', 'error', %(error)s::text, 'traceback', %(traceback)s::text))
+            {_beats}, 'outcome', 'failed', 'error', %(error)s::text, 'traceback', %(traceback)s::text))
     FROM held
     WHERE %(retry_in)s::interval IS NOT NULL AND j.id = held.id AND j.state = 'running'
       AND j.lease_token = %(token)s

@@ -44,6 +44,8 @@ _JOB_COLUMN_TYPES = (
     ("expires_at", "timestamptz"),
     ("workflow", "bigint"),
     ("waiting_on", "integer"),
+    ("heartbeats", "integer"),
+    ("last_heartbeat_at", "timestamptz"),
 )
 JOB_COLUMNS = ", ".join(name for name, _ in _JOB_COLUMN_TYPES)
 #: JOB_COLUMNS as a list reads them: the first characters of the payload's and result's JSON
@@ -221,6 +223,11 @@ def queries() -> dict[str, str]:
     bodies = {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
     # Names starting with "_" are fragments, spliced into statements as {_name}.
     fragments = {name: body for name, body in bodies.items() if name.startswith("_")}
+    # A fragment may splice in another ({_beats} in {_take}): those are spliced first.
+    for name, body in fragments.items():
+        for inner, text_of in fragments.items():
+            body = body.replace("{" + inner + "}", text_of)
+        fragments[name] = body
     named: dict[str, str] = {}
     for name, body in bodies.items():
         for fragment, text_of in fragments.items():

@@ -177,6 +177,11 @@ WITH counted AS (
 SELECT pg_notify('rota_jobs', queue || ' ' || (extract(epoch FROM due) * 1000000)::bigint)
 FROM unnest(%(due_queues)s::text[], %(due)s::timestamptz[]) AS d(queue, due);
 
+-- name: _beats
+-- The heartbeats of the attempt a history entry records, as its job's row counted them (031).
+'heartbeats', heartbeats,
+        'last_heartbeat_us', (extract(epoch FROM last_heartbeat_at) * 1000000)::bigint
+
 -- name: _candidates
 -- The jobs a claim may take, locked, as the CTE "chosen" (ids, in claim order) over
 -- "candidates".
@@ -338,6 +343,8 @@ UPDATE rota_jobs j SET
             'attempt', j.attempt, 'token', j.lease_token, 'worker', j.worker,
             'started_us', (extract(epoch FROM j.started_at) * 1000000)::bigint,
             'finished_us', (extract(epoch FROM coalesce(%(now)s::timestamptz, now())) * 1000000)::bigint,
+            {_beats},
+            'lease_until_us', (extract(epoch FROM j.lease_until) * 1000000)::bigint,
             'outcome', 'lease_expired', 'error', {expiry_error}))
         ELSE j.history END,
     last_error = CASE WHEN j.state = 'running' THEN {expiry_error} ELSE j.last_error END
@@ -353,14 +360,17 @@ UPDATE rota_jobs_active j SET
     {_lease}
 
 -- name: _lease
--- A new lease: its fencing token, its end on the store's clock, its worker; no progress yet.
+-- A new lease: its fencing token, its end on the store's clock, its worker; no progress or
+-- heartbeats yet.
 lease_token = nextval('rota_lease_token_seq'),
     lease_until = coalesce(%(now)s::timestamptz, now()) + %(lease)s::interval,
     worker = %(worker)s,
     started_at = coalesce(%(now)s::timestamptz, now()),
     finished_at = NULL,
     progress = NULL,
-    progress_message = NULL
+    progress_message = NULL,
+    heartbeats = 0,
+    last_heartbeat_at = NULL
 
 -- name: claim
 -- One statement for a claim when no limit exists. If one does, it claims nothing and returns
@@ -558,10 +568,13 @@ GROUP BY tenant ORDER BY tenant;
 
 -- name: heartbeat
 -- One statement renews all of a worker's leases; ids missing from the result are lost. The
--- store's clock comes back too: the worker measures its own clock against it.
+-- store's clock comes back too: the worker measures its own clock against it. Each renewal
+-- counts itself on the row (no index covers either column: 031).
 WITH renewed AS (
     UPDATE rota_jobs j
-    SET lease_until = coalesce(%(now)s::timestamptz, now()) + %(lease)s::interval
+    SET lease_until = coalesce(%(now)s::timestamptz, now()) + %(lease)s::interval,
+        heartbeats = j.heartbeats + 1,
+        last_heartbeat_at = coalesce(%(now)s::timestamptz, now())
     FROM unnest(%(ids)b::bigint[], %(tokens)b::bigint[]) AS l(id, token)
     WHERE j.id = l.id AND j.state = 'running' AND j.lease_token = l.token
     RETURNING j.id
@@ -574,6 +587,8 @@ SELECT coalesce(%(now)s::timestamptz, now()), array(SELECT id FROM renewed);
 WITH renewed AS (
     UPDATE rota_jobs j
     SET lease_until = coalesce(%(now)s::timestamptz, now()) + %(lease)s::interval,
+        heartbeats = j.heartbeats + 1,
+        last_heartbeat_at = coalesce(%(now)s::timestamptz, now()),
         progress = CASE WHEN l.reported THEN l.fraction ELSE j.progress END,
         progress_message = CASE WHEN l.reported THEN l.message ELSE j.progress_message END
     FROM unnest(%(ids)b::bigint[], %(tokens)b::bigint[], %(reported)b::boolean[],
@@ -655,7 +670,7 @@ UPDATE rota_jobs SET
         'attempt', attempt, 'token', lease_token, 'worker', worker,
         'started_us', (extract(epoch FROM started_at) * 1000000)::bigint,
         'finished_us', (extract(epoch FROM coalesce(%(now)s::timestamptz, now())) * 1000000)::bigint,
-        'outcome', 'failed', 'error', %(error)s::text, 'traceback', %(traceback)s::text))
+        {_beats}, 'outcome', 'failed', 'error', %(error)s::text, 'traceback', %(traceback)s::text))
 FROM was
 WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s
 RETURNING id, state, queue, run_at, kind, started_at, was.due_at
@@ -681,7 +696,7 @@ UPDATE rota_jobs SET
         'attempt', attempt, 'token', lease_token, 'worker', worker,
         'started_us', (extract(epoch FROM started_at) * 1000000)::bigint,
         'finished_us', (extract(epoch FROM coalesce(%(now)s::timestamptz, now())) * 1000000)::bigint,
-        'outcome', %(outcome)s::text))
+        {_beats}, 'outcome', %(outcome)s::text))
 WHERE id = %(id)s AND state = 'running' AND lease_token = %(token)s
 RETURNING id, state, queue, run_at
 ), {wake}
@@ -708,7 +723,7 @@ UPDATE rota_jobs SET state = 'pending', run_at = coalesce(%(now)s::timestamptz, 
         'attempt', attempt, 'token', lease_token, 'worker', worker,
         'started_us', (extract(epoch FROM started_at) * 1000000)::bigint,
         'finished_us', (extract(epoch FROM finished_at) * 1000000)::bigint,
-        'outcome', 'succeeded'))
+        {_beats}, 'outcome', 'succeeded'))
 WHERE id = %(id)s AND state = 'succeeded'
 RETURNING {job_columns}
 ), {wake}
@@ -724,7 +739,7 @@ UPDATE rota_jobs SET state = 'cancelled', lease_until = NULL,
             'attempt', attempt, 'token', lease_token, 'worker', worker,
             'started_us', (extract(epoch FROM started_at) * 1000000)::bigint,
             'finished_us', (extract(epoch FROM coalesce(%(now)s::timestamptz, now())) * 1000000)::bigint,
-            'outcome', 'cancelled'))
+            {_beats}, 'outcome', 'cancelled'))
         ELSE history END
 
 -- name: cancel
@@ -780,7 +795,8 @@ SELECT {job_columns} FROM rota_jobs WHERE id = ANY(%(ids)b::bigint[]) ORDER BY i
 SELECT state FROM rota_jobs WHERE id = %(id)s;
 
 -- name: attempts
-SELECT state, attempt, lease_token, worker, started_at, finished_at, history
+SELECT state, attempt, lease_token, worker, started_at, finished_at, history, heartbeats,
+       last_heartbeat_at
 FROM rota_jobs WHERE id = %(id)s;
 
 -- name: rescue
@@ -807,6 +823,8 @@ UPDATE rota_jobs j SET
         'attempt', j.attempt, 'token', j.lease_token, 'worker', j.worker,
         'started_us', (extract(epoch FROM j.started_at) * 1000000)::bigint,
         'finished_us', (extract(epoch FROM coalesce(%(now)s::timestamptz, now())) * 1000000)::bigint,
+        {_beats},
+        'lease_until_us', (extract(epoch FROM j.lease_until) * 1000000)::bigint,
         'outcome', 'lease_expired', 'error', {expiry_error}))
 FROM expired
 WHERE j.id = expired.id AND j.state = 'running' AND j.lease_token = expired.lease_token

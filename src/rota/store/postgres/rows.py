@@ -28,7 +28,7 @@ def row_to_job(row: Row) -> Job:
         _STATES[row[4]],
         *row[5:12],
         timedelta(microseconds=timeout_us) if timeout_us is not None else None,
-        *row[13:29],
+        *row[13:31],
     )
 
 

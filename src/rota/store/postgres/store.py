@@ -1037,7 +1037,7 @@ class PostgresStore(PostgresDurable):
         rows = await self._fetch("attempts", {"id": job_id})
         if not rows:
             raise JobNotFound(job_id)
-        state, attempt, token, worker, started_at, finished_at, history = rows[0]
+        state, attempt, token, worker, started_at, finished_at, history, beats, beat_at = rows[0]
         records = [
             Attempt(
                 attempt=entry["attempt"],
@@ -1048,13 +1048,28 @@ class PostgresStore(PostgresDurable):
                 outcome=Outcome(entry["outcome"]),
                 error=entry.get("error"),
                 traceback=entry.get("traceback"),
+                heartbeats=entry.get("heartbeats") or 0,
+                last_heartbeat_at=micros(entry.get("last_heartbeat_us")),
+                lease_until=micros(entry.get("lease_until_us")),
             )
             for entry in (history or [])
         ]
         if state in ("running", "succeeded") and token is not None:
+            # The row itself describes its running (or succeeded) attempt, heartbeats too.
             outcome = Outcome.RUNNING if state == "running" else Outcome.SUCCEEDED
             end = finished_at if state == "succeeded" else None
-            records.append(Attempt(attempt, token, worker, started_at, end, outcome))
+            records.append(
+                Attempt(
+                    attempt,
+                    token,
+                    worker,
+                    started_at,
+                    end,
+                    outcome,
+                    heartbeats=beats,
+                    last_heartbeat_at=beat_at,
+                )
+            )
         return records
 
     # ------------------------------------------------------------------ maintenance

@@ -61,7 +61,7 @@ WITH taken (taken_id, taken_token) AS (VALUES {{pairs}})
 UPDATE OR ROLLBACK rota_jobs
 SET state = 'running', attempt = attempt + 1, lease_token = taken_token, lease_until = ?,
     worker = ?, started_at = ?, finished_at = NULL, lease_started = NOT {candidates.ALONE_NEXT},
-    progress = NULL, progress_message = NULL
+    progress = NULL, progress_message = NULL, heartbeats = 0, last_heartbeat_at = NULL
 FROM taken WHERE id = taken_id
 """
 # The jobs just leased, as one JSON array of rows (CLAIMED_COLUMNS): one step of one
@@ -195,7 +195,13 @@ def heartbeat(
 ) -> Beat:
     """Extend every held lease to at + lease, writing the progress reported for it (same
     transaction, fenced alike); the lost ones, in the order given, and ``at``."""
-    held = _fenced(conn, "lease_until = ?", [to_us(at + lease)], _pairs(leases))
+    # The lease's renewal counts itself on the job, in the same fenced statement.
+    held = _fenced(
+        conn,
+        "lease_until = ?, heartbeats = heartbeats + 1, last_heartbeat_at = ?",
+        [to_us(at + lease), to_us(at)],
+        _pairs(leases),
+    )
     if progress:
         reports = [
             (report.fraction, report.message, lease.job_id, lease.token)
@@ -347,7 +353,7 @@ def give_back(
 
 
 _EXPIRED = """
-SELECT id, lease_token, attempt, max_attempts, crashes, lease_started
+SELECT id, lease_token, attempt, max_attempts, crashes, lease_started, lease_until
 FROM rota_jobs INDEXED BY rota_jobs_leases
 WHERE state = 'running' AND lease_until < ?
 ORDER BY id LIMIT ?
@@ -355,7 +361,8 @@ ORDER BY id LIMIT ?
 # NOT INDEXED: by rowid, as every statement reaching a job by its id (the (state, id) index
 # would serve too, at the cost of a second lookup).
 _EXPIRED_BY_ID = """
-SELECT id, lease_token, attempt, max_attempts, crashes, lease_started FROM rota_jobs NOT INDEXED
+SELECT id, lease_token, attempt, max_attempts, crashes, lease_started, lease_until
+FROM rota_jobs NOT INDEXED
 WHERE id IN ({ids}) AND state = 'running'
 """
 # Fenced by the token observed, like every write after a claim: a rescue can never overwrite
@@ -398,9 +405,9 @@ def _expire(
     conn: sqlite3.Connection, rows: Sequence[Any], at_us: int, *, settle: bool
 ) -> list[tuple[int, blame.Expiry]]:
     """Apply the blame rule to expired leases, given as (id, token, attempt, max_attempts,
-    crashes, lease_started) rows read in this transaction; close their attempts."""
+    crashes, lease_started, lease_until) rows read in this transaction; close their attempts."""
     settled: list[tuple[int, blame.Expiry]] = []
-    for job_id, token, attempt, max_attempts, crashes, started in rows:
+    for job_id, token, attempt, max_attempts, crashes, started, until in rows:
         expiry = blame.expire(
             attempt=attempt, max_attempts=max_attempts, crashes=crashes, started=bool(started)
         )
@@ -418,7 +425,9 @@ def _expire(
             },
         ).rowcount
         if changed:
-            end_attempts(conn, [token], at_us, Outcome.LEASE_EXPIRED, expiry.error)
+            end_attempts(
+                conn, [token], at_us, Outcome.LEASE_EXPIRED, expiry.error, lease_until_us=until
+            )
             settled.append((job_id, expiry))
     return settled
 
@@ -455,14 +464,24 @@ def end_attempts(
     outcome: Outcome,
     error: str | None = None,
     traceback: str | None = None,
+    *,
+    lease_until_us: int | None = None,
 ) -> None:
-    """Close the history rows of the attempts with these tokens."""
+    """Close the history rows of the attempts with these tokens, each keeping the heartbeats
+    its job counted under that token (called before a claim resets them); an expired lease's
+    end is ``lease_until_us``."""
     for part in chunks(tokens):
         conn.execute(
             "UPDATE OR ROLLBACK rota_attempts "
-            "SET finished_at = ?, outcome = ?, error = ?, traceback = ? "
+            "SET finished_at = ?, outcome = ?, error = ?, traceback = ?, lease_until = ?, "
+            "heartbeats = coalesce((SELECT j.heartbeats FROM rota_jobs AS j "
+            "WHERE j.id = rota_attempts.job_id AND j.lease_token = rota_attempts.token), "
+            "heartbeats), "
+            "last_heartbeat_at = coalesce((SELECT j.last_heartbeat_at FROM rota_jobs AS j "
+            "WHERE j.id = rota_attempts.job_id AND j.lease_token = rota_attempts.token), "
+            "last_heartbeat_at) "
             f"WHERE token IN ({marks(len(part))})",
-            [at_us, outcome.value, error, traceback, *part],
+            [at_us, outcome.value, error, traceback, lease_until_us, *part],
         )
 
 

@@ -710,7 +710,8 @@ def throughput(
 def attempts(conn: sqlite3.Connection, job_id: int) -> list[Attempt]:
     _row(conn, "id", job_id)
     rows = conn.execute(
-        f"SELECT {ATTEMPT_COLUMNS} FROM rota_attempts WHERE job_id = ? ORDER BY token",
+        f"SELECT {ATTEMPT_COLUMNS} FROM rota_attempts AS a JOIN rota_jobs AS j ON j.id = a.job_id "
+        "WHERE a.job_id = ? ORDER BY a.token",
         (job_id,),
     )
     return [attempt_from_row(row) for row in rows]

@@ -35,7 +35,7 @@ JOB_COLUMNS = (
     "id, kind, queue, payload, state, priority, run_at, attempt, max_attempts, created_at, "
     "tenant, unique_key, timeout_us, lease_token, lease_until, worker, started_at, finished_at, "
     "last_error, schedule, slot_at, crashes, trace_context, result, progress, progress_message, "
-    "expires_at, workflow, waiting_on"
+    "expires_at, workflow, waiting_on, heartbeats, last_heartbeat_at"
 )
 
 
@@ -64,7 +64,14 @@ LIST_COLUMNS = preview_columns(PREVIEW_CHARS)
 #: (a query must repeat it for SQLite to use the index); comparisons rather than IN, which
 #: builds a temporary table where SQLite checks it per row (020_no_lists_per_row).
 FINISHED = "(state = 'succeeded' OR state = 'dead' OR state = 'cancelled')"
-ATTEMPT_COLUMNS = "attempt, token, worker, started_at, finished_at, outcome, error, traceback"
+#: An attempt's columns (alias a), its heartbeats taken from its job (alias j) while it runs.
+ATTEMPT_COLUMNS = (
+    "a.attempt, a.token, a.worker, a.started_at, a.finished_at, a.outcome, a.error, a.traceback, "
+    "CASE WHEN a.outcome = 'running' AND j.lease_token = a.token THEN j.heartbeats "
+    "ELSE a.heartbeats END, "
+    "CASE WHEN a.outcome = 'running' AND j.lease_token = a.token THEN j.last_heartbeat_at "
+    "ELSE a.last_heartbeat_at END, a.lease_until"
+)
 WORKER_COLUMNS = (
     "name, host, pid, queues, concurrency, started_at, beat_at, kinds, heartbeat_seconds"
 )
@@ -97,7 +104,7 @@ def job_from_row(row: Sequence[Any], *, previews: bool = False) -> Job:
         job_id, kind, queue, payload, state, priority, run_at, attempt, max_attempts, created_at,
         tenant, unique_key, timeout_us, lease_token, lease_until, worker, started_at, finished_at,
         last_error, schedule, slot_at, crashes, trace_context, result, progress, progress_message,
-        expires_at, workflow, waiting_on,
+        expires_at, workflow, waiting_on, heartbeats, last_heartbeat_at,
     ) = row  # fmt: skip
     return Job(
         id=job_id,
@@ -129,6 +136,8 @@ def job_from_row(row: Sequence[Any], *, previews: bool = False) -> Job:
         expires_at=_maybe_instant(expires_at),
         workflow=workflow,
         waiting_on=waiting_on,
+        heartbeats=heartbeats,
+        last_heartbeat_at=_maybe_instant(last_heartbeat_at),
     )
 
 
@@ -209,7 +218,10 @@ def claimed_job(
 
 def attempt_from_row(row: Sequence[Any]) -> Attempt:
     """An Attempt from a row selected as ATTEMPT_COLUMNS."""
-    attempt, token, worker, started_at, finished_at, outcome, error, traceback = row
+    (
+        attempt, token, worker, started_at, finished_at, outcome, error, traceback,
+        heartbeats, last_heartbeat_at, lease_until,
+    ) = row  # fmt: skip
     return Attempt(
         attempt=attempt,
         token=token,
@@ -219,6 +231,9 @@ def attempt_from_row(row: Sequence[Any]) -> Attempt:
         outcome=Outcome(outcome),
         error=error,
         traceback=traceback,
+        heartbeats=heartbeats,
+        last_heartbeat_at=_maybe_instant(last_heartbeat_at),
+        lease_until=_maybe_instant(lease_until),
     )
 
 
