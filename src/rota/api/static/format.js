@@ -136,3 +136,9 @@ export function rateText(limit) {
 export function limitTarget(limit) {
   return limit.scope === "tenant" && limit.key === "*" ? "every tenant" : `${limit.scope} ${limit.key}`;
 }
+
+// Whether this identity may delete jobs and change limits and schedules: the admin role only
+// (an operator may retry, cancel, hold, pause and enqueue; the server answers 403 otherwise).
+export function canAdminister(config) {
+  return !config.read_only && config.role === "admin";
+}

@@ -5,7 +5,7 @@
 
 import { ApiError, apiHref, deleteJSON, getJSON, postJSON } from "./api.js";
 import { h, replaceChildren } from "./dom.js";
-import { absolute, badge, duration, parseTime, plural, progressBar, relative, stateNote } from "./format.js";
+import { absolute, badge, canAdminister, duration, parseTime, plural, progressBar, relative, stateNote } from "./format.js";
 import { actionButtons, blockedLabel } from "./jobs.js";
 import { heartbeatsText, timelineChart } from "./timeline.js";
 import { confirmDialog, notify, poller, reportError } from "./ui.js";
@@ -224,7 +224,7 @@ function operatorButtons(job, config, nowMs, onDone) {
     buttons.push(h("button", { type: "button", class: "small", "data-action": "rerun",
       on: { click: post("rerun", undefined, "pending again") } }, "re-run"));
   }
-  if (job.state !== "running") {
+  if (job.state !== "running" && canAdminister(config)) {
     let deleted = false;
     const remove = () => confirmDialog("Delete job", `Delete job ${job.id} (${job.state}) and its history? This cannot be undone.`,
       "Delete it", true, async () => {

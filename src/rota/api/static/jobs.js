@@ -4,7 +4,7 @@
 
 import { deleteJSON, getJSON, postJSON, query } from "./api.js";
 import { appendChildren, h, replaceChildren } from "./dom.js";
-import { about, count, parseTime, plural, progressBar, relative, stateCell } from "./format.js";
+import { about, canAdminister, count, parseTime, plural, progressBar, relative, stateCell } from "./format.js";
 import {
   confirmDialog, filterFrom, notify, pager, poller, presets, reportError, submitsToHash,
 } from "./ui.js";
@@ -147,14 +147,14 @@ export function renderJobs(root, config, params) {
   const bulk = config.read_only ? null : h("span", { class: "bulk" },
     h("button", { type: "button", "data-bulk": "retry", on: { click: () => bulkAction("retry") } }, "Retry matching…"),
     h("button", { type: "button", class: "danger", "data-bulk": "cancel", on: { click: () => bulkAction("cancel") } }, "Cancel matching…"),
-    h("button", { type: "button", class: "danger", "data-bulk": "delete", on: { click: () => bulkAction("delete") } }, "Delete matching…"));
+    canAdminister(config) ? h("button", { type: "button", class: "danger", "data-bulk": "delete", on: { click: () => bulkAction("delete") } }, "Delete matching…") : null);
 
   const selectedLabel = h("span", { class: "selected-count" });
   const selectionBar = config.read_only ? null : h("div", { class: "selection", hidden: true },
     selectedLabel,
     h("button", { type: "button", "data-selection": "retry", on: { click: () => selectionAction("retry") } }, "Retry selected…"),
     h("button", { type: "button", class: "danger", "data-selection": "cancel", on: { click: () => selectionAction("cancel") } }, "Cancel selected…"),
-    h("button", { type: "button", class: "danger", "data-selection": "delete", on: { click: () => selectionAction("delete") } }, "Delete selected…"),
+    canAdminister(config) ? h("button", { type: "button", class: "danger", "data-selection": "delete", on: { click: () => selectionAction("delete") } }, "Delete selected…") : null,
     h("button", { type: "button", class: "link", "data-selection": "clear", on: { click: () => { selected.clear(); syncSelection(); } } }, "clear selection"));
   const selectAll = config.read_only ? null : h("input", { type: "checkbox", class: "select-all", "aria-label": "select every job on this page" });
   if (selectAll) {

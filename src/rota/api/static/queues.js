@@ -3,7 +3,7 @@
 
 import { getJSON, postJSON } from "./api.js";
 import { appendChildren, h, replaceChildren } from "./dom.js";
-import { badge, count, limitTarget, period, rateText } from "./format.js";
+import { badge, canAdminister, count, limitTarget, period, rateText } from "./format.js";
 import { confirmDialog, notify, poller, reportError } from "./ui.js";
 
 const STATES = ["waiting", "pending", "running", "succeeded", "dead", "cancelled"];
@@ -36,7 +36,7 @@ function queueLimit(queue) {
 }
 
 function limitActions(limit, config, fill, onDone) {
-  if (config.read_only) return [];
+  if (!canAdminister(config)) return [];
   const edit = h("button", {
     type: "button",
     class: "small",
@@ -133,7 +133,7 @@ export function renderQueues(root, config) {
     h("h2", { text: "Limits" }),
     h("p", { class: "muted hint" },
       "Cluster-wide: at most N running at once, at most N starts per period. A tenant limit on * applies to each tenant separately."),
-    config.read_only ? null : form,
+    canAdminister(config) ? form : null,
     h("table", { class: "grid limits" },
       h("thead", {}, h("tr", {},
         ["scope", "key", "concurrency", "rate", "running", "recent starts", ""].map((t) =>

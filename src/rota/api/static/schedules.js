@@ -4,7 +4,7 @@
 
 import { getJSON, postJSON, query } from "./api.js";
 import { h, replaceChildren } from "./dom.js";
-import { absolute, badge, parseTime, relative, stateCell } from "./format.js";
+import { absolute, badge, canAdminister, parseTime, relative, stateCell } from "./format.js";
 import { confirmDialog, notify, poller, reportError } from "./ui.js";
 
 const PATH = (name) => `/api/schedules/${encodeURIComponent(name)}`;
@@ -46,7 +46,7 @@ function actions(schedule, config, edit, onDone) {
         }),
     },
   }, "remove");
-  return [toggle, runNow, editButton, remove];
+  return canAdminister(config) ? [toggle, runNow, editButton, remove] : [toggle, runNow];
 }
 
 function nextRuns(schedule, nowMs) {
@@ -239,7 +239,7 @@ export function renderSchedules(root, config) {
   let loop = null;
   const refresh = () => loop && loop.refresh();
   const { form, open } = scheduleForm(refresh);
-  const add = config.read_only ? null
+  const add = !canAdminister(config) ? null
     : h("button", { type: "button", class: "primary", "data-action": "add", on: { click: () => open(null) } }, "+ New schedule");
   previous.addEventListener("click", () => {
     if (cursors.length > 1) cursors.pop();
@@ -252,7 +252,7 @@ export function renderSchedules(root, config) {
   root.append(
     h("h1", { text: "Schedules" }),
     h("div", { class: "toolbar" }, previous, next, pageLabel, add ? h("span", { class: "bulk" }, add) : null),
-    config.read_only ? "" : form,
+    canAdminister(config) ? form : "",
     h("table", { class: "grid schedules" },
       h("thead", {}, h("tr", {}, ["name", "kind", "rule", "next run", "last run", "last outcome", "state", ""].map((t) => h("th", { text: t })))),
       body),
