@@ -605,7 +605,32 @@ class Store(DurableVerbs, Protocol):
         ...
 
     async def bulk_cancel(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
-        """Cancel up to ``limit`` pending or running jobs matching ``filter``; return how many."""
+        """Cancel up to ``limit`` unfinished (waiting, pending, held or running) jobs matching
+        ``filter``; return how many."""
+        ...
+
+    async def hold(self, job_id: int, *, now: datetime | None = None) -> Job:
+        """A waiting or pending job becomes held: no claim takes it until ``release_held``.
+        One conditional write, fenced against a concurrent claim like ``reschedule``: a job
+        claimed meanwhile is reported, never changed. It keeps its run_at, unique key, slot
+        and parents. JobNotFound; StateConflict in any other state (a running job, one already
+        held, a finished one); nothing changes on any error."""
+        ...
+
+    async def release_held(self, job_id: int, *, now: datetime | None = None) -> Job:
+        """A held job goes back where it was: waiting while parents are left (``waiting_on``),
+        else pending, due at its run_at (a job whose time has passed is due at once; a job
+        made due wakes workers). JobNotFound; StateConflict unless it is held."""
+        ...
+
+    async def bulk_hold(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
+        """Hold up to ``limit`` waiting or pending jobs matching ``filter``, oldest id first;
+        return how many (jobs claimed meanwhile are not counted)."""
+        ...
+
+    async def bulk_release_held(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
+        """Release up to ``limit`` held jobs matching ``filter``, oldest id first; return how
+        many."""
         ...
 
     async def register_worker(self, info: WorkerInfo, *, now: datetime | None = None) -> None:

@@ -41,6 +41,7 @@ from rota.domain.job import (
     MAX_ERROR_LENGTH,
     MAX_TRACEBACK_LENGTH,
     RETRYABLE_STATES,
+    UNFINISHED_STATES,
     Attempt,
     EnqueueResult,
     Job,
@@ -57,6 +58,7 @@ from rota.domain.job import (
 from rota.domain.lease import Lease
 from rota.domain.schedule import ScheduleSpec
 from rota.domain.schedule_state import Firing, Schedule, decide, upserted
+from rota.domain.transitions import HELD_BACK, MOVES, refusal, released_state
 from rota.domain.workflow import (
     Workflow,
     WorkflowBuilder,
@@ -711,7 +713,7 @@ class MemoryStore(MemoryDurable):
                     self._announce(child.run_at)
                 else:
                     self._jobs[child.id] = child
-            elif child.state is JobState.WAITING:
+            elif child.state in HELD_BACK:
                 self._blocked_by[child.id] = parent
                 self._finish(
                     child, at, JobState.CANCELLED, Outcome.CANCELLED, cancel_reason(parent, state)
@@ -732,13 +734,13 @@ class MemoryStore(MemoryDurable):
                 self._jobs[child.id] = child
                 if self._blocked_by.get(child.id) == parent:
                     del self._blocked_by[child.id]  # nothing can re-arm it any more
-                if child.state is not JobState.WAITING:
+                if child.state not in HELD_BACK:
                     continue
                 if edge.policy == "cancel":
                     self._finish(
                         child, at, JobState.CANCELLED, Outcome.CANCELLED, deleted_reason(parent)
                     )
-                elif child.waiting_on == 0:
+                elif child.waiting_on == 0 and child.state is JobState.WAITING:
                     self._jobs[child.id] = replace(child, state=JobState.PENDING)
                     self._announce(child.run_at)
 
@@ -881,11 +883,47 @@ class MemoryStore(MemoryDurable):
     async def bulk_cancel(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
         with self._lock:
             at = self._now(None)
-            active = frozenset({JobState.WAITING, JobState.PENDING, JobState.RUNNING})
-            chosen = self._matching(filter, active, limit)
+            chosen = self._matching(filter, UNFINISHED_STATES, limit)
             for job in chosen:
                 self._cancel(job, at)
             return len(chosen)
+
+    async def hold(self, job_id: int, *, now: datetime | None = None) -> Job:
+        with self._lock:
+            job = self._get(job_id)
+            self._check_move(job, "hold")
+            held = self._jobs[job_id] = replace(job, state=JobState.HELD)
+            return held
+
+    async def release_held(self, job_id: int, *, now: datetime | None = None) -> Job:
+        with self._lock:
+            job = self._get(job_id)
+            self._check_move(job, "release_held")
+            released = self._jobs[job_id] = replace(job, state=released_state(job.waiting_on))
+        if released.state is JobState.PENDING:
+            self._announce(released.run_at)
+        return released
+
+    def _check_move(self, job: Job, verb: str) -> None:
+        if job.state not in MOVES[verb].sources:
+            raise StateConflict(refusal(job.id, job.state, verb))
+
+    async def bulk_hold(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
+        with self._lock:
+            chosen = self._matching(filter, MOVES["hold"].sources, limit)
+            for job in chosen:
+                self._jobs[job.id] = replace(job, state=JobState.HELD)
+            return len(chosen)
+
+    async def bulk_release_held(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
+        with self._lock:
+            chosen = self._matching(filter, MOVES["release_held"].sources, limit)
+            for job in chosen:
+                self._jobs[job.id] = replace(job, state=released_state(job.waiting_on))
+            due = [job.run_at for job in chosen if not job.waiting_on]
+        if due:
+            self._announce(min(due))
+        return len(chosen)
 
     async def delete(self, job_id: int) -> Job:
         with self._lock:

@@ -9,7 +9,15 @@ from functools import cache
 from importlib import resources
 
 from rota.domain import blame
-from rota.domain.job import ALONE_AFTER_CRASHES, PREVIEW_CHARS, STATE_BIT_SQL
+from rota.domain.job import (
+    ACTIVE_STATES,
+    ALONE_AFTER_CRASHES,
+    PREVIEW_CHARS,
+    STATE_BIT_SQL,
+    UNFINISHED_STATES,
+    JobState,
+)
+from rota.domain.transitions import MOVES, in_list
 
 #: The columns every statement returning a job selects: Job's fields, in their order
 #: (``row_to_job`` builds a Job positionally from them; timeout travels as microseconds).
@@ -64,7 +72,7 @@ LIST_COLUMNS = ", ".join(
 #: .workflow_outcome), read by the rota_jobs_workflow index; any other's, its last job's.
 _LAST_STATE = (
     "CASE WHEN s.workflow AND j.workflow IS NOT NULL THEN ("
-    "SELECT CASE WHEN bool_or(w.state IN ('waiting', 'pending', 'running')) THEN 'running'"
+    f"SELECT CASE WHEN bool_or(w.state IN ({in_list(UNFINISHED_STATES)})) THEN 'running'"
     " WHEN bool_or(w.state = 'dead') THEN 'dead'"
     " WHEN bool_or(w.state = 'cancelled') THEN 'cancelled' ELSE 'succeeded' END"
     " FROM rota_jobs w WHERE w.workflow = j.workflow) ELSE j.state END"
@@ -128,6 +136,21 @@ _FINISHED = """
         SELECT pg_notify('rota_finished', '') WHERE EXISTS (SELECT 1 FROM waited)
     ), told AS (SELECT count(*) FROM finished)
 """.strip()
+#: The states statements name, from the state machine's table (rota.domain.transitions), so
+#: that the SQL cannot drift from it.
+_STATES = {
+    "{unfinished}": in_list(UNFINISHED_STATES),
+    "{keeps_key}": in_list(ACTIVE_STATES),
+    "{hold_sources}": in_list(MOVES["hold"].sources),
+    "{release_held_sources}": in_list(MOVES["release_held"].sources),
+    # Pending, spelled as none of the other active states: a condition no partial index's
+    # follows from (the claim's TID scan, "_due").
+    "{pending_among_active}": " AND ".join(
+        f"j.state <> '{state.value}'"
+        for state in JobState
+        if state in UNFINISHED_STATES and state is not JobState.PENDING
+    ),
+}
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 
 
@@ -189,7 +212,7 @@ def queries() -> dict[str, str]:
     for name, body in bodies.items():
         for fragment, text_of in fragments.items():
             body = body.replace("{" + fragment + "}", text_of)
-        for placeholder, text_of in _EXPIRY.items():
+        for placeholder, text_of in (*_EXPIRY.items(), *_STATES.items()):
             body = body.replace(placeholder, text_of)
         named[name] = (
             body.replace("{job_columns}", JOB_COLUMNS)

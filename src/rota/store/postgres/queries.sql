@@ -110,7 +110,7 @@ WHERE schedule IS NOT NULL
 -- name: existing_for_keys
 -- The active job holding each unique key, and the job of each schedule slot.
 SELECT {job_columns} FROM rota_jobs
-WHERE (unique_key = ANY(%(unique_keys)b::text[]) AND state IN ('pending', 'running'))
+WHERE (unique_key = ANY(%(unique_keys)b::text[]) AND state IN ({keeps_key}))
    OR (schedule, slot_at) IN (SELECT * FROM unnest(%(schedules)b::text[], %(slots)b::timestamptz[]));
 
 -- name: lock_unique_key
@@ -122,7 +122,7 @@ SELECT pg_advisory_xact_lock(hashtextextended(%(key)s, 7261));
 -- The job holding the key: an active one, or one in a state its hold names, in its period.
 SELECT {job_columns} FROM rota_jobs
 WHERE unique_key = %(key)s
-  AND (state IN ('pending', 'running')
+  AND (state IN ({keeps_key})
        OR (unique_until IS NOT NULL AND unique_until > coalesce(%(now)s::timestamptz, now())
            AND (unique_states & {state_bit}) <> 0))
 ORDER BY id DESC
@@ -425,7 +425,7 @@ WITH {_unstale_queues}, few AS MATERIALIZED (
     -- no partial index's condition follows from: the TID scan is the only plan left.
     SELECT j.ctid AS loc, {alone_next} AS alone FROM rota_jobs_active j
     WHERE j.ctid = ANY(ARRAY(SELECT loc FROM few))
-      AND j.state <> 'waiting' AND j.state <> 'running'
+      AND {pending_among_active}
       AND j.queue IN (SELECT name FROM open_queues)
       AND j.run_at <= coalesce(%(now)s::timestamptz, now())
       AND (j.expires_at IS NULL OR j.expires_at > coalesce(%(now)s::timestamptz, now()))
@@ -715,10 +715,26 @@ UPDATE rota_jobs SET state = 'cancelled', lease_until = NULL,
 -- name: cancel
 WITH done AS (
 {_cancelling}
-WHERE id = ANY(%(ids)b::bigint[]) AND state IN ('waiting', 'pending', 'running')
+WHERE id = ANY(%(ids)b::bigint[]) AND state IN ({unfinished})
 RETURNING {job_columns}
 ), tally AS ({tally}), {finished}
 SELECT done.* FROM done, told;
+
+-- name: hold
+-- Conditional on the job still being waiting or pending, as reschedule is: a claim that
+-- locked the row first makes this wait, then find it running, so it is reported, never held.
+-- The row stays in rota_jobs_active (028): no trigger of a move fires.
+UPDATE rota_jobs SET state = 'held'
+WHERE id = ANY(%(ids)b::bigint[]) AND state IN ({hold_sources})
+RETURNING {job_columns};
+
+-- name: release_held
+WITH done AS (
+UPDATE rota_jobs SET state = CASE WHEN waiting_on > 0 THEN 'waiting' ELSE 'pending' END
+WHERE id = ANY(%(ids)b::bigint[]) AND state IN ({release_held_sources})
+RETURNING {job_columns}
+), {wake}
+SELECT done.* FROM done, woke;
 
 -- name: delete
 -- A running job is never deleted: its worker would write to a row that is gone. The attempt
@@ -755,7 +771,7 @@ SELECT {job_columns} FROM rota_jobs WHERE id = %(id)s;
 -- pruned meanwhile go with them (prune), so the table never outgrows the jobs waited for.
 INSERT INTO rota_result_waits (job_id)
 SELECT id FROM rota_jobs
-WHERE id = ANY(%(ids)b::bigint[]) AND state IN ('waiting', 'pending', 'running')
+WHERE id = ANY(%(ids)b::bigint[]) AND state IN ({unfinished})
 ON CONFLICT DO NOTHING;
 
 -- name: get_many
@@ -1144,8 +1160,8 @@ ORDER BY d.child_id, d.parent_id;
 WITH done AS (
 {_cancelling}
 WHERE id IN (SELECT id FROM rota_jobs WHERE workflow = %(workflow)s
-               AND state IN ('waiting', 'pending', 'running') ORDER BY id FOR UPDATE)
-  AND state IN ('waiting', 'pending', 'running')
+               AND state IN ({unfinished}) ORDER BY id FOR UPDATE)
+  AND state IN ({unfinished})
 RETURNING id, state
 ), tally AS ({tally}), {finished}
 SELECT count(*) FROM done, told;

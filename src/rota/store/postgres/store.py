@@ -40,6 +40,7 @@ from rota.domain.job import (
     EXPIRED,
     MAX_ERROR_LENGTH,
     MAX_TRACEBACK_LENGTH,
+    UNFINISHED_STATES,
     UNRUNNABLE,
     Attempt,
     EnqueueResult,
@@ -54,6 +55,7 @@ from rota.domain.job import (
 from rota.domain.lease import Lease
 from rota.domain.schedule import ScheduleSpec
 from rota.domain.schedule_state import Firing, Schedule
+from rota.domain.transitions import MOVES, refusal
 from rota.domain.workflow import Workflow, WorkflowBuilder
 from rota.store.base import (
     MAX_BULK,
@@ -702,10 +704,37 @@ class PostgresStore(PostgresDurable):
             return done
 
     async def bulk_cancel(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
-        ids = await self._matching_ids(filter, ("waiting", "pending", "running"), limit)
+        ids = await self._matching_ids(filter, _values(UNFINISHED_STATES), limit)
         if not ids:
             return 0
         return len(await self._fetch("cancel", {"now": self._now(None), "ids": ids}))
+
+    async def hold(self, job_id: int, *, now: datetime | None = None) -> Job:
+        return await self._move("hold", job_id)
+
+    async def release_held(self, job_id: int, *, now: datetime | None = None) -> Job:
+        return await self._move("release_held", job_id)
+
+    async def _move(self, verb: str, job_id: int) -> Job:
+        rows = await self._fetch(verb, {"ids": [job_id]})
+        if rows:
+            return row_to_job(rows[0])
+        state = await self._fetch("state_of", {"id": job_id})
+        if not state:
+            raise JobNotFound(job_id)
+        raise StateConflict(refusal(job_id, state[0][0], verb))
+
+    async def bulk_hold(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
+        return await self._bulk_move("hold", filter, limit)
+
+    async def bulk_release_held(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
+        return await self._bulk_move("release_held", filter, limit)
+
+    async def _bulk_move(self, verb: str, filter: JobFilter, limit: int) -> int:
+        ids = await self._matching_ids(filter, _values(MOVES[verb].sources), limit)
+        if not ids:
+            return 0
+        return len(await self._fetch(verb, {"ids": ids}))
 
     async def delete(self, job_id: int) -> Job:
         rows = await self._fetch("delete", {"id": job_id})
@@ -1298,6 +1327,12 @@ class PostgresStore(PostgresDurable):
             await asyncio.Event().wait()
             return
         await listen(target, None, on_finished=on_finished, check_every_s=check_every_s)
+
+
+def _values(states: Iterable[JobState]) -> tuple[str, ...]:
+    """``states`` as the text the rows hold, in JobState's order."""
+    chosen = set(states)
+    return tuple(state.value for state in JobState if state in chosen)
 
 
 def _marked(rows: Sequence[Row], state: str) -> bool:

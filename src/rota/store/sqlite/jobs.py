@@ -16,10 +16,12 @@ from typing import Any
 from rota.domain.clock import utc
 from rota.domain.errors import JobNotFound, JobRunning, StateConflict
 from rota.domain.job import (
+    ACTIVE_STATES,
     EXPIRED,
     FINISHED_STATES,
     RETRYABLE_STATES,
     STATE_BIT_SQL,
+    UNFINISHED_STATES,
     Attempt,
     EnqueueResult,
     Job,
@@ -30,6 +32,7 @@ from rota.domain.job import (
     state_mask,
     unrunnable,
 )
+from rota.domain.transitions import HELD_BACK, MOVES, in_list, refusal
 from rota.domain.workflow import deleted_reason
 from rota.store.base import (
     MAX_BULK,
@@ -61,7 +64,10 @@ from rota.store.sqlite.rows import (
     to_us,
 )
 
-_ACTIVE = frozenset({JobState.WAITING, JobState.PENDING, JobState.RUNNING})
+#: The states a unique key is held in whatever the job's hold says.
+_KEEPS_KEY = in_list(ACTIVE_STATES)
+#: The states of a child that a parent's failure (or deletion) on a "cancel" edge cancels.
+_HELD_BACK = in_list(HELD_BACK)
 
 # ON CONFLICT DO NOTHING: the partial unique indexes on the active unique key and on
 # (schedule, slot_at) are what make a job a duplicate; no row returned means it is one.
@@ -75,13 +81,13 @@ RETURNING {JOB_COLUMNS}
 """
 _BY_SLOT = f"SELECT {JOB_COLUMNS} FROM rota_jobs WHERE schedule = ? AND slot_at = ?"
 _BY_ACTIVE_KEY = (
-    f"SELECT {JOB_COLUMNS} FROM rota_jobs WHERE unique_key = ? AND state IN ('pending', 'running')"
+    f"SELECT {JOB_COLUMNS} FROM rota_jobs WHERE unique_key = ? AND state IN ({_KEEPS_KEY})"
 )
 # The job holding a key in any of its hold's states within its period, or while active.
 _BY_HELD_KEY = f"""
 SELECT {JOB_COLUMNS} FROM rota_jobs
 WHERE unique_key = :key
-  AND (state IN ('pending', 'running')
+  AND (state IN ({_KEEPS_KEY})
        OR (unique_until > :now AND (unique_states & {STATE_BIT_SQL}) != 0))
 ORDER BY id DESC LIMIT 1
 """
@@ -285,13 +291,13 @@ def cancel(conn: sqlite3.Connection, job_id: int, at: datetime) -> Job:
 
 # Run once per job, in id order, so a job whose unique key an earlier one of the same batch
 # (or any other active job) took back is skipped rather than failing the whole batch.
-_RETRY_IF_KEY_FREE = """
+_RETRY_IF_KEY_FREE = f"""
 UPDATE rota_jobs SET state = CASE WHEN waiting_on > 0 THEN 'waiting' ELSE 'pending' END,
                      run_at = ?, attempt = 0, lease_until = NULL, finished_at = NULL
 WHERE id = ? AND state IN ('dead', 'cancelled')
   AND (unique_key IS NULL OR NOT EXISTS (
       SELECT 1 FROM rota_jobs AS holder
-      WHERE holder.unique_key = rota_jobs.unique_key AND holder.state IN ('pending', 'running')
+      WHERE holder.unique_key = rota_jobs.unique_key AND holder.state IN ({_KEEPS_KEY})
   ))
 """
 
@@ -306,7 +312,7 @@ def bulk_retry(conn: sqlite3.Connection, filter: JobFilter, limit: int, at: date
 
 def bulk_cancel(conn: sqlite3.Connection, filter: JobFilter, limit: int, at: datetime) -> int:
     """Cancel up to ``limit`` matching pending or running jobs, oldest id first."""
-    chosen = _matching(conn, filter, _ACTIVE, limit, "id, state, lease_token")
+    chosen = _matching(conn, filter, UNFINISHED_STATES, limit, "id, state, lease_token")
     at_us = to_us(at)
     for part in chunks([job_id for job_id, _, _ in chosen]):
         conn.execute(
@@ -317,6 +323,54 @@ def bulk_cancel(conn: sqlite3.Connection, filter: JobFilter, limit: int, at: dat
     tokens = [token for _, state, token in chosen if state == JobState.RUNNING]
     end_attempts(conn, tokens, at_us, Outcome.CANCELLED)
     return len(chosen)
+
+
+_HOLD = f"""
+UPDATE rota_jobs SET state = 'held'
+WHERE id = ? AND state IN ({in_list(MOVES["hold"].sources)})
+RETURNING {JOB_COLUMNS}
+"""
+_RELEASE_HELD = f"""
+UPDATE rota_jobs SET state = CASE WHEN waiting_on > 0 THEN 'waiting' ELSE 'pending' END
+WHERE id = ? AND state IN ({in_list(MOVES["release_held"].sources)})
+RETURNING {JOB_COLUMNS}
+"""
+
+
+def hold(conn: sqlite3.Connection, job_id: int) -> Job:
+    """A waiting or pending job held; see ``Store.hold``."""
+    return _move(conn, job_id, "hold", _HOLD)
+
+
+def release_held(conn: sqlite3.Connection, job_id: int) -> Job:
+    """A held job waiting or pending again; see ``Store.release_held``."""
+    return _move(conn, job_id, "release_held", _RELEASE_HELD)
+
+
+def _move(conn: sqlite3.Connection, job_id: int, verb: str, statement: str) -> Job:
+    state, _ = _state_of(conn, job_id, "state, id")
+    row = conn.execute(statement, (job_id,)).fetchone()
+    if row is None:
+        raise StateConflict(refusal(job_id, state, verb))
+    return job_from_row(row)
+
+
+def bulk_hold(conn: sqlite3.Connection, filter: JobFilter, limit: int) -> int:
+    """Hold up to ``limit`` matching waiting or pending jobs, oldest id first."""
+    return _bulk_move(conn, filter, limit, "hold", _HOLD)
+
+
+def bulk_release_held(conn: sqlite3.Connection, filter: JobFilter, limit: int) -> int:
+    """Release up to ``limit`` matching held jobs, oldest id first."""
+    return _bulk_move(conn, filter, limit, "release_held", _RELEASE_HELD)
+
+
+def _bulk_move(
+    conn: sqlite3.Connection, filter: JobFilter, limit: int, verb: str, statement: str
+) -> int:
+    chosen = _matching(conn, filter, MOVES[verb].sources, limit, "id")
+    cursor = conn.executemany(statement.replace(f"RETURNING {JOB_COLUMNS}", ""), chosen)
+    return max(0, cursor.rowcount)
 
 
 def delete(conn: sqlite3.Connection, job_id: int, at: datetime) -> tuple[Job, datetime | None]:
@@ -364,14 +418,13 @@ def _delete_ids(conn: sqlite3.Connection, ids: Sequence[int], at: datetime) -> d
     return released
 
 
-_ORPHAN = """
+_ORPHAN = f"""
 UPDATE rota_jobs SET waiting_on = waiting_on - :held,
-    state = CASE WHEN state <> 'waiting' THEN state
-                 WHEN :reason IS NOT NULL THEN 'cancelled'
-                 WHEN waiting_on = :held THEN 'pending' ELSE state END,
-    finished_at = CASE WHEN state = 'waiting' AND :reason IS NOT NULL THEN :at
+    state = CASE WHEN state IN ({_HELD_BACK}) AND :reason IS NOT NULL THEN 'cancelled'
+                 WHEN state = 'waiting' AND waiting_on = :held THEN 'pending' ELSE state END,
+    finished_at = CASE WHEN state IN ({_HELD_BACK}) AND :reason IS NOT NULL THEN :at
                        ELSE finished_at END,
-    last_error = CASE WHEN state = 'waiting' AND :reason IS NOT NULL THEN :reason
+    last_error = CASE WHEN state IN ({_HELD_BACK}) AND :reason IS NOT NULL THEN :reason
                       ELSE last_error END
 WHERE id = :id
 RETURNING state, run_at

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from rota.domain.errors import InvalidJob, ScheduleNotFound, StateConflict
-from rota.domain.job import EnqueueResult, JobState
+from rota.domain.job import UNFINISHED_STATES, EnqueueResult, JobState
 from rota.domain.schedule import ScheduleSpec
 from rota.domain.schedule_state import (
     Firing,
@@ -27,6 +27,7 @@ from rota.domain.schedule_state import (
     spec_from_columns,
     upserted,
 )
+from rota.domain.transitions import in_list
 from rota.domain.workflow import WorkflowBuilder, slot_graph, unknown_workflow
 from rota.store.sqlite import jobs
 from rota.store.sqlite import workflows as workflows_sql
@@ -56,8 +57,8 @@ _WRITTEN = (*_DEFINITION, *_STATE, "due_at")
 #: A schedule's columns and its last job's state, in the order ``_from_row`` reads them.
 #: A workflow schedule's last state is its last workflow's (rota.domain.workflow
 #: .workflow_outcome), read by the rota_jobs_workflow index.
-_LAST_STATE = """CASE WHEN s.workflow AND j.workflow IS NOT NULL THEN (
-    SELECT CASE WHEN max(w.state IN ('waiting', 'pending', 'running')) THEN 'running'
+_LAST_STATE = f"""CASE WHEN s.workflow AND j.workflow IS NOT NULL THEN (
+    SELECT CASE WHEN max(w.state IN ({in_list(UNFINISHED_STATES)})) THEN 'running'
                 WHEN max(w.state = 'dead') THEN 'dead'
                 WHEN max(w.state = 'cancelled') THEN 'cancelled' ELSE 'succeeded' END
     FROM rota_jobs w WHERE w.workflow = j.workflow) ELSE j.state END"""

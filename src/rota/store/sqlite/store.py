@@ -340,6 +340,24 @@ class SqliteStore(SqliteDurable):
             lambda conn: jobs.bulk_cancel(conn, filter, limit, self._at(None))
         )
 
+    async def hold(self, job_id: int, *, now: datetime | None = None) -> Job:
+        return await self._db.write(lambda conn: jobs.hold(conn, job_id))
+
+    async def release_held(self, job_id: int, *, now: datetime | None = None) -> Job:
+        job: Job = await self._db.write(lambda conn: jobs.release_held(conn, job_id))
+        if job.state is JobState.PENDING:
+            self._woken(job.run_at)
+        return job
+
+    async def bulk_hold(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
+        return await self._db.write(lambda conn: jobs.bulk_hold(conn, filter, limit))
+
+    async def bulk_release_held(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
+        done: int = await self._db.write(lambda conn: jobs.bulk_release_held(conn, filter, limit))
+        if done:
+            self._woken(self._at(None))
+        return done
+
     async def delete(self, job_id: int) -> Job:
         job, released = await self._db.write(lambda conn: jobs.delete(conn, job_id, self._at(None)))
         self._woken(released)
