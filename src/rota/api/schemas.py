@@ -406,6 +406,7 @@ class JobOut(JobFields):
 
 #: rota.domain.blockers.Blocked's values, spelled out so the schema can enumerate them.
 BlockedName = Literal[
+    "held",
     "waiting_on_parents",
     "not_due",
     "queue_paused",
