@@ -19,10 +19,11 @@ from rota import workflows
 from rota.client import Client
 from rota.domain.audit import AuditAction, AuditRecord, check_identity
 from rota.domain.durable import SignalResult
+from rota.domain.errors import InvalidInput
 from rota.domain.flow import Limit, LimitScope
 from rota.domain.job import EnqueueResult, Job, JobSpec
 from rota.domain.schedule import ScheduleSpec
-from rota.domain.schedule_state import Schedule
+from rota.domain.schedule_state import Missed, Schedule
 from rota.domain.workflow import WorkflowBuilder
 from rota.store.base import MAX_BULK, JobFilter, QueueInfo
 
@@ -271,9 +272,17 @@ class Operator:
         )
         return schedule
 
-    async def pause_schedule(self, name: str) -> Schedule:
-        schedule = await self.store.pause_schedule(name)
-        await self._record(AuditAction.SCHEDULE_PAUSE, f"schedule:{name}")
+    async def pause_schedule(self, name: str, *, missed: Missed | str = Missed.QUEUE) -> Schedule:
+        """Pause the schedule; ``missed`` says what its resume does with the slots that fall
+        due meanwhile (queue them under its misfire policy, or drop them)."""
+        try:
+            chosen = Missed(missed)
+        except ValueError:
+            raise InvalidInput("missed must be queue or drop") from None
+        schedule = await self.store.pause_schedule(name, missed=chosen)
+        await self._record(
+            AuditAction.SCHEDULE_PAUSE, f"schedule:{name}", detail={"missed": chosen.value}
+        )
         return schedule
 
     async def resume_schedule(self, name: str) -> Schedule:

@@ -29,7 +29,7 @@ from rota.domain.job import (
 )
 from rota.domain.lease import Lease
 from rota.domain.schedule import ScheduleSpec
-from rota.domain.schedule_state import Firing, Schedule
+from rota.domain.schedule_state import Firing, Missed, Schedule
 from rota.domain.workflow import Workflow, WorkflowBuilder
 from rota.store.durable import DurableVerbs
 
@@ -715,13 +715,19 @@ class Store(DurableVerbs, Protocol):
         """
         ...
 
-    async def pause_schedule(self, name: str, *, now: datetime | None = None) -> Schedule:
-        """Stop firing the schedule until resumed (kept across upserts). ScheduleNotFound."""
+    async def pause_schedule(
+        self, name: str, *, missed: Missed = Missed.QUEUE, now: datetime | None = None
+    ) -> Schedule:
+        """Stop firing the schedule until resumed (kept across upserts), saying what the
+        resume does with the slots that fall due meanwhile (``missed``; pausing a paused
+        schedule changes only that). ScheduleNotFound."""
         ...
 
     async def resume_schedule(self, name: str, *, now: datetime | None = None) -> Schedule:
-        """Fire the schedule again. The slots missed while paused are not replayed beyond what
-        its misfire policy allows (``latest``: one run). ScheduleNotFound."""
+        """Fire the schedule again (``schedule_state.resumed``): with ``Missed.QUEUE`` the
+        slots missed while paused fire as its misfire policy allows (``latest``: one run; at
+        most ``misfire_limit``), with ``Missed.DROP`` none does and the first slot due after
+        the resume fires next. Each slot still gets at most one job. ScheduleNotFound."""
         ...
 
     async def delete_schedule(self, name: str) -> None:

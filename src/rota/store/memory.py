@@ -57,7 +57,7 @@ from rota.domain.job import (
 )
 from rota.domain.lease import Lease
 from rota.domain.schedule import ScheduleSpec
-from rota.domain.schedule_state import Firing, Schedule, decide, upserted
+from rota.domain.schedule_state import Firing, Missed, Schedule, decide, resumed, upserted
 from rota.domain.transitions import HELD_BACK, MOVES, refusal, released_state
 from rota.domain.workflow import (
     Workflow,
@@ -1244,16 +1244,18 @@ class MemoryStore(MemoryDurable):
                 ]
             return [self._with_last_state(s) for s in chosen[:limit]]
 
-    async def pause_schedule(self, name: str, *, now: datetime | None = None) -> Schedule:
-        return self._set_paused(name, True, now)
+    async def pause_schedule(
+        self, name: str, *, missed: Missed = Missed.QUEUE, now: datetime | None = None
+    ) -> Schedule:
+        with self._lock:
+            paused = replace(
+                self._schedule(name), paused=True, missed=Missed(missed), updated_at=self._now(now)
+            )
+            return self._put_schedule(paused)
 
     async def resume_schedule(self, name: str, *, now: datetime | None = None) -> Schedule:
-        return self._set_paused(name, False, now)
-
-    def _set_paused(self, name: str, paused: bool, now: datetime | None) -> Schedule:
         with self._lock:
-            schedule = replace(self._schedule(name), paused=paused, updated_at=self._now(now))
-            return self._put_schedule(schedule)
+            return self._put_schedule(resumed(self._schedule(name), self._now(now)))
 
     async def delete_schedule(self, name: str) -> None:
         with self._lock:

@@ -83,7 +83,7 @@ SCHEDULE_COLUMNS = (
     "s.name, s.kind, s.payload, s.queue, s.priority, s.tenant, s.max_attempts, s.every_us, "
     "s.cron, s.timezone, s.anchor, s.jitter_us, s.misfire, s.misfire_limit, s.grace_us, "
     "s.overlap, s.workflow, s.paused, s.next_run_at, s.last_run_at, s.last_job_id, "
-    f"s.created_at, s.updated_at, {_LAST_STATE}"
+    f"s.created_at, s.updated_at, s.missed, {_LAST_STATE}"
 )
 
 _QUALIFIED_COLUMNS = ", ".join("j." + column.strip() for column in JOB_COLUMNS.split(","))

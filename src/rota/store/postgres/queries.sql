@@ -1033,14 +1033,21 @@ WHERE NOT s.paused
 ORDER BY s.due_at, s.name COLLATE "C"
 LIMIT %(limit)s::bigint;
 
--- name: set_schedule_paused
+-- name: pause_schedule
 WITH s AS (
-    UPDATE rota_schedules SET paused = %(paused)s,
+    UPDATE rota_schedules SET paused = true, missed = %(missed)s,
         updated_at = coalesce(%(now)s::timestamptz, now())
     WHERE name = %(name)s
     RETURNING *
 )
 SELECT {schedule_columns} FROM s LEFT JOIN rota_jobs j ON j.id = s.last_job_id;
+
+-- name: resume_schedule
+-- The row is locked (schedule_for_update) and its next slot worked out by
+-- rota.domain.schedule_state.resumed.
+UPDATE rota_schedules SET paused = false, next_run_at = %(next_run_at)s, due_at = %(due_at)s,
+    updated_at = %(now)s
+WHERE name = %(name)s;
 
 -- name: delete_schedule
 DELETE FROM rota_schedules WHERE name = %(name)s RETURNING name;

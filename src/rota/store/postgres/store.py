@@ -54,7 +54,7 @@ from rota.domain.job import (
 )
 from rota.domain.lease import Lease
 from rota.domain.schedule import ScheduleSpec
-from rota.domain.schedule_state import Firing, Schedule
+from rota.domain.schedule_state import Firing, Missed, Schedule
 from rota.domain.transitions import MOVES, refusal
 from rota.domain.workflow import Workflow, WorkflowBuilder
 from rota.store.base import (
@@ -1187,22 +1187,21 @@ class PostgresStore(PostgresDurable):
         rows = await self._fetch(query, {"after": after, "limit": limit})
         return [schedules.row_to_schedule(row) for row in rows]
 
-    async def pause_schedule(self, name: str, *, now: datetime | None = None) -> Schedule:
-        return await self._set_paused(name, True, now)
-
-    async def resume_schedule(self, name: str, *, now: datetime | None = None) -> Schedule:
-        schedule = await self._set_paused(name, False, now)
-        async with self._connection() as conn:
-            await conn.execute("SELECT pg_notify(%s, '')", [SCHEDULES_CHANNEL])
-        return schedule
-
-    async def _set_paused(self, name: str, paused: bool, now: datetime | None) -> Schedule:
+    async def pause_schedule(
+        self, name: str, *, missed: Missed = Missed.QUEUE, now: datetime | None = None
+    ) -> Schedule:
         rows = await self._fetch(
-            "set_schedule_paused", {"name": name, "paused": paused, "now": self._now(now)}
+            "pause_schedule", {"name": name, "missed": Missed(missed).value, "now": self._now(now)}
         )
         if not rows:
             raise ScheduleNotFound(name)
         return schedules.row_to_schedule(rows[0])
+
+    async def resume_schedule(self, name: str, *, now: datetime | None = None) -> Schedule:
+        schedule: Schedule = await self._run_flow(
+            schedules.resume_flow(name, self._now(now)), announce_schedules=True
+        )
+        return schedule
 
     async def delete_schedule(self, name: str) -> None:
         if not await self._fetch("delete_schedule", {"name": name}):

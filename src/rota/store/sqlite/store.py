@@ -33,7 +33,7 @@ from rota.domain.job import (
 )
 from rota.domain.lease import Lease
 from rota.domain.schedule import ScheduleSpec
-from rota.domain.schedule_state import Firing, Schedule
+from rota.domain.schedule_state import Firing, Missed, Schedule
 from rota.domain.workflow import Workflow, WorkflowBuilder
 from rota.store.base import (
     MAX_BULK,
@@ -587,15 +587,13 @@ class SqliteStore(SqliteDurable):
         check_schedule_listing(after, limit, due_first)
         return await self._db.read(lambda conn: schedules.list_page(conn, after, limit, due_first))
 
-    async def pause_schedule(self, name: str, *, now: datetime | None = None) -> Schedule:
-        return await self._db.write(
-            lambda conn: schedules.set_paused(conn, name, True, self._at(now))
-        )
+    async def pause_schedule(
+        self, name: str, *, missed: Missed = Missed.QUEUE, now: datetime | None = None
+    ) -> Schedule:
+        return await self._db.write(lambda conn: schedules.pause(conn, name, missed, self._at(now)))
 
     async def resume_schedule(self, name: str, *, now: datetime | None = None) -> Schedule:
-        return await self._db.write(
-            lambda conn: schedules.set_paused(conn, name, False, self._at(now))
-        )
+        return await self._db.write(lambda conn: schedules.resume(conn, name, self._at(now)))
 
     async def delete_schedule(self, name: str) -> None:
         await self._db.write(lambda conn: schedules.delete(conn, name))

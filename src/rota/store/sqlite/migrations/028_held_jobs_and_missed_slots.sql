@@ -1,5 +1,6 @@
--- 028_held_jobs: the held state (rota.domain.transitions: hold, release_held). A held job is
--- active but never claimed: the claim's partial indexes say state = 'pending' and so never
+-- 028_held_jobs_and_missed_slots: the held state (rota.domain.transitions: hold, release_held)
+-- and what resuming a paused schedule does with the slots it missed (at the end). A held job
+-- is active but never claimed: the claim's partial indexes say state = 'pending' and so never
 -- see it; it keeps its unique key, and a parent's failure cancels it as it cancels a waiting
 -- job.
 
@@ -30,3 +31,9 @@ BEGIN
       AND id IN (SELECT child_id FROM rota_job_deps
                  WHERE parent_id = new.id AND NOT satisfied AND on_parent_failure = 'cancel');
 END;
+
+-- What resuming a paused schedule does with the slots that fell due while it was paused
+-- (rota.domain.schedule_state.Missed): 'queue' (as before: the misfire policy decides) or
+-- 'drop' (none fires). Set by each pause.
+ALTER TABLE rota_schedules ADD COLUMN missed TEXT NOT NULL DEFAULT 'queue'
+    CHECK (missed = 'queue' OR missed = 'drop');

@@ -1,4 +1,5 @@
--- rota schema, version 28: the held state (rota.domain.transitions: hold, release_held).
+-- rota schema, version 28: the held state (rota.domain.transitions: hold, release_held), and
+-- what resuming a paused schedule does with the slots it missed (at the end).
 --
 -- A held job is active: its row stays in rota_jobs_active, whose list of states gains
 -- 'held'. No claim sees it: the claim's indexes are partial on state = 'pending', and its
@@ -65,3 +66,9 @@ END
 $$;
 CREATE TRIGGER rota_jobs_held_children AFTER DELETE ON rota_jobs
     FOR EACH ROW WHEN (OLD.workflow IS NOT NULL) EXECUTE FUNCTION rota_jobs_held_children();
+
+-- What resuming a paused schedule does with the slots that fell due while it was paused
+-- (rota.domain.schedule_state.Missed): 'queue' (as before: the misfire policy decides) or
+-- 'drop' (none fires). Set by each pause. A constant default: no rewrite of the table.
+ALTER TABLE rota_schedules ADD COLUMN missed text NOT NULL DEFAULT 'queue'
+    CHECK (missed IN ('queue', 'drop'));
