@@ -79,6 +79,17 @@ def released_state(waiting_on: int) -> JobState:
 HELD_BACK = MOVES["parent_failed"].sources
 
 
+def accepts(verb: str, column: str = "state") -> str:
+    """The SQL condition that ``column`` is a state ``verb`` accepts: ``state = 'pending'``
+    for one state (the form a partial index's condition is matched in), else ``state IN
+    (...)``; constants of ours, spliced into statements."""
+    sources = MOVES[verb].sources
+    if len(sources) == 1:
+        [state] = sources
+        return f"{column} = '{state.value}'"
+    return f"{column} IN ({in_list(sources)})"
+
+
 def in_list(states: Iterable[JobState]) -> str:
     """``states`` as the inside of an SQL ``IN (...)``, in JobState's order: constants of ours
     spliced into statements (``'waiting', 'pending'``)."""

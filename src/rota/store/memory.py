@@ -37,11 +37,8 @@ from rota.domain.flow import (
 )
 from rota.domain.job import (
     EXPIRED,
-    FINISHED_STATES,
     MAX_ERROR_LENGTH,
     MAX_TRACEBACK_LENGTH,
-    RETRYABLE_STATES,
-    UNFINISHED_STATES,
     Attempt,
     EnqueueResult,
     Job,
@@ -810,8 +807,7 @@ class MemoryStore(MemoryDurable):
             return self._jobs[job_id]
 
     def _retry(self, job: Job, max_attempts: int | None, at: datetime) -> None:
-        if job.state not in RETRYABLE_STATES:
-            raise StateConflict(f"job {job.id} is {job.state}; only dead or cancelled jobs retry")
+        self._check_move(job, "retry")
         if job.unique_key is not None and job.unique_key in self._active_keys:
             raise StateConflict(
                 f"job {job.id}: another active job holds unique key {job.unique_key!r}"
@@ -834,8 +830,7 @@ class MemoryStore(MemoryDurable):
     async def rerun(self, job_id: int, *, now: datetime | None = None) -> Job:
         with self._lock:
             job = self._get(job_id)
-            if job.state is not JobState.SUCCEEDED:
-                raise StateConflict(f"job {job_id} is {job.state}; only succeeded jobs re-run")
+            self._check_move(job, "rerun")
             if job.unique_key is not None and job.unique_key in self._active_keys:
                 raise StateConflict(
                     f"job {job_id}: another active job holds unique key {job.unique_key!r}"
@@ -863,14 +858,13 @@ class MemoryStore(MemoryDurable):
             return self._jobs[job_id]
 
     def _cancel(self, job: Job, at: datetime) -> None:
-        if job.state.is_terminal:
-            raise StateConflict(f"job {job.id} is already {job.state}")
+        self._check_move(job, "cancel")
         self._finish(job, at, JobState.CANCELLED, Outcome.CANCELLED)
 
     async def bulk_retry(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
         with self._lock:
             at = self._now(None)
-            chosen = self._matching(filter, RETRYABLE_STATES, limit)
+            chosen = self._matching(filter, MOVES["retry"].sources, limit)
             done = 0
             for job in chosen:
                 try:
@@ -883,7 +877,7 @@ class MemoryStore(MemoryDurable):
     async def bulk_cancel(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
         with self._lock:
             at = self._now(None)
-            chosen = self._matching(filter, UNFINISHED_STATES, limit)
+            chosen = self._matching(filter, MOVES["cancel"].sources, limit)
             for job in chosen:
                 self._cancel(job, at)
             return len(chosen)
@@ -928,7 +922,7 @@ class MemoryStore(MemoryDurable):
     async def delete(self, job_id: int) -> Job:
         with self._lock:
             job = self._get(job_id)
-            if job.state is JobState.RUNNING:
+            if job.state not in MOVES["delete"].sources:
                 raise JobRunning(job_id, "delete")
             self._orphan_children({job_id}, self._now(None))
             self._forget(job)
@@ -936,7 +930,7 @@ class MemoryStore(MemoryDurable):
 
     async def purge(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
         with self._lock:
-            chosen = self._matching(filter, FINISHED_STATES, limit)
+            chosen = self._matching(filter, MOVES["purge"].sources, limit)
             self._orphan_children({job.id for job in chosen}, self._now(None))
             for job in chosen:
                 self._forget(job)
@@ -947,8 +941,7 @@ class MemoryStore(MemoryDurable):
             job = self._get(job_id)
             if job.state is JobState.RUNNING:
                 raise JobRunning(job_id, "edit")
-            if job.state is not JobState.PENDING:
-                raise StateConflict(f"job {job_id} is {job.state}; only pending jobs can be edited")
+            self._check_move(job, "reschedule")
             at = self._now(now)
             edited = replace(
                 job,
@@ -1095,7 +1088,7 @@ class MemoryStore(MemoryDurable):
             expired = sorted(
                 job.id
                 for job in self._jobs.values()
-                if job.state is JobState.PENDING and job.is_expired(at)
+                if job.state in MOVES["expire"].sources and job.is_expired(at)
             )[: max(0, limit)]
             for job_id in expired:
                 job = replace(self._jobs[job_id], last_error=EXPIRED)
@@ -1120,7 +1113,7 @@ class MemoryStore(MemoryDurable):
             doomed = sorted(
                 job.id
                 for job in self._jobs.values()
-                if job.state is JobState.PENDING
+                if job.state in MOVES["end_unrunnable"].sources
                 and job.run_at <= at - grace
                 and job.queue in served
                 and (known := served[job.queue]) is not None

@@ -17,7 +17,7 @@ from rota.domain.job import (
     UNFINISHED_STATES,
     JobState,
 )
-from rota.domain.transitions import MOVES, in_list
+from rota.domain.transitions import MOVES, accepts, in_list
 
 #: The columns every statement returning a job selects: Job's fields, in their order
 #: (``row_to_job`` builds a Job positionally from them; timeout travels as microseconds).
@@ -137,12 +137,13 @@ _FINISHED = """
     ), told AS (SELECT count(*) FROM finished)
 """.strip()
 #: The states statements name, from the state machine's table (rota.domain.transitions), so
-#: that the SQL cannot drift from it.
+#: that the SQL cannot drift from it: ``{accepts:VERB}`` is the condition that the row's state
+#: is one VERB accepts.
 _STATES = {
+    **{f"{{accepts:{verb}}}": accepts(verb) for verb in MOVES},
+    **{f"{{j.accepts:{verb}}}": accepts(verb, "j.state") for verb in MOVES},
     "{unfinished}": in_list(UNFINISHED_STATES),
     "{keeps_key}": in_list(ACTIVE_STATES),
-    "{hold_sources}": in_list(MOVES["hold"].sources),
-    "{release_held_sources}": in_list(MOVES["release_held"].sources),
     # Pending, spelled as none of the other active states: a condition no partial index's
     # follows from (the claim's TID scan, "_due").
     "{pending_among_active}": " AND ".join(

@@ -678,7 +678,7 @@ UPDATE rota_jobs SET state = CASE WHEN waiting_on > 0 THEN 'waiting' ELSE 'pendi
     run_at = coalesce(%(now)s::timestamptz, now()),
     attempt = 0, max_attempts = greatest(max_attempts, %(max_attempts)s::int),
     lease_until = NULL, finished_at = NULL
-WHERE id = ANY(%(ids)b::bigint[]) AND state IN ('dead', 'cancelled')
+WHERE id = ANY(%(ids)b::bigint[]) AND {accepts:retry}
 RETURNING {job_columns}
 ), {wake}
 SELECT done.* FROM done, woke;
@@ -694,7 +694,7 @@ UPDATE rota_jobs SET state = 'pending', run_at = coalesce(%(now)s::timestamptz, 
         'started_us', (extract(epoch FROM started_at) * 1000000)::bigint,
         'finished_us', (extract(epoch FROM finished_at) * 1000000)::bigint,
         'outcome', 'succeeded'))
-WHERE id = %(id)s AND state = 'succeeded'
+WHERE id = %(id)s AND {accepts:rerun}
 RETURNING {job_columns}
 ), {wake}
 SELECT done.* FROM done, woke;
@@ -715,7 +715,7 @@ UPDATE rota_jobs SET state = 'cancelled', lease_until = NULL,
 -- name: cancel
 WITH done AS (
 {_cancelling}
-WHERE id = ANY(%(ids)b::bigint[]) AND state IN ({unfinished})
+WHERE id = ANY(%(ids)b::bigint[]) AND {accepts:cancel}
 RETURNING {job_columns}
 ), tally AS ({tally}), {finished}
 SELECT done.* FROM done, told;
@@ -725,13 +725,13 @@ SELECT done.* FROM done, told;
 -- locked the row first makes this wait, then find it running, so it is reported, never held.
 -- The row stays in rota_jobs_active (028): no trigger of a move fires.
 UPDATE rota_jobs SET state = 'held'
-WHERE id = ANY(%(ids)b::bigint[]) AND state IN ({hold_sources})
+WHERE id = ANY(%(ids)b::bigint[]) AND {accepts:hold}
 RETURNING {job_columns};
 
 -- name: release_held
 WITH done AS (
 UPDATE rota_jobs SET state = CASE WHEN waiting_on > 0 THEN 'waiting' ELSE 'pending' END
-WHERE id = ANY(%(ids)b::bigint[]) AND state IN ({release_held_sources})
+WHERE id = ANY(%(ids)b::bigint[]) AND {accepts:release_held}
 RETURNING {job_columns}
 ), {wake}
 SELECT done.* FROM done, woke;
@@ -739,7 +739,7 @@ SELECT done.* FROM done, woke;
 -- name: delete
 -- A running job is never deleted: its worker would write to a row that is gone. The attempt
 -- history lives in the row (history), so it goes with it.
-DELETE FROM rota_jobs WHERE id = %(id)s AND state <> 'running'
+DELETE FROM rota_jobs WHERE id = %(id)s AND {accepts:delete}
 RETURNING {job_columns};
 
 -- name: reschedule
@@ -752,14 +752,14 @@ UPDATE rota_jobs SET
                   ELSE coalesce(%(run_at)s::timestamptz, run_at) END,
     priority = coalesce(%(priority)s::smallint, priority),
     queue = coalesce(%(queue)s::text, queue)
-WHERE id = %(id)s AND state = 'pending'
+WHERE id = %(id)s AND {accepts:reschedule}
 RETURNING {job_columns}
 ), {wake}
 SELECT done.* FROM done, woke;
 
 -- name: purge
 DELETE FROM rota_jobs
-WHERE id = ANY(%(ids)b::bigint[]) AND state IN ('succeeded', 'dead', 'cancelled')
+WHERE id = ANY(%(ids)b::bigint[]) AND {accepts:purge}
 RETURNING id;
 
 -- name: get
@@ -818,7 +818,7 @@ SELECT id, state FROM done, woke, told;
 -- Pending jobs past their expires_at, by its partial index: cancelled, never started.
 WITH expiring AS MATERIALIZED (
     SELECT id FROM rota_jobs
-    WHERE state = 'pending' AND expires_at IS NOT NULL
+    WHERE {accepts:expire} AND expires_at IS NOT NULL
       AND expires_at <= coalesce(%(now)s::timestamptz, now())
     ORDER BY expires_at
     LIMIT %(limit)s
@@ -827,7 +827,7 @@ WITH expiring AS MATERIALIZED (
 UPDATE rota_jobs j SET state = 'cancelled', finished_at = coalesce(%(now)s::timestamptz, now()),
     last_error = %(reason)s
 FROM expiring
-WHERE j.id = expiring.id AND j.state = 'pending'
+WHERE j.id = expiring.id AND {j.accepts:expire}
 RETURNING j.id, j.state
 ), tally AS ({tally}), {finished}
 SELECT id FROM done, told;
@@ -846,7 +846,7 @@ WITH live AS MATERIALIZED (
     SELECT d.id FROM served s
     CROSS JOIN LATERAL (
         SELECT j.id FROM rota_jobs j
-        WHERE j.state = 'pending' AND j.queue = s.queue AND j.run_at <= %(due_before)s
+        WHERE {j.accepts:end_unrunnable} AND j.queue = s.queue AND j.run_at <= %(due_before)s
           AND j.kind <> ALL(coalesce(s.kinds, '{}'::text[]))
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
@@ -856,7 +856,7 @@ WITH live AS MATERIALIZED (
 UPDATE rota_jobs j SET state = 'dead', finished_at = coalesce(%(now)s::timestamptz, now()),
     last_error = replace(%(reason)s, '{kind}', j.kind)
 FROM doomed
-WHERE j.id = doomed.id AND j.state = 'pending'
+WHERE j.id = doomed.id AND {j.accepts:end_unrunnable}
 RETURNING j.id, j.state
 ), tally AS ({tally}), {finished}
 SELECT id FROM done, told;

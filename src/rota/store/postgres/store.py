@@ -40,7 +40,6 @@ from rota.domain.job import (
     EXPIRED,
     MAX_ERROR_LENGTH,
     MAX_TRACEBACK_LENGTH,
-    UNFINISHED_STATES,
     UNRUNNABLE,
     Attempt,
     EnqueueResult,
@@ -662,7 +661,7 @@ class PostgresStore(PostgresDurable):
             raise StateConflict(f"job {job_id}: another active job holds its unique key") from None
         if rows:
             return row_to_job(rows[0])
-        raise await self._conflict(job_id, "only dead or cancelled jobs retry")
+        raise await self._conflict(job_id, "retry")
 
     async def rerun(self, job_id: int, *, now: datetime | None = None) -> Job:
         try:
@@ -671,22 +670,23 @@ class PostgresStore(PostgresDurable):
             raise StateConflict(f"job {job_id}: another active job holds its unique key") from None
         if rows:
             return row_to_job(rows[0])
-        raise await self._conflict(job_id, "only succeeded jobs re-run")
+        raise await self._conflict(job_id, "rerun")
 
     async def cancel(self, job_id: int, *, now: datetime | None = None) -> Job:
         rows = await self._fetch("cancel", {"now": self._now(now), "ids": [job_id]})
         if rows:
             return row_to_job(rows[0])
-        raise await self._conflict(job_id, "it is already finished")
+        raise await self._conflict(job_id, "cancel")
 
-    async def _conflict(self, job_id: int, why: str) -> Exception:
+    async def _conflict(self, job_id: int, verb: str) -> Exception:
+        """Why ``verb`` changed no row: the job is gone, or the table refuses its state."""
         rows = await self._fetch("state_of", {"id": job_id})
         if not rows:
             return JobNotFound(job_id)
-        return StateConflict(f"job {job_id} is {rows[0][0]}; {why}")
+        return StateConflict(refusal(job_id, rows[0][0], verb))
 
     async def bulk_retry(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
-        ids = await self._matching_ids(filter, ("dead", "cancelled"), limit)
+        ids = await self._matching_ids(filter, _values(MOVES["retry"].sources), limit)
         if not ids:
             return 0
         try:
@@ -704,7 +704,7 @@ class PostgresStore(PostgresDurable):
             return done
 
     async def bulk_cancel(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
-        ids = await self._matching_ids(filter, _values(UNFINISHED_STATES), limit)
+        ids = await self._matching_ids(filter, _values(MOVES["cancel"].sources), limit)
         if not ids:
             return 0
         return len(await self._fetch("cancel", {"now": self._now(None), "ids": ids}))
@@ -719,10 +719,7 @@ class PostgresStore(PostgresDurable):
         rows = await self._fetch(verb, {"ids": [job_id]})
         if rows:
             return row_to_job(rows[0])
-        state = await self._fetch("state_of", {"id": job_id})
-        if not state:
-            raise JobNotFound(job_id)
-        raise StateConflict(refusal(job_id, state[0][0], verb))
+        raise await self._conflict(job_id, verb)
 
     async def bulk_hold(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
         return await self._bulk_move("hold", filter, limit)
@@ -763,10 +760,10 @@ class PostgresStore(PostgresDurable):
             raise JobNotFound(job_id)
         if state[0][0] == JobState.RUNNING:
             raise JobRunning(job_id, "edit")
-        raise StateConflict(f"job {job_id} is {state[0][0]}; only pending jobs can be edited")
+        raise StateConflict(refusal(job_id, state[0][0], "reschedule"))
 
     async def purge(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
-        ids = await self._matching_ids(filter, ("succeeded", "dead", "cancelled"), limit)
+        ids = await self._matching_ids(filter, _values(MOVES["purge"].sources), limit)
         if not ids:
             return 0
         return len(await self._fetch("purge", {"ids": ids}))

@@ -18,10 +18,7 @@ from rota.domain.errors import JobNotFound, JobRunning, StateConflict
 from rota.domain.job import (
     ACTIVE_STATES,
     EXPIRED,
-    FINISHED_STATES,
-    RETRYABLE_STATES,
     STATE_BIT_SQL,
-    UNFINISHED_STATES,
     Attempt,
     EnqueueResult,
     Job,
@@ -32,7 +29,7 @@ from rota.domain.job import (
     state_mask,
     unrunnable,
 )
-from rota.domain.transitions import HELD_BACK, MOVES, in_list, refusal
+from rota.domain.transitions import HELD_BACK, MOVES, accepts, in_list, refusal
 from rota.domain.workflow import deleted_reason
 from rota.store.base import (
     MAX_BULK,
@@ -243,8 +240,7 @@ def slot_job(conn: sqlite3.Connection, schedule: str, slot_at: datetime) -> Job 
 def retry(conn: sqlite3.Connection, job_id: int, max_attempts: int | None, at: datetime) -> Job:
     """A dead or cancelled job pending again now, attempts reset; see ``Store.retry``."""
     state, unique_key = _state_of(conn, job_id, "state, unique_key")
-    if state not in RETRYABLE_STATES:
-        raise StateConflict(f"job {job_id} is {state}; only dead or cancelled jobs retry")
+    _check_move(job_id, state, "retry")
     if unique_key is not None and conn.execute(_BY_ACTIVE_KEY, (unique_key,)).fetchone():
         raise StateConflict(f"job {job_id}: another active job holds unique key {unique_key!r}")
     row = conn.execute(
@@ -261,8 +257,7 @@ def rerun(conn: sqlite3.Connection, job_id: int, at: datetime) -> Job:
     """A succeeded job pending again now, a new attempt series; see ``Store.rerun``. Its
     history rows stay (they are keyed by token, which keeps increasing)."""
     state, unique_key = _state_of(conn, job_id, "state, unique_key")
-    if state is not JobState.SUCCEEDED:
-        raise StateConflict(f"job {job_id} is {state}; only succeeded jobs re-run")
+    _check_move(job_id, state, "rerun")
     if unique_key is not None and conn.execute(_BY_ACTIVE_KEY, (unique_key,)).fetchone():
         raise StateConflict(f"job {job_id}: another active job holds unique key {unique_key!r}")
     row = conn.execute(
@@ -276,8 +271,7 @@ def rerun(conn: sqlite3.Connection, job_id: int, at: datetime) -> Job:
 def cancel(conn: sqlite3.Connection, job_id: int, at: datetime) -> Job:
     """A pending or running job cancelled; a running one's attempt ends as cancelled."""
     state, token = _state_of(conn, job_id, "state, lease_token")
-    if state.is_terminal:
-        raise StateConflict(f"job {job_id} is already {state}")
+    _check_move(job_id, state, "cancel")
     at_us = to_us(at)
     row = conn.execute(
         "UPDATE rota_jobs SET state = 'cancelled', lease_until = NULL, finished_at = ? "
@@ -294,7 +288,7 @@ def cancel(conn: sqlite3.Connection, job_id: int, at: datetime) -> Job:
 _RETRY_IF_KEY_FREE = f"""
 UPDATE rota_jobs SET state = CASE WHEN waiting_on > 0 THEN 'waiting' ELSE 'pending' END,
                      run_at = ?, attempt = 0, lease_until = NULL, finished_at = NULL
-WHERE id = ? AND state IN ('dead', 'cancelled')
+WHERE id = ? AND {accepts("retry")}
   AND (unique_key IS NULL OR NOT EXISTS (
       SELECT 1 FROM rota_jobs AS holder
       WHERE holder.unique_key = rota_jobs.unique_key AND holder.state IN ({_KEEPS_KEY})
@@ -304,7 +298,7 @@ WHERE id = ? AND state IN ('dead', 'cancelled')
 
 def bulk_retry(conn: sqlite3.Connection, filter: JobFilter, limit: int, at: datetime) -> int:
     """Retry up to ``limit`` matching dead or cancelled jobs, oldest id first."""
-    chosen = _matching(conn, filter, RETRYABLE_STATES, limit, "id")
+    chosen = _matching(conn, filter, MOVES["retry"].sources, limit, "id")
     at_us = to_us(at)
     cursor = conn.executemany(_RETRY_IF_KEY_FREE, [(at_us, job_id) for (job_id,) in chosen])
     return max(0, cursor.rowcount)
@@ -312,7 +306,7 @@ def bulk_retry(conn: sqlite3.Connection, filter: JobFilter, limit: int, at: date
 
 def bulk_cancel(conn: sqlite3.Connection, filter: JobFilter, limit: int, at: datetime) -> int:
     """Cancel up to ``limit`` matching pending or running jobs, oldest id first."""
-    chosen = _matching(conn, filter, UNFINISHED_STATES, limit, "id, state, lease_token")
+    chosen = _matching(conn, filter, MOVES["cancel"].sources, limit, "id, state, lease_token")
     at_us = to_us(at)
     for part in chunks([job_id for job_id, _, _ in chosen]):
         conn.execute(
@@ -327,12 +321,12 @@ def bulk_cancel(conn: sqlite3.Connection, filter: JobFilter, limit: int, at: dat
 
 _HOLD = f"""
 UPDATE rota_jobs SET state = 'held'
-WHERE id = ? AND state IN ({in_list(MOVES["hold"].sources)})
+WHERE id = ? AND {accepts("hold")}
 RETURNING {JOB_COLUMNS}
 """
 _RELEASE_HELD = f"""
 UPDATE rota_jobs SET state = CASE WHEN waiting_on > 0 THEN 'waiting' ELSE 'pending' END
-WHERE id = ? AND state IN ({in_list(MOVES["release_held"].sources)})
+WHERE id = ? AND {accepts("release_held")}
 RETURNING {JOB_COLUMNS}
 """
 
@@ -349,10 +343,14 @@ def release_held(conn: sqlite3.Connection, job_id: int) -> Job:
 
 def _move(conn: sqlite3.Connection, job_id: int, verb: str, statement: str) -> Job:
     state, _ = _state_of(conn, job_id, "state, id")
-    row = conn.execute(statement, (job_id,)).fetchone()
-    if row is None:
+    _check_move(job_id, state, verb)
+    return job_from_row(conn.execute(statement, (job_id,)).fetchone())
+
+
+def _check_move(job_id: int, state: JobState, verb: str) -> None:
+    """StateConflict unless the table lets ``verb`` move a job in ``state``."""
+    if state not in MOVES[verb].sources:
         raise StateConflict(refusal(job_id, state, verb))
-    return job_from_row(row)
 
 
 def bulk_hold(conn: sqlite3.Connection, filter: JobFilter, limit: int) -> int:
@@ -377,7 +375,7 @@ def delete(conn: sqlite3.Connection, job_id: int, at: datetime) -> tuple[Job, da
     """Remove a job no worker holds, with its attempt history; see ``Store.delete``. The job
     as it was, and the earliest run_at of the children its deletion released (if any)."""
     job = job_from_row(_row(conn, JOB_COLUMNS, job_id))
-    if job.state is JobState.RUNNING:
+    if job.state not in MOVES["delete"].sources:
         raise JobRunning(job_id, "delete")
     return job, _delete_ids(conn, [job_id], at)
 
@@ -388,12 +386,12 @@ def reschedule(conn: sqlite3.Connection, job_id: int, edit: JobEdit, at: datetim
     state, _ = _state_of(conn, job_id, "state, id")
     if state is JobState.RUNNING:
         raise JobRunning(job_id, "edit")
-    if state is not JobState.PENDING:
-        raise StateConflict(f"job {job_id} is {state}; only pending jobs can be edited")
+    _check_move(job_id, state, "reschedule")
     run_at = at if edit.run_now else edit.run_at
     row = conn.execute(
         "UPDATE rota_jobs SET run_at = coalesce(?, run_at), priority = coalesce(?, priority), "
-        f"queue = coalesce(?, queue) WHERE id = ? AND state = 'pending' RETURNING {JOB_COLUMNS}",
+        f"queue = coalesce(?, queue) WHERE id = ? AND {accepts('reschedule')} "
+        f"RETURNING {JOB_COLUMNS}",
         (None if run_at is None else to_us(run_at), edit.priority, edit.queue, job_id),
     ).fetchone()
     return job_from_row(row)
@@ -404,7 +402,7 @@ def purge(
 ) -> tuple[int, datetime | None]:
     """Delete up to ``limit`` matching finished jobs, oldest id first, with their history;
     how many, and the earliest run_at of the children their deletion released."""
-    chosen = [job_id for (job_id,) in _matching(conn, filter, FINISHED_STATES, limit, "id")]
+    chosen = [job_id for (job_id,) in _matching(conn, filter, MOVES["purge"].sources, limit, "id")]
     return len(chosen), _delete_ids(conn, chosen, at)
 
 
@@ -743,7 +741,7 @@ def expire(conn: sqlite3.Connection, limit: int, at: datetime) -> list[int]:
     rows = conn.execute(
         "UPDATE rota_jobs SET state = 'cancelled', finished_at = ?, last_error = ? "
         "WHERE id IN (SELECT id FROM rota_jobs INDEXED BY rota_jobs_expiring "
-        "WHERE state = 'pending' AND expires_at IS NOT NULL AND expires_at <= ? "
+        f"WHERE {accepts('expire')} AND expires_at IS NOT NULL AND expires_at <= ? "
         "ORDER BY expires_at, id LIMIT ?) RETURNING id",
         (at_us, EXPIRED, at_us, clamp(limit)),
     ).fetchall()
@@ -768,7 +766,7 @@ def end_unrunnable(
             continue
         doomed += conn.execute(
             "SELECT id, kind FROM rota_jobs INDEXED BY rota_jobs_due "
-            f"WHERE state = 'pending' AND queue = ? AND run_at <= ? AND kind NOT IN "
+            f"WHERE {accepts('end_unrunnable')} AND queue = ? AND run_at <= ? AND kind NOT IN "
             f"({marks(len(known))}) LIMIT ?",
             (queue, to_us(at - grace), *sorted(known), limit - len(doomed)),
         ).fetchall()
