@@ -68,11 +68,12 @@ LIST_COLUMNS = ", ".join(
     _CUT[name].format(n=PREVIEW_CHARS) if name in _CUT else name for name, _ in _JOB_COLUMN_TYPES
 )
 
+_UNFINISHED = in_list(UNFINISHED_STATES)
 #: A workflow schedule's last state is its last workflow's (rota.domain.workflow
 #: .workflow_outcome), read by the rota_jobs_workflow index; any other's, its last job's.
 _LAST_STATE = (
     "CASE WHEN s.workflow AND j.workflow IS NOT NULL THEN ("
-    f"SELECT CASE WHEN bool_or(w.state IN ({in_list(UNFINISHED_STATES)})) THEN 'running'"
+    f"SELECT CASE WHEN bool_or(w.state IN ({_UNFINISHED})) THEN 'running'"
     " WHEN bool_or(w.state = 'dead') THEN 'dead'"
     " WHEN bool_or(w.state = 'cancelled') THEN 'cancelled' ELSE 'succeeded' END"
     " FROM rota_jobs w WHERE w.workflow = j.workflow) ELSE j.state END"

@@ -65,6 +65,13 @@ from rota.store.sqlite.rows import (
 _KEEPS_KEY = in_list(ACTIVE_STATES)
 #: The states of a child that a parent's failure (or deletion) on a "cancel" edge cancels.
 _HELD_BACK = in_list(HELD_BACK)
+#: The conditions the verbs' statements write with, from the table (rota.domain.transitions).
+_RETRY_STATES = accepts("retry")
+_RESCHEDULE_STATES = accepts("reschedule")
+_HOLD_STATES = accepts("hold")
+_RELEASE_STATES = accepts("release_held")
+_EXPIRE_STATES = accepts("expire")
+_UNRUNNABLE_STATES = accepts("end_unrunnable")
 
 # ON CONFLICT DO NOTHING: the partial unique indexes on the active unique key and on
 # (schedule, slot_at) are what make a job a duplicate; no row returned means it is one.
@@ -288,7 +295,7 @@ def cancel(conn: sqlite3.Connection, job_id: int, at: datetime) -> Job:
 _RETRY_IF_KEY_FREE = f"""
 UPDATE rota_jobs SET state = CASE WHEN waiting_on > 0 THEN 'waiting' ELSE 'pending' END,
                      run_at = ?, attempt = 0, lease_until = NULL, finished_at = NULL
-WHERE id = ? AND {accepts("retry")}
+WHERE id = ? AND {_RETRY_STATES}
   AND (unique_key IS NULL OR NOT EXISTS (
       SELECT 1 FROM rota_jobs AS holder
       WHERE holder.unique_key = rota_jobs.unique_key AND holder.state IN ({_KEEPS_KEY})
@@ -321,12 +328,12 @@ def bulk_cancel(conn: sqlite3.Connection, filter: JobFilter, limit: int, at: dat
 
 _HOLD = f"""
 UPDATE rota_jobs SET state = 'held'
-WHERE id = ? AND {accepts("hold")}
+WHERE id = ? AND {_HOLD_STATES}
 RETURNING {JOB_COLUMNS}
 """
 _RELEASE_HELD = f"""
 UPDATE rota_jobs SET state = CASE WHEN waiting_on > 0 THEN 'waiting' ELSE 'pending' END
-WHERE id = ? AND {accepts("release_held")}
+WHERE id = ? AND {_RELEASE_STATES}
 RETURNING {JOB_COLUMNS}
 """
 
@@ -390,7 +397,7 @@ def reschedule(conn: sqlite3.Connection, job_id: int, edit: JobEdit, at: datetim
     run_at = at if edit.run_now else edit.run_at
     row = conn.execute(
         "UPDATE rota_jobs SET run_at = coalesce(?, run_at), priority = coalesce(?, priority), "
-        f"queue = coalesce(?, queue) WHERE id = ? AND {accepts('reschedule')} "
+        f"queue = coalesce(?, queue) WHERE id = ? AND {_RESCHEDULE_STATES} "
         f"RETURNING {JOB_COLUMNS}",
         (None if run_at is None else to_us(run_at), edit.priority, edit.queue, job_id),
     ).fetchone()
@@ -741,7 +748,7 @@ def expire(conn: sqlite3.Connection, limit: int, at: datetime) -> list[int]:
     rows = conn.execute(
         "UPDATE rota_jobs SET state = 'cancelled', finished_at = ?, last_error = ? "
         "WHERE id IN (SELECT id FROM rota_jobs INDEXED BY rota_jobs_expiring "
-        f"WHERE {accepts('expire')} AND expires_at IS NOT NULL AND expires_at <= ? "
+        f"WHERE {_EXPIRE_STATES} AND expires_at IS NOT NULL AND expires_at <= ? "
         "ORDER BY expires_at, id LIMIT ?) RETURNING id",
         (at_us, EXPIRED, at_us, clamp(limit)),
     ).fetchall()
@@ -766,7 +773,7 @@ def end_unrunnable(
             continue
         doomed += conn.execute(
             "SELECT id, kind FROM rota_jobs INDEXED BY rota_jobs_due "
-            f"WHERE {accepts('end_unrunnable')} AND queue = ? AND run_at <= ? AND kind NOT IN "
+            f"WHERE {_UNRUNNABLE_STATES} AND queue = ? AND run_at <= ? AND kind NOT IN "
             f"({marks(len(known))}) LIMIT ?",
             (queue, to_us(at - grace), *sorted(known), limit - len(doomed)),
         ).fetchall()

@@ -67,8 +67,9 @@ _WRITTEN = (*_DEFINITION, *_STATE, "due_at")
 #: A schedule's columns and its last job's state, in the order ``_from_row`` reads them.
 #: A workflow schedule's last state is its last workflow's (rota.domain.workflow
 #: .workflow_outcome), read by the rota_jobs_workflow index.
+_UNFINISHED = in_list(UNFINISHED_STATES)
 _LAST_STATE = f"""CASE WHEN s.workflow AND j.workflow IS NOT NULL THEN (
-    SELECT CASE WHEN max(w.state IN ({in_list(UNFINISHED_STATES)})) THEN 'running'
+    SELECT CASE WHEN max(w.state IN ({_UNFINISHED})) THEN 'running'
                 WHEN max(w.state = 'dead') THEN 'dead'
                 WHEN max(w.state = 'cancelled') THEN 'cancelled' ELSE 'succeeded' END
     FROM rota_jobs w WHERE w.workflow = j.workflow) ELSE j.state END"""
