@@ -196,3 +196,17 @@ async def test_a_held_child_is_cancelled_when_its_parent_is_deleted(store: Store
     kept = await store.get(run_child.id)
     assert (kept.state, kept.waiting_on) == (JobState.HELD, 0)
     assert (await store.release_held(run_child.id)).state is JobState.PENDING
+
+
+async def test_a_held_job_is_not_expired_while_held_and_never_starts_past_its_expiry(
+    store: Store, clock: FakeClock
+) -> None:
+    job = await add(store, expire_after=timedelta(minutes=1))
+    await store.hold(job.id)
+    clock.advance(timedelta(minutes=2))
+    assert await store.expire() == []
+    assert (await store.get(job.id)).state is JobState.HELD
+    await store.release_held(job.id)
+    assert await claim_one(store) is None
+    assert await store.expire() == [job.id]
+    assert (await store.get(job.id)).last_error == "expired"
