@@ -176,6 +176,24 @@ class Client:
     async def bulk_cancel(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
         return await self.store.bulk_cancel(filter, limit=limit)
 
+    async def hold(self, job_id: int) -> Job:
+        """Hold a waiting or pending job: no worker claims it until ``release``. JobNotFound;
+        StateConflict in any other state (a running job cannot be held: cancel it)."""
+        return await self.store.hold(job_id)
+
+    async def release(self, job_id: int) -> Job:
+        """Put a held job back: waiting while parents are left, else pending at its run_at.
+        JobNotFound; StateConflict unless it is held."""
+        return await self.store.release_held(job_id)
+
+    async def bulk_hold(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
+        """Hold up to ``limit`` waiting or pending jobs matching ``filter``; how many."""
+        return await self.store.bulk_hold(filter, limit=limit)
+
+    async def bulk_release(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
+        """Release up to ``limit`` held jobs matching ``filter``; how many."""
+        return await self.store.bulk_release_held(filter, limit=limit)
+
     async def rerun(self, job_id: int) -> Job:
         """Run a succeeded job again: a new attempt series, earlier attempts kept in its
         history. JobNotFound; StateConflict in any other state or while another active job

@@ -19,10 +19,11 @@ from rota import workflows
 from rota.client import Client
 from rota.domain.audit import AuditAction, AuditRecord, check_identity
 from rota.domain.durable import SignalResult
+from rota.domain.errors import InvalidInput
 from rota.domain.flow import Limit, LimitScope
 from rota.domain.job import EnqueueResult, Job, JobSpec
 from rota.domain.schedule import ScheduleSpec
-from rota.domain.schedule_state import Schedule
+from rota.domain.schedule_state import Missed, Schedule
 from rota.domain.workflow import WorkflowBuilder
 from rota.store.base import MAX_BULK, JobFilter, QueueInfo
 
@@ -114,6 +115,16 @@ class Operator:
         await self._record(AuditAction.JOB_CANCEL, f"job:{job_id}", count=1)
         return job
 
+    async def hold(self, job_id: int) -> Job:
+        job = await self.client.hold(job_id)
+        await self._record(AuditAction.JOB_HOLD, f"job:{job_id}", count=1)
+        return job
+
+    async def release(self, job_id: int) -> Job:
+        job = await self.client.release(job_id)
+        await self._record(AuditAction.JOB_RELEASE, f"job:{job_id}", count=1)
+        return job
+
     async def rerun(self, job_id: int) -> Job:
         job = await self.client.rerun(job_id)
         await self._record(AuditAction.JOB_RERUN, f"job:{job_id}", count=1)
@@ -160,15 +171,26 @@ class Operator:
         await self._record(AuditAction.JOBS_CANCEL, filter=filter, count=count)
         return count
 
+    async def bulk_hold(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
+        count = await self.client.bulk_hold(filter, limit=limit)
+        await self._record(AuditAction.JOBS_HOLD, filter=filter, count=count)
+        return count
+
+    async def bulk_release(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
+        count = await self.client.bulk_release(filter, limit=limit)
+        await self._record(AuditAction.JOBS_RELEASE, filter=filter, count=count)
+        return count
+
     async def purge(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
         count = await self.client.purge(filter, limit=limit)
         await self._record(AuditAction.JOBS_PURGE, filter=filter, count=count)
         return count
 
     async def record_bulk(self, action: AuditAction, filter: JobFilter, count: int) -> None:
-        """Record one bulk action (retry, cancel, purge) that a caller ran in batches itself
-        through ``client``: one entry for the whole run, with every job it touched."""
-        if action not in (AuditAction.JOBS_RETRY, AuditAction.JOBS_CANCEL, AuditAction.JOBS_PURGE):
+        """Record one bulk action (retry, cancel, purge, hold, release) that a caller ran in
+        batches itself through ``client``: one entry for the whole run, with every job it
+        touched."""
+        if not action.value.startswith("jobs."):
             raise ValueError(f"{action} is not a bulk action")
         await self._record(action, filter=filter, count=count)
 
@@ -278,9 +300,17 @@ class Operator:
         )
         return schedule
 
-    async def pause_schedule(self, name: str) -> Schedule:
-        schedule = await self.store.pause_schedule(name)
-        await self._record(AuditAction.SCHEDULE_PAUSE, f"schedule:{name}")
+    async def pause_schedule(self, name: str, *, missed: Missed | str = Missed.QUEUE) -> Schedule:
+        """Pause the schedule; ``missed`` says what its resume does with the slots that fall
+        due meanwhile (queue them under its misfire policy, or drop them)."""
+        try:
+            chosen = Missed(missed)
+        except ValueError:
+            raise InvalidInput("missed must be queue or drop") from None
+        schedule = await self.store.pause_schedule(name, missed=chosen)
+        await self._record(
+            AuditAction.SCHEDULE_PAUSE, f"schedule:{name}", detail={"missed": chosen.value}
+        )
         return schedule
 
     async def resume_schedule(self, name: str) -> Schedule:

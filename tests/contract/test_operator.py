@@ -414,7 +414,12 @@ def test_holds_and_replace_need_a_unique_key() -> None:
     with pytest.raises(InvalidJob, match="unique_for"):
         JobSpec(kind="a", unique_key="k", unique_for=timedelta(0))
     spec = JobSpec(kind="a", unique_key="k", unique_states=frozenset({JobState.DEAD}))
-    assert spec.unique_states == {JobState.PENDING, JobState.RUNNING, JobState.DEAD}
+    assert spec.unique_states == {
+        JobState.PENDING,
+        JobState.RUNNING,
+        JobState.HELD,
+        JobState.DEAD,
+    }
 
 
 async def test_an_expired_job_is_not_claimed_under_limits_either(

@@ -33,7 +33,7 @@ async def test_dashboard_loads_every_view_without_errors(page: Watched, served: 
     assert response is not None and response.ok
     csp = response.headers["content-security-policy"]
     assert "script-src 'self'" in csp and "unsafe-inline" not in csp
-    await expect(page.page.locator(".cards .card")).to_have_count(8)
+    await expect(page.page.locator(".cards .card")).to_have_count(9)
     await expect(page.page.locator("svg.chart")).to_be_visible()
     await expect(page.page.locator("#status")).to_have_text("live")
 
@@ -125,7 +125,9 @@ async def test_dead_job_is_retried_and_cancelled_from_its_detail_page_without_re
     ("verb", "state", "which", "done", "after"),
     [
         ("retry", "dead", "dead or cancelled", "Retried", "pending"),
-        ("cancel", "pending", "waiting, pending or running", "Cancelled", "cancelled"),
+        ("cancel", "pending", "waiting, pending, held or running", "Cancelled", "cancelled"),
+        ("hold", "pending", "waiting or pending", "Held", "held"),
+        ("release", "held", "held", "Released", "pending"),
     ],
 )
 async def test_a_bulk_action_confirms_scope_and_count_and_is_audited(
@@ -137,6 +139,8 @@ async def test_a_bulk_action_confirms_scope_and_count_and_is_audited(
         if state == "dead":
             return await dead_job(served.store, kind=kind)
         [result] = await served.store.enqueue([JobSpec(kind=kind)])
+        if state == "held":
+            await served.store.hold(result.job.id)
         return result.job.id
 
     ids = [await job("sync") for _ in range(3)]

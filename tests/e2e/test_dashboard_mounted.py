@@ -81,7 +81,7 @@ async def test_the_mounted_dashboard_works_below_its_prefix(page: Watched, host:
     response = await page.page.goto(host.url + PREFIX)  # redirected to the trailing slash
     assert response is not None and response.ok
     assert "unsafe-inline" not in response.headers["content-security-policy"]
-    await expect(page.page.locator(".cards .card")).to_have_count(8)
+    await expect(page.page.locator(".cards .card")).to_have_count(9)
     await expect(page.page.locator("#status")).to_have_text("live")
 
     await page.page.click("#nav a[data-view=jobs]")
@@ -92,7 +92,7 @@ async def test_the_mounted_dashboard_works_below_its_prefix(page: Watched, host:
     await page.page.click("a.back")
     await expect(page.page.locator("table.jobs tbody tr")).to_have_count(2)
     await page.page.click("#nav a[data-view=overview]")
-    await expect(page.page.locator(".cards .card")).to_have_count(8)
+    await expect(page.page.locator(".cards .card")).to_have_count(9)
     await page.assert_clean()
 
     assert host.requests, "the page made no requests"

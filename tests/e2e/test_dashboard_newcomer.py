@@ -117,7 +117,7 @@ async def test_counts_read_singular_or_plural(page: Watched, served: Served) -> 
     await tab.click('button[data-selection="cancel"]')
     dialog = tab.locator("dialog.confirm")
     await expect(dialog).to_contain_text(
-        f"Cancel 1 selected waiting, pending or running job: {first.id}?"
+        f"Cancel 1 selected waiting, pending, held or running job: {first.id}?"
     )
     await dialog.locator("button.danger").click()
     await expect(dialog).to_contain_text("Cancelled 1 job.")

@@ -102,7 +102,7 @@ async def test_selected_rows_are_cancelled_and_deleted_and_refusals_reported(
     await tab.click("button[data-selection=cancel]")
     dialog = tab.locator("dialog.confirm")
     await expect(dialog).to_contain_text(
-        f"Cancel 2 selected waiting, pending or running jobs: {first}, {second}?"
+        f"Cancel 2 selected waiting, pending, held or running jobs: {first}, {second}?"
     )
     # Meanwhile a worker takes one and another operator cancels it: the server refuses.
     await served.store.cancel(second)
@@ -232,7 +232,7 @@ async def test_state_tabs_show_counts_and_filter_the_list(page: Watched, served:
     await expect(tab.locator('a[data-tab="dead"] .tab-count')).to_have_text("2")
     await expect(tab.locator('a[data-tab="pending"] .tab-count')).to_have_text("3")
     await expect(tab.locator('a[data-tab="running"] .tab-count')).to_have_text("0")
-    await expect(tabs).to_have_count(7)
+    await expect(tabs).to_have_count(8)
     await same_document(tab)
 
     await tab.click('a[data-tab="dead"]')

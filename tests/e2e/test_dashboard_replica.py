@@ -21,7 +21,7 @@ async def test_the_overview_shows_the_replica_lag_only_with_a_replica(
 ) -> None:
     page = await browser.new_page()
     await page.goto(served.url + "/")
-    await expect(page.locator(".cards .card")).to_have_count(8)
+    await expect(page.locator(".cards .card")).to_have_count(9)
     await expect(page.locator("[data-replica-lag]")).to_have_count(0)
 
     copy = StaleCopy(MemoryStore(), timedelta(seconds=2.5))

@@ -32,7 +32,17 @@ async def test_schedules_view_pauses_resumes_and_runs_a_schedule_now(
     await expect(row.locator(".later li")).to_have_count(3)
 
     await row.locator('button[data-action="pause"]').click()
+    dialog = tab.locator("dialog.confirm")
+    await expect(dialog).to_contain_text("The runs that fall due while it is paused are:")
+    await dialog.get_by_label("dropped", exact=False).check()
+    await dialog.get_by_role("button", name="Pause it").click()
+    await expect(dialog).to_contain_text("the runs it misses will be dropped")
+    await dialog.get_by_role("button", name="Close").click()
     await expect(row.locator(".badge")).to_have_text("paused")
+    await expect(row.locator('[data-missed="drop"]')).to_have_text(
+        "paused; missed runs will be dropped"
+    )
+    assert (await served.store.get_schedule("nightly")).missed.value == "drop"
     await row.locator('button[data-action="run"]').click()
     await expect(tab.locator("#notice")).to_contain_text("Schedule nightly: job 1 enqueued.")
     await expect(row.locator(".badge").first).to_have_text("pending")

@@ -365,7 +365,7 @@ async def test_a_slot_is_unique_after_its_job_finished(pg_url: str) -> None:
 #: keys held by active jobs; a workflow whose parent is running.
 AFTER_READING = "ALTER TABLE rota_jobs DROP COLUMN heartbeats, DROP COLUMN last_heartbeat_at"
 BEFORE_019 = [
-    # The job columns this version's statements read that came after 019 (031's heartbeats),
+    # The job columns this version's statements read that came after 019 (030's heartbeats),
     # for the jobs to be read before the upgrade; dropped again before it (AFTER_READING).
     "ALTER TABLE rota_jobs ADD COLUMN heartbeats integer NOT NULL DEFAULT 0, "
     "ADD COLUMN last_heartbeat_at timestamptz",

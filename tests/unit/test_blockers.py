@@ -65,6 +65,14 @@ def test_a_waiting_job_waits_on_its_parents() -> None:
     assert waiting.message == "waiting on 2 parent job(s) to finish"
 
 
+def test_a_held_job_says_so_first_then_what_would_hold_it_once_released() -> None:
+    assert reasons(job(state=JobState.HELD)) == [Blocked.HELD]
+    later = job(state=JobState.HELD, run_at=NOW + timedelta(hours=1))
+    assert reasons(later) == [Blocked.HELD, Blocked.NOT_DUE]
+    child = job(state=JobState.HELD, waiting_on=2, queue="elsewhere")
+    assert reasons(child) == [Blocked.HELD, Blocked.WAITING_ON_PARENTS, Blocked.NO_WORKER]
+
+
 def test_a_paused_queue_and_a_queue_without_live_workers_are_named() -> None:
     flow = FlowSnapshot.of(paused_queues=["mail"], served_queues=["default"])
     found = blockers(job(queue="mail"), NOW, flow)

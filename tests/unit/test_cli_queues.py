@@ -66,6 +66,7 @@ def test_pause_list_and_resume_a_queue(tmp_path: Path) -> None:
         "succeeded": 0,
         "dead": 0,
         "cancelled": 0,
+        "held": 0,
     }
     assert isinstance(mail["updated_at"], str)
     assert (queues["default"]["paused"], queues["default"]["updated_at"]) == (False, None)

@@ -86,7 +86,12 @@ def test_add_list_show_pause_run_now_resume_remove_round_trip(tmp_path: Path) ->
     assert "every day at 02:30 (Europe/Berlin)" in out
     assert out.count("02:30 Europe/Berlin)") == 3, "runs are also shown on the schedule's clock"
 
-    assert run("schedules", "pause", "pulse", db=db)[:2] == (0, "schedule pulse paused\n")
+    assert run("schedules", "pause", "pulse", "--missed", "drop", db=db)[:2] == (
+        0,
+        "schedule pulse paused; the runs it misses will be dropped on resume\n",
+    )
+    refused = run("schedules", "pause", "pulse", "--missed", "later", db=db)
+    assert refused[0] == 2
     code, out, _ = run("schedules", "run-now", "pulse", "--json", db=db)
     job = json.loads(out)
     assert (job["schedule"], job["kind"], job["state"], job["duplicate"]) == (
@@ -97,7 +102,7 @@ def test_add_list_show_pause_run_now_resume_remove_round_trip(tmp_path: Path) ->
     )
     code, out, _ = run("schedules", "show", "pulse", "--json", db=db)
     shown = json.loads(out)
-    assert shown["paused"] is True
+    assert (shown["paused"], shown["missed"]) == (True, "drop")
     assert (shown["last_job_id"], shown["last_outcome"]) == (job["id"], "pending")
 
     code, out, _ = run("schedules", "resume", "pulse", db=db)

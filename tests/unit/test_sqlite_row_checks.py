@@ -123,6 +123,7 @@ async def test_an_upgraded_file_keeps_its_jobs_counts_and_tallies(
             JobState.DEAD: 1,
             JobState.CANCELLED: 1,
             JobState.WAITING: 1,
+            JobState.HELD: 0,
         }
         # A new job's life through the rewritten checks, and the old finished ones pruned.
         [new] = await store.enqueue([JobSpec(kind="k", queue="a")])

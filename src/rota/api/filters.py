@@ -94,7 +94,13 @@ def filter_from_query(
 
 def filter_from_body(body: JobFilterBody) -> JobFilter:
     return build_filter(
-        states=body.state, kind=body.kind, queue=body.queue, tenant=body.tenant, q=body.q
+        states=body.state,
+        kind=body.kind,
+        queue=body.queue,
+        tenant=body.tenant,
+        q=body.q,
+        schedule=body.schedule,
+        workflow=body.workflow,
     )
 
 

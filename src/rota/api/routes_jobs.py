@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import datetime
 from typing import Annotated, Any, Literal
@@ -43,10 +44,8 @@ from rota.client import Client
 from rota.domain.durable import Step, suspension
 from rota.domain.errors import InvalidJob
 from rota.domain.job import (
-    FINISHED_STATES,
     MAX_NAME_LENGTH,
     NAME_PATTERN,
-    RETRYABLE_STATES,
     Attempt,
     Job,
     JobState,
@@ -54,11 +53,23 @@ from rota.domain.job import (
     parse_instant,
     payload_text,
 )
+from rota.domain.transitions import MOVES
+from rota.operator import Operator
 from rota.store.base import MAX_BULK, JobFilter, decode_cursor, encode_cursor
 
 #: Job ids are PostgreSQL bigints; anything larger cannot name a job.
 MAX_JOB_ID = 2**63 - 1
-ACTIVE_STATES = frozenset({JobState.WAITING, JobState.PENDING, JobState.RUNNING})
+#: The states each bulk verb acts on (``GET /api/jobs/count?action=``).
+_ACTED_ON: dict[str, frozenset[JobState]] = {
+    "retry": MOVES["retry"].sources,
+    "cancel": MOVES["cancel"].sources,
+    "delete": MOVES["purge"].sources,
+    "hold": MOVES["hold"].sources,
+    "release": MOVES["release_held"].sources,
+}
+BulkAction = Literal["retry", "cancel", "delete", "hold", "release"]
+#: An Operator's bulk verb: (filter, *, limit) -> how many jobs it changed.
+BulkCall = Callable[..., Awaitable[int]]
 
 
 def json_body(model: type[Any]) -> dict[str, Any]:
@@ -89,6 +100,15 @@ Search = Annotated[
     ),
 ]
 JobId = Annotated[int, Path(ge=1, le=MAX_JOB_ID)]
+ScheduleFilter = Annotated[
+    str | None,
+    Query(
+        min_length=1,
+        max_length=MAX_NAME_LENGTH,
+        pattern=f"^{NAME_PATTERN.pattern}$",
+        description="Only the jobs this schedule enqueued.",
+    ),
+]
 WorkflowFilter = Annotated[
     int | None,
     Query(ge=1, le=MAX_JOB_ID, description="Only the jobs of this workflow (its first job's id)."),
@@ -107,15 +127,7 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
         queue: Name = None,
         tenant: Name = None,
         q: Search = None,
-        schedule: Annotated[
-            str | None,
-            Query(
-                min_length=1,
-                max_length=MAX_NAME_LENGTH,
-                pattern=f"^{NAME_PATTERN.pattern}$",
-                description="Only the jobs this schedule enqueued.",
-            ),
-        ] = None,
+        schedule: ScheduleFilter = None,
         workflow: WorkflowFilter = None,
         cursor: IdCursor = None,
         limit: PageLimit = 50,
@@ -222,15 +234,25 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
         queue: Name = None,
         tenant: Name = None,
         q: Search = None,
+        schedule: ScheduleFilter = None,
+        workflow: WorkflowFilter = None,
         action: Annotated[
-            Literal["retry", "cancel", "delete"] | None,
+            BulkAction | None,
             Query(description="Count only the jobs this bulk verb would act on."),
         ] = None,
     ) -> JobCount:
         """How many jobs match, up to the bulk cap: what a bulk action would cover."""
-        job_filter = filter_from_query(states=state, kind=kind, queue=queue, tenant=tenant, q=q)
+        job_filter = filter_from_query(
+            states=state,
+            kind=kind,
+            queue=queue,
+            tenant=tenant,
+            q=q,
+            schedule=schedule,
+            workflow=workflow,
+        )
         if action is not None:
-            job_filter = restrict(job_filter, _acted_on(action))
+            job_filter = restrict(job_filter, _ACTED_ON[action])
         count = await ctx.reads.store.count_jobs(job_filter, limit=MAX_BULK + 1)
         return JobCount(count=min(count, MAX_BULK), capped=count > MAX_BULK)
 
@@ -269,41 +291,55 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
             estimated=[state for state, counted in found.items() if counted.estimated],
         )
 
-    @router.post(
-        "/api/jobs/bulk/retry",
-        response_model=BulkResult,
-        responses=errors(400, 401, 403, 413, 415, 503),
-        openapi_extra=json_body(JobFilterBody),
-    )
-    async def bulk_retry(request: Request) -> BulkResult:
-        """Retry up to the bulk cap of dead or cancelled jobs matching the filter."""
-        job_filter = await _filter_body(request)
-        count = await ctx.operator(request).bulk_retry(job_filter, limit=MAX_BULK)
-        return BulkResult(count=count)
+    def _bulk_route(
+        verb: Callable[[Operator], BulkCall],
+    ) -> Callable[[Request], Awaitable[BulkResult]]:
+        async def bulk(request: Request) -> BulkResult:
+            job_filter = await _filter_body(request)
+            return BulkResult(count=await verb(ctx.operator(request))(job_filter, limit=MAX_BULK))
 
-    @router.post(
-        "/api/jobs/bulk/cancel",
-        response_model=BulkResult,
-        responses=errors(400, 401, 403, 413, 415, 503),
-        openapi_extra=json_body(JobFilterBody),
-    )
-    async def bulk_cancel(request: Request) -> BulkResult:
-        """Cancel up to the bulk cap of waiting, pending or running jobs matching the filter."""
-        job_filter = await _filter_body(request)
-        count = await ctx.operator(request).bulk_cancel(job_filter, limit=MAX_BULK)
-        return BulkResult(count=count)
+        return bulk
 
-    @router.post(
-        "/api/jobs/bulk/delete",
-        response_model=BulkResult,
-        responses=errors(400, 401, 403, 413, 415, 503),
-        openapi_extra=json_body(JobFilterBody),
-    )
-    async def bulk_delete(request: Request) -> BulkResult:
-        """Delete (purge) up to the bulk cap of finished jobs matching the filter, with their
-        history; confirm the scope first with ``GET /api/jobs/count?action=delete``."""
-        job_filter = await _filter_body(request)
-        return BulkResult(count=await ctx.operator(request).purge(job_filter, limit=MAX_BULK))
+    # The bulk verbs: each acts on up to the bulk cap of the jobs matching the filter in its
+    # body, in the states it acts on (confirm the scope with GET /api/jobs/count?action=),
+    # and answers how many it changed.
+    bulk_verbs: dict[str, tuple[Callable[[Operator], BulkCall], str]] = {
+        "retry": (
+            lambda op: op.bulk_retry,
+            "Retry up to the bulk cap of dead or cancelled jobs matching the filter.",
+        ),
+        "cancel": (
+            lambda op: op.bulk_cancel,
+            "Cancel up to the bulk cap of waiting, pending, held or running jobs matching the "
+            "filter.",
+        ),
+        "delete": (
+            lambda op: op.purge,
+            "Delete (purge) up to the bulk cap of finished jobs matching the filter, with their "
+            "history; confirm the scope first with ``GET /api/jobs/count?action=delete``.",
+        ),
+        "hold": (
+            lambda op: op.bulk_hold,
+            "Hold up to the bulk cap of waiting or pending jobs matching the filter: no worker "
+            "claims them until released. The answer says how many were held.",
+        ),
+        "release": (
+            lambda op: op.bulk_release,
+            "Release up to the bulk cap of held jobs matching the filter: each waits again while "
+            "parents are left, else is pending at its own time. The answer says how many.",
+        ),
+    }
+    for action, (verb, description) in bulk_verbs.items():
+        router.add_api_route(
+            f"/api/jobs/bulk/{action}",
+            _bulk_route(verb),
+            methods=["POST"],
+            name=f"bulk_{action}",
+            description=description,
+            response_model=BulkResult,
+            responses=errors(400, 401, 403, 413, 415, 503),
+            openapi_extra=json_body(JobFilterBody),
+        )
 
     @router.get(
         "/api/jobs/{job_id}", response_model=JobDetail, responses=errors(400, 401, 404, 503)
@@ -412,9 +448,31 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
         responses=errors(400, 401, 403, 404, 409, 415, 503),
     )
     async def cancel_job(job_id: JobId, request: Request) -> JobOut:
-        """A waiting, pending or running job becomes cancelled (409 when it already finished);
+        """A waiting, pending, held or running job becomes cancelled (409 when it already
+        finished);
         its waiting dependents are cancelled with it."""
         return JobOut(**job_out(await ctx.operator(request).cancel(job_id)))
+
+    @router.post(
+        "/api/jobs/{job_id}/hold",
+        response_model=JobOut,
+        responses=errors(400, 401, 403, 404, 409, 415, 503),
+    )
+    async def hold_job(job_id: JobId, request: Request) -> JobOut:
+        """A waiting or pending job becomes held: no worker claims it until it is released.
+        It keeps its run_at, unique key and parents (409 in any other state: a running job
+        cannot be held, cancel it instead)."""
+        return JobOut(**job_out(await ctx.operator(request).hold(job_id)))
+
+    @router.post(
+        "/api/jobs/{job_id}/release",
+        response_model=JobOut,
+        responses=errors(400, 401, 403, 404, 409, 415, 503),
+    )
+    async def release_job(job_id: JobId, request: Request) -> JobOut:
+        """A held job goes back where it was: waiting while parents are left, else pending,
+        due at its run_at (409 unless it is held)."""
+        return JobOut(**job_out(await ctx.operator(request).release(job_id)))
 
     @router.post(
         "/api/jobs/{job_id}/rerun",
@@ -476,9 +534,3 @@ def jobs_router(ctx: ApiContext) -> APIRouter:
         return filter_from_body(JobFilterBody.model_validate(raw))
 
     return router
-
-
-def _acted_on(action: Literal["retry", "cancel", "delete"]) -> frozenset[JobState]:
-    if action == "delete":
-        return FINISHED_STATES
-    return RETRYABLE_STATES if action == "retry" else ACTIVE_STATES

@@ -168,9 +168,20 @@ def schedules_router(ctx: ApiContext) -> APIRouter:
         response_class=Response,
         responses=schedule_errors(400, 401, 403, 404, 415, 503),
     )
-    async def pause_schedule(name: ScheduleName, request: Request) -> Response:
+    async def pause_schedule(
+        name: ScheduleName,
+        request: Request,
+        missed: Annotated[
+            Literal["queue", "drop"],
+            Query(
+                description="What the resume does with the slots that fall due while paused: "
+                "queue (they fire as the misfire policy allows, at most misfire_limit) or drop "
+                "(none fires; the first slot after the resume does)."
+            ),
+        ] = "queue",
+    ) -> Response:
         """Stop firing the schedule until it is resumed; the pause survives deploys."""
-        await ctx.operator(request).pause_schedule(name)
+        await ctx.operator(request).pause_schedule(name, missed=missed)
         return Response(status_code=204)
 
     @router.post(
@@ -180,7 +191,9 @@ def schedules_router(ctx: ApiContext) -> APIRouter:
         responses=schedule_errors(400, 401, 403, 404, 415, 503),
     )
     async def resume_schedule(name: ScheduleName, request: Request) -> Response:
-        """Fire the schedule again; missed runs follow its misfire policy (latest: one run)."""
+        """Fire the schedule again. The slots that fell due while it was paused fire as its
+        misfire policy allows (latest: one run) if it was paused with missed=queue, and none
+        does if with missed=drop (its first slot after now fires next); each slot at most once."""
         await ctx.operator(request).resume_schedule(name)
         return Response(status_code=204)
 

@@ -199,6 +199,8 @@ class ScheduleOut(BaseModel):
     #: schedule's name); run now needs the process that defines it.
     workflow: bool = False
     paused: bool
+    #: What resuming does with the slots that fall due while paused (set by the last pause).
+    missed: Literal["queue", "drop"]
     next_run_at: datetime
     #: next_run_at plus the jitter offset: when the next run is enqueued.
     due_at: datetime

@@ -42,7 +42,7 @@ from rota.domain.workflow import MAX_PARENTS
 from rota.store.base import ThroughputBucket, WorkerInfo
 
 #: JobState's values, spelled out so the schema can enumerate them (a test pins the match).
-StateName = Literal["waiting", "pending", "running", "succeeded", "dead", "cancelled"]
+StateName = Literal["waiting", "pending", "running", "succeeded", "dead", "cancelled", "held"]
 #: What a search term may contain: no control characters, no lone surrogates.
 SEARCH_PATTERN = r"^[^\x00-\x1f\x7f\ud800-\udfff]*$"
 #: The longest search term and cursor the API reads.
@@ -336,6 +336,10 @@ class JobFilterBody(RequestBody):
     kind: str | None = _name("Only jobs of this kind.")
     queue: str | None = _name("Only jobs in this queue.")
     tenant: str | None = _name("Only this tenant's jobs.")
+    schedule: str | None = _name("Only the jobs this schedule enqueued.")
+    workflow: JobIdInt | None = Field(
+        default=None, description="Only the jobs of this workflow (its first job's id)."
+    )
     q: str | None = Field(
         default=None,
         description="A job id or an exact unique key.",
@@ -414,6 +418,7 @@ class JobOut(JobFields):
 
 #: rota.domain.blockers.Blocked's values, spelled out so the schema can enumerate them.
 BlockedName = Literal[
+    "held",
     "waiting_on_parents",
     "not_due",
     "queue_paused",

@@ -23,6 +23,7 @@ import click
 
 from rota.cli import audit as _audit
 from rota.cli import bulk as _bulk
+from rota.cli import hold as _hold
 from rota.cli import jobs as _jobs
 from rota.cli import operate as _operate
 from rota.cli import queues as _queues
@@ -43,7 +44,7 @@ from rota.domain.errors import (
 from rota.observability.logging import printable
 
 __all__ = ["cli", "main"]
-_ = (_audit, _bulk, _jobs, _operate, _queues, _schedules, _serve, _signals, _workflows)
+_ = (_audit, _bulk, _hold, _jobs, _operate, _queues, _schedules, _serve, _signals, _workflows)
 
 
 def main() -> None:

@@ -1,4 +1,5 @@
-"""`rota jobs purge | bulk-retry | bulk-cancel`: one verb over every job a filter matches.
+"""`rota jobs purge | bulk-retry | bulk-cancel` (and `hold`, `release` by filter, rota.cli.hold):
+one verb over every job a filter matches.
 
 Each confirms how many jobs it will touch (``--yes`` without a terminal), then works through
 them in batches of BATCH, one short statement each, showing its progress on stderr when
@@ -33,7 +34,8 @@ Verb = Callable[[Client, JobFilter, int], Awaitable[int]]
 
 
 def filter_options(states: Iterable[JobState], help: str) -> Callable[[Any], Any]:
-    """--state (among ``states``), --kind, --queue, --tenant and --yes."""
+    """--state (among ``states``), --kind, --queue, --tenant, --schedule, --workflow and
+    --yes."""
     choices = sorted(state.value for state in states)
 
     def decorate(command: Any) -> Any:
@@ -57,6 +59,18 @@ def filter_options(states: Iterable[JobState], help: str) -> Callable[[Any], Any
                     envvar="ROTA_TENANT",
                     callback=name_filter,
                     help="Only this tenant's jobs.",
+                ),
+                click.option(
+                    "--schedule",
+                    envvar="ROTA_SCHEDULE",
+                    callback=name_filter,
+                    help="Only the jobs this schedule enqueued.",
+                ),
+                click.option(
+                    "--workflow",
+                    envvar="ROTA_WORKFLOW",
+                    type=click.IntRange(1, 2**63 - 1),
+                    help="Only the jobs of this workflow (its first job's id).",
                 ),
                 click.option(
                     "--yes",
@@ -139,20 +153,18 @@ def _command(verb: BulkVerb) -> None:
     @jobs.command(verb.name, help=verb.summary)
     @uses_database(creates=False)
     @filter_options(verb.states, verb.state_help)
-    def command(
-        target: Target,
-        state: tuple[str, ...],
-        kind: str | None,
-        queue: str | None,
-        tenant: str | None,
-        yes: bool,
-    ) -> None:
-        states = frozenset(JobState(value) for value in state) if state else verb.states
-        bulk(target, JobFilter(states=states, kind=kind, queue=queue, tenant=tenant), yes, verb)
+    def command(target: Target, state: tuple[str, ...], yes: bool, **names: Any) -> None:
+        bulk(target, chosen_filter(verb, state, names), yes, verb)
 
 
 for _verb in VERBS:
     _command(_verb)
+
+
+def chosen_filter(verb: BulkVerb, state: tuple[str, ...], names: dict[str, Any]) -> JobFilter:
+    """The filter the options name: the verb's states unless --state narrows them."""
+    states = frozenset(JobState(value) for value in state) if state else verb.states
+    return JobFilter(states=states, **names)
 
 
 def bulk(target: Target, filter: JobFilter, yes: bool, verb: BulkVerb) -> None:
@@ -202,7 +214,7 @@ def describe_filter(filter: JobFilter) -> str:
     parts = []
     if filter.states is not None:
         parts.append("state " + "|".join(sorted(state.value for state in filter.states)))
-    for name in ("kind", "queue", "tenant"):
+    for name in ("kind", "queue", "tenant", "schedule", "workflow"):
         value = getattr(filter, name)
         if value is not None:
             parts.append(f"{name} {value}")

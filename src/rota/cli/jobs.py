@@ -174,7 +174,7 @@ def enqueue(
 
 @cli.group()
 def jobs() -> None:
-    """List, show, retry, re-run, cancel, reschedule, delete and purge jobs."""
+    """List, show, retry, re-run, cancel, hold, release, reschedule, delete and purge jobs."""
 
 
 def name_filter(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:

@@ -261,17 +261,30 @@ def schedules_add(
 @schedules.command("pause")
 @click.argument("name")
 @uses_database(creates=False)
-def schedules_pause(name: str, target: Target) -> None:
+@click.option(
+    "--missed",
+    type=click.Choice(["queue", "drop"]),
+    default="queue",
+    show_default=True,
+    help="What the resume does with the runs that fall due while paused: queue them (as the "
+    "--misfire policy allows, at most --misfire-limit) or drop them (the first run after the "
+    "resume runs next).",
+)
+def schedules_pause(name: str, target: Target, missed: str) -> None:
     """Stop firing a schedule until it is resumed (a pause survives deploys)."""
-    with_operator(target, lambda op: op.pause_schedule(name))
-    click.echo(f"schedule {shown(name)} paused")
+    with_operator(target, lambda op: op.pause_schedule(name, missed=missed))
+    click.echo(
+        f"schedule {shown(name)} paused; the runs it misses will be "
+        f"{'queued' if missed == 'queue' else 'dropped'} on resume"
+    )
 
 
 @schedules.command("resume")
 @click.argument("name")
 @uses_database(creates=False)
 def schedules_resume(name: str, target: Target) -> None:
-    """Fire a paused schedule again; missed runs follow its --misfire policy."""
+    """Fire a paused schedule again: the runs it missed are queued (as its --misfire policy
+    allows) or dropped, as its pause said."""
     schedule = with_operator(target, lambda op: op.resume_schedule(name))
     click.echo(
         f"schedule {shown(name)} resumed; next run "

@@ -22,6 +22,7 @@ from rota.domain.job import Job, JobState
 class Blocked(StrEnum):
     """What holds a job back (the same strings in the API)."""
 
+    HELD = "held"  #: an operator holds it (``hold``): no claim takes it until released
     WAITING_ON_PARENTS = "waiting_on_parents"  #: a workflow job whose parents have not finished
     NOT_DUE = "not_due"  #: run_at is after the store's now (a delay, or a retry's backoff)
     QUEUE_PAUSED = "queue_paused"
@@ -98,17 +99,22 @@ class FlowSnapshot:
 
 
 def is_held(job: Job) -> bool:
-    """Whether ``job`` is in a state ``blockers`` explains: waiting or pending."""
-    return job.state in (JobState.WAITING, JobState.PENDING)
+    """Whether ``job`` is in a state ``blockers`` explains: waiting, pending or held."""
+    return job.state in (JobState.WAITING, JobState.PENDING, JobState.HELD)
 
 
 def blockers(job: Job, now: datetime, flow: FlowSnapshot) -> list[Blocker]:
-    """Every reason ``job`` (waiting or pending) is not running at ``now``, the store's clock,
-    most basic first; empty for a due job nothing holds back, and for jobs in other states."""
+    """Every reason ``job`` (waiting, pending or held) is not running at ``now``, the store's
+    clock, most basic first; empty for a due job nothing holds back, and for jobs in other
+    states. A held job says so first, then what would still hold it back once released."""
     if not is_held(job):
         return []
     found: list[Blocker] = []
-    if job.state is JobState.WAITING:
+    if job.state is JobState.HELD:
+        found.append(
+            Blocker(Blocked.HELD, "held by an operator: no worker claims it until released")
+        )
+    if job.state is JobState.WAITING or (job.state is JobState.HELD and job.waiting_on > 0):
         found.append(
             Blocker(
                 Blocked.WAITING_ON_PARENTS,

@@ -11,6 +11,14 @@ A job moves through one state machine (docs/architecture.md draws it)::
        │                  └──lease expired on the last attempt, running alone──> dead
        └──retry── dead, cancelled <──cancel── waiting, pending, running
     pending ──expires_at passed──> cancelled ("expired")      succeeded ──rerun──> pending
+    waiting, pending ──hold──> held ──release──> waiting (parents left) or pending
+    held ──cancel──> cancelled
+
+A held job is never claimed, expired or ended for want of a worker, and never pruned or
+purged: it waits for an operator's release. It keeps its unique key (it is active), its
+run_at (released, it is due at its time) and its count of parents left: a parent that
+succeeds counts it down, one that ends dead or cancelled on a "cancel" edge cancels it as it
+cancels a waiting job (docs/concepts/hold.md).
 """
 
 from __future__ import annotations
@@ -96,6 +104,9 @@ class JobState(StrEnum):
     #: while it ran alone (rota.domain.blame)
     DEAD = "dead"
     CANCELLED = "cancelled"  #: terminal: cancelled before it could finish
+    #: put aside by an operator (``hold``) from waiting or pending; never claimed until
+    #: released, then waiting again if parents are left, else pending
+    HELD = "held"
 
     @property
     def is_terminal(self) -> bool:
@@ -103,11 +114,12 @@ class JobState(StrEnum):
 
     @property
     def is_active(self) -> bool:
-        return self in (JobState.WAITING, JobState.PENDING, JobState.RUNNING)
+        return self in (JobState.WAITING, JobState.PENDING, JobState.RUNNING, JobState.HELD)
 
 
 _TERMINAL = frozenset({JobState.SUCCEEDED, JobState.DEAD, JobState.CANCELLED})
-ACTIVE_STATES = frozenset({JobState.PENDING, JobState.RUNNING})
+#: The states a job's unique key is always held in (a held job keeps its key).
+ACTIVE_STATES = frozenset({JobState.PENDING, JobState.RUNNING, JobState.HELD})
 #: The states a unique key is held in when ``unique_for`` is given without ``unique_states``.
 HELD_BY_DEFAULT = ACTIVE_STATES | {JobState.SUCCEEDED}
 #: One bit per state, for the stores' ``unique_states`` column.
@@ -119,13 +131,15 @@ STATE_BITS = {
     JobState.CANCELLED: 16,
     # Named for completeness: a workflow job (the only kind that waits) holds no unique key.
     JobState.WAITING: 32,
+    JobState.HELD: 64,
 }
 
 
 #: SQL for the bit of the row's ``state`` (a constant of ours, spliced into statements).
 STATE_BIT_SQL = (
     "(CASE state WHEN 'pending' THEN 1 WHEN 'running' THEN 2 WHEN 'succeeded' THEN 4 "
-    "WHEN 'dead' THEN 8 WHEN 'cancelled' THEN 16 WHEN 'waiting' THEN 32 ELSE 0 END)"
+    "WHEN 'dead' THEN 8 WHEN 'cancelled' THEN 16 WHEN 'waiting' THEN 32 WHEN 'held' THEN 64 "
+    "ELSE 0 END)"
 )
 
 
@@ -141,6 +155,10 @@ def mask_states(mask: int) -> frozenset[JobState]:
 FINISHED_STATES = _TERMINAL
 #: States from which a manual retry is allowed.
 RETRYABLE_STATES = frozenset({JobState.DEAD, JobState.CANCELLED})
+#: States an operator may hold a job in (``hold``): it has not started.
+HOLDABLE_STATES = frozenset({JobState.WAITING, JobState.PENDING})
+#: Every state a job has not ended in: what cancel accepts.
+UNFINISHED_STATES = frozenset(JobState) - _TERMINAL
 
 
 class Outcome(StrEnum):

@@ -13,9 +13,11 @@ All of it is pure: time is an argument, and nothing here reads a clock or a data
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from enum import StrEnum
 from typing import Any, Literal
 
 from rota.domain.errors import InvalidSchedule
@@ -26,8 +28,10 @@ from rota.domain.schedule_plan import Misfire
 __all__ = [
     "FireDecision",
     "Firing",
+    "Missed",
     "Schedule",
     "decide",
+    "resumed",
     "schedule_fields",
     "spec_columns",
     "spec_from_columns",
@@ -35,6 +39,18 @@ __all__ = [
 ]
 
 _MICROSECOND = timedelta(microseconds=1)
+
+
+class Missed(StrEnum):
+    """What a resume does with the slots that fell due while the schedule was paused (chosen
+    when it is paused)."""
+
+    #: They fire on resume as any late slots do: under the misfire policy, at most
+    #: ``misfire_limit`` of them (``latest``: one run; ``skip``: those within ``grace``;
+    #: ``all``: the most recent ``misfire_limit``).
+    QUEUE = "queue"
+    #: None fires: the schedule waits for its first slot due after the resume.
+    DROP = "drop"
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +71,8 @@ class Schedule:
     last_run_at: datetime | None = None
     last_job_id: int | None = None
     last_job_state: JobState | None = None
+    #: What resuming does with the slots missed while paused (set by the last pause).
+    missed: Missed = Missed.QUEUE
 
     @property
     def name(self) -> str:
@@ -166,6 +184,20 @@ def upserted(existing: Schedule | None, spec: ScheduleSpec, now: datetime) -> Sc
     return replace(existing, spec=spec, next_run_at=next_run_at, updated_at=now)
 
 
+def resumed(schedule: Schedule, now: datetime) -> Schedule:
+    """The record after resuming ``schedule`` at ``now``: unpaused; under ``Missed.DROP`` a
+    slot that fell due while paused moves on to the first slot due after ``now``, so none of
+    the missed slots ever fires (slots only move forward: it can never fire later either).
+    Under ``Missed.QUEUE`` the next slot is kept and the next firing treats the missed slots
+    as its misfire policy says (:func:`decide`)."""
+    next_run_at = schedule.next_run_at
+    if schedule.paused and schedule.missed is Missed.DROP and schedule.due_at <= now:
+        # No slot left before the year 9999 (ValueError): nothing can fire anyway.
+        with contextlib.suppress(ValueError):
+            next_run_at = schedule.rule.next_after(now - schedule.spec.jitter_offset)
+    return replace(schedule, paused=False, next_run_at=next_run_at, updated_at=now)
+
+
 def _same_rule(stored: Rule, incoming: Rule) -> bool:
     return (
         stored.interval == incoming.interval
@@ -232,6 +264,7 @@ def schedule_fields(schedule: Schedule, *, upcoming: int = 5) -> dict[str, Any]:
         "overlap": spec.overlap.value,
         "workflow": spec.workflow,
         "paused": schedule.paused,
+        "missed": schedule.missed.value,
         "next_run_at": schedule.next_run_at,
         "due_at": schedule.due_at,
         "next_runs": schedule.upcoming(upcoming),

@@ -294,7 +294,7 @@ def workflow_outcome(states: Iterable[JobState]) -> JobState | None:
     seen = set(states)
     if not seen:
         return None
-    if seen & {JobState.WAITING, JobState.PENDING, JobState.RUNNING}:
+    if any(not state.is_terminal for state in seen):
         return JobState.RUNNING
     for state in (JobState.DEAD, JobState.CANCELLED):
         if state in seen:

@@ -30,7 +30,7 @@ from rota.domain.job import (
 )
 from rota.domain.lease import Lease
 from rota.domain.schedule import ScheduleSpec
-from rota.domain.schedule_state import Firing, Schedule
+from rota.domain.schedule_state import Firing, Missed, Schedule
 from rota.domain.workflow import Workflow, WorkflowBuilder
 from rota.store.durable import DurableVerbs
 
@@ -665,7 +665,32 @@ class Store(DurableVerbs, Protocol):
         ...
 
     async def bulk_cancel(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
-        """Cancel up to ``limit`` pending or running jobs matching ``filter``; return how many."""
+        """Cancel up to ``limit`` unfinished (waiting, pending, held or running) jobs matching
+        ``filter``; return how many."""
+        ...
+
+    async def hold(self, job_id: int, *, now: datetime | None = None) -> Job:
+        """A waiting or pending job becomes held: no claim takes it until ``release_held``.
+        One conditional write, fenced against a concurrent claim like ``reschedule``: a job
+        claimed meanwhile is reported, never changed. It keeps its run_at, unique key, slot
+        and parents. JobNotFound; StateConflict in any other state (a running job, one already
+        held, a finished one); nothing changes on any error."""
+        ...
+
+    async def release_held(self, job_id: int, *, now: datetime | None = None) -> Job:
+        """A held job goes back where it was: waiting while parents are left (``waiting_on``),
+        else pending, due at its run_at (a job whose time has passed is due at once; a job
+        made due wakes workers). JobNotFound; StateConflict unless it is held."""
+        ...
+
+    async def bulk_hold(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
+        """Hold up to ``limit`` waiting or pending jobs matching ``filter``, oldest id first;
+        return how many (jobs claimed meanwhile are not counted)."""
+        ...
+
+    async def bulk_release_held(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
+        """Release up to ``limit`` held jobs matching ``filter``, oldest id first; return how
+        many."""
         ...
 
     async def register_worker(self, info: WorkerInfo, *, now: datetime | None = None) -> None:
@@ -750,13 +775,19 @@ class Store(DurableVerbs, Protocol):
         """
         ...
 
-    async def pause_schedule(self, name: str, *, now: datetime | None = None) -> Schedule:
-        """Stop firing the schedule until resumed (kept across upserts). ScheduleNotFound."""
+    async def pause_schedule(
+        self, name: str, *, missed: Missed = Missed.QUEUE, now: datetime | None = None
+    ) -> Schedule:
+        """Stop firing the schedule until resumed (kept across upserts), saying what the
+        resume does with the slots that fall due meanwhile (``missed``; pausing a paused
+        schedule changes only that). ScheduleNotFound."""
         ...
 
     async def resume_schedule(self, name: str, *, now: datetime | None = None) -> Schedule:
-        """Fire the schedule again. The slots missed while paused are not replayed beyond what
-        its misfire policy allows (``latest``: one run). ScheduleNotFound."""
+        """Fire the schedule again (``schedule_state.resumed``): with ``Missed.QUEUE`` the
+        slots missed while paused fire as its misfire policy allows (``latest``: one run; at
+        most ``misfire_limit``), with ``Missed.DROP`` none does and the first slot due after
+        the resume fires next. Each slot still gets at most one job. ScheduleNotFound."""
         ...
 
     async def delete_schedule(self, name: str) -> None:

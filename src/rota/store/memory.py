@@ -38,10 +38,8 @@ from rota.domain.flow import (
 )
 from rota.domain.job import (
     EXPIRED,
-    FINISHED_STATES,
     MAX_ERROR_LENGTH,
     MAX_TRACEBACK_LENGTH,
-    RETRYABLE_STATES,
     Attempt,
     EnqueueResult,
     Job,
@@ -57,7 +55,8 @@ from rota.domain.job import (
 )
 from rota.domain.lease import Lease
 from rota.domain.schedule import ScheduleSpec
-from rota.domain.schedule_state import Firing, Schedule, decide, upserted
+from rota.domain.schedule_state import Firing, Missed, Schedule, decide, resumed, upserted
+from rota.domain.transitions import HELD_BACK, MOVES, refusal, released_state
 from rota.domain.workflow import (
     REOPENED_STATES,
     Workflow,
@@ -732,7 +731,7 @@ class MemoryStore(MemoryDurable):
                     self._announce(child.run_at)
                 else:
                     self._jobs[child.id] = child
-            elif child.state is JobState.WAITING:
+            elif child.state in HELD_BACK:
                 self._blocked_by[child.id] = parent
                 self._finish(
                     child, at, JobState.CANCELLED, Outcome.CANCELLED, cancel_reason(parent, state)
@@ -753,13 +752,13 @@ class MemoryStore(MemoryDurable):
                 self._jobs[child.id] = child
                 if self._blocked_by.get(child.id) == parent:
                     del self._blocked_by[child.id]  # nothing can re-arm it any more
-                if child.state is not JobState.WAITING:
+                if child.state not in HELD_BACK:
                     continue
                 if edge.policy == "cancel":
                     self._finish(
                         child, at, JobState.CANCELLED, Outcome.CANCELLED, deleted_reason(parent)
                     )
-                elif child.waiting_on == 0:
+                elif child.waiting_on == 0 and child.state is JobState.WAITING:
                     self._jobs[child.id] = replace(child, state=JobState.PENDING)
                     self._announce(child.run_at)
 
@@ -850,8 +849,7 @@ class MemoryStore(MemoryDurable):
             return self._jobs[job_id]
 
     def _retry(self, job: Job, max_attempts: int | None, at: datetime) -> None:
-        if job.state not in RETRYABLE_STATES:
-            raise StateConflict(f"job {job.id} is {job.state}; only dead or cancelled jobs retry")
+        self._check_move(job, "retry")
         if job.unique_key is not None and job.unique_key in self._active_keys:
             raise StateConflict(
                 f"job {job.id}: another active job holds unique key {job.unique_key!r}"
@@ -874,8 +872,7 @@ class MemoryStore(MemoryDurable):
     async def rerun(self, job_id: int, *, now: datetime | None = None) -> Job:
         with self._lock:
             job = self._get(job_id)
-            if job.state is not JobState.SUCCEEDED:
-                raise StateConflict(f"job {job_id} is {job.state}; only succeeded jobs re-run")
+            self._check_move(job, "rerun")
             if job.unique_key is not None and job.unique_key in self._active_keys:
                 raise StateConflict(
                     f"job {job_id}: another active job holds unique key {job.unique_key!r}"
@@ -903,14 +900,13 @@ class MemoryStore(MemoryDurable):
             return self._jobs[job_id]
 
     def _cancel(self, job: Job, at: datetime) -> None:
-        if job.state.is_terminal:
-            raise StateConflict(f"job {job.id} is already {job.state}")
+        self._check_move(job, "cancel")
         self._finish(job, at, JobState.CANCELLED, Outcome.CANCELLED)
 
     async def bulk_retry(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
         with self._lock:
             at = self._now(None)
-            chosen = self._matching(filter, RETRYABLE_STATES, limit)
+            chosen = self._matching(filter, MOVES["retry"].sources, limit)
             done = 0
             for chosen_job in chosen:
                 # As it is now: retrying a parent chosen with it may have re-opened its edges.
@@ -925,16 +921,52 @@ class MemoryStore(MemoryDurable):
     async def bulk_cancel(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
         with self._lock:
             at = self._now(None)
-            active = frozenset({JobState.WAITING, JobState.PENDING, JobState.RUNNING})
-            chosen = self._matching(filter, active, limit)
+            chosen = self._matching(filter, MOVES["cancel"].sources, limit)
             for job in chosen:
                 self._cancel(job, at)
             return len(chosen)
 
+    async def hold(self, job_id: int, *, now: datetime | None = None) -> Job:
+        with self._lock:
+            job = self._get(job_id)
+            self._check_move(job, "hold")
+            held = self._jobs[job_id] = replace(job, state=JobState.HELD)
+            return held
+
+    async def release_held(self, job_id: int, *, now: datetime | None = None) -> Job:
+        with self._lock:
+            job = self._get(job_id)
+            self._check_move(job, "release_held")
+            released = self._jobs[job_id] = replace(job, state=released_state(job.waiting_on))
+        if released.state is JobState.PENDING:
+            self._announce(released.run_at)
+        return released
+
+    def _check_move(self, job: Job, verb: str) -> None:
+        if job.state not in MOVES[verb].sources:
+            raise StateConflict(refusal(job.id, job.state, verb))
+
+    async def bulk_hold(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
+        with self._lock:
+            chosen = self._matching(filter, MOVES["hold"].sources, limit)
+            for job in chosen:
+                self._jobs[job.id] = replace(job, state=JobState.HELD)
+            return len(chosen)
+
+    async def bulk_release_held(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
+        with self._lock:
+            chosen = self._matching(filter, MOVES["release_held"].sources, limit)
+            for job in chosen:
+                self._jobs[job.id] = replace(job, state=released_state(job.waiting_on))
+            due = [job.run_at for job in chosen if not job.waiting_on]
+        if due:
+            self._announce(min(due))
+        return len(chosen)
+
     async def delete(self, job_id: int) -> Job:
         with self._lock:
             job = self._get(job_id)
-            if job.state is JobState.RUNNING:
+            if job.state not in MOVES["delete"].sources:
                 raise JobRunning(job_id, "delete")
             self._orphan_children({job_id}, self._now(None))
             self._forget(job)
@@ -942,7 +974,7 @@ class MemoryStore(MemoryDurable):
 
     async def purge(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
         with self._lock:
-            chosen = self._matching(filter, FINISHED_STATES, limit)
+            chosen = self._matching(filter, MOVES["purge"].sources, limit)
             self._orphan_children({job.id for job in chosen}, self._now(None))
             for job in chosen:
                 self._forget(job)
@@ -953,8 +985,7 @@ class MemoryStore(MemoryDurable):
             job = self._get(job_id)
             if job.state is JobState.RUNNING:
                 raise JobRunning(job_id, "edit")
-            if job.state is not JobState.PENDING:
-                raise StateConflict(f"job {job_id} is {job.state}; only pending jobs can be edited")
+            self._check_move(job, "reschedule")
             at = self._now(now)
             edited = replace(
                 job,
@@ -1144,7 +1175,7 @@ class MemoryStore(MemoryDurable):
             expired = sorted(
                 job.id
                 for job in self._jobs.values()
-                if job.state is JobState.PENDING and job.is_expired(at)
+                if job.state in MOVES["expire"].sources and job.is_expired(at)
             )[: max(0, limit)]
             for job_id in expired:
                 job = replace(self._jobs[job_id], last_error=EXPIRED)
@@ -1169,7 +1200,7 @@ class MemoryStore(MemoryDurable):
             doomed = sorted(
                 job.id
                 for job in self._jobs.values()
-                if job.state is JobState.PENDING
+                if job.state in MOVES["end_unrunnable"].sources
                 and job.run_at <= at - grace
                 and job.queue in served
                 and (known := served[job.queue]) is not None
@@ -1296,16 +1327,18 @@ class MemoryStore(MemoryDurable):
                 ]
             return [self._with_last_state(s) for s in chosen[:limit]]
 
-    async def pause_schedule(self, name: str, *, now: datetime | None = None) -> Schedule:
-        return self._set_paused(name, True, now)
+    async def pause_schedule(
+        self, name: str, *, missed: Missed = Missed.QUEUE, now: datetime | None = None
+    ) -> Schedule:
+        with self._lock:
+            paused = replace(
+                self._schedule(name), paused=True, missed=Missed(missed), updated_at=self._now(now)
+            )
+            return self._put_schedule(paused)
 
     async def resume_schedule(self, name: str, *, now: datetime | None = None) -> Schedule:
-        return self._set_paused(name, False, now)
-
-    def _set_paused(self, name: str, paused: bool, now: datetime | None) -> Schedule:
         with self._lock:
-            schedule = replace(self._schedule(name), paused=paused, updated_at=self._now(now))
-            return self._put_schedule(schedule)
+            return self._put_schedule(resumed(self._schedule(name), self._now(now)))
 
     async def delete_schedule(self, name: str) -> None:
         with self._lock:

@@ -52,6 +52,25 @@ class Jobs:
         StateConflict once it finished."""
         return await (await self._binding.opened_client()).cancel(job_id)
 
+    async def hold(self, job_id: int) -> Job:
+        """Hold a waiting or pending job: no worker claims it until ``release``. It keeps its
+        run_at, unique key and parents. StateConflict in any other state (a running job
+        cannot be held: cancel it)."""
+        return await (await self._binding.opened_client()).hold(job_id)
+
+    async def release(self, job_id: int) -> Job:
+        """Put a held job back where it was: waiting while parents are left, else pending,
+        due at its run_at. StateConflict unless it is held."""
+        return await (await self._binding.opened_client()).release(job_id)
+
+    async def hold_matching(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
+        """Hold up to ``limit`` waiting or pending jobs matching ``filter``; how many."""
+        return await (await self._binding.opened_client()).bulk_hold(filter, limit=limit)
+
+    async def release_matching(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
+        """Release up to ``limit`` held jobs matching ``filter``; how many."""
+        return await (await self._binding.opened_client()).bulk_release(filter, limit=limit)
+
     async def rerun(self, job_id: int) -> Job:
         """Run a succeeded job again, now: its attempt counter starts over (the new series has
         all of max_attempts) and its earlier attempts stay in its history. StateConflict for

@@ -67,6 +67,12 @@ class Case:
     filter: dict[str, Any] | None = None
 
 
+async def _held(store: MemoryStore) -> int:
+    job_id = await _pending(store)
+    await store.hold(job_id)
+    return job_id
+
+
 async def _nothing(store: MemoryStore) -> None:
     return None
 
@@ -107,6 +113,30 @@ CASES: dict[str, Case] = {
     ),
     "POST /api/jobs/{job_id}/cancel": Case(
         "POST", "/api/jobs/{id}/cancel", _pending, "job.cancel", "job:{id}", count=1
+    ),
+    "POST /api/jobs/{job_id}/hold": Case(
+        "POST", "/api/jobs/{id}/hold", _pending, "job.hold", "job:{id}", count=1
+    ),
+    "POST /api/jobs/{job_id}/release": Case(
+        "POST", "/api/jobs/{id}/release", _held, "job.release", "job:{id}", count=1
+    ),
+    "POST /api/jobs/bulk/hold": Case(
+        "POST",
+        "/api/jobs/bulk/hold",
+        _pending,
+        "jobs.hold",
+        body={"kind": "email"},
+        count=1,
+        filter={"kind": "email"},
+    ),
+    "POST /api/jobs/bulk/release": Case(
+        "POST",
+        "/api/jobs/bulk/release",
+        _held,
+        "jobs.release",
+        body={"state": ["held"]},
+        count=1,
+        filter={"states": ["held"]},
     ),
     "POST /api/jobs/{job_id}/rerun": Case(
         "POST", "/api/jobs/{id}/rerun", _succeeded, "job.rerun", "job:{id}", count=1

@@ -9,13 +9,13 @@ from typing import Any
 
 import httpx
 
-from rota.domain.job import JobSpec
+from rota.domain.job import JobSpec, JobState
 from rota.domain.schedule import Rule, ScheduleSpec
 from rota.store.memory import MemoryStore
 from rota.testing import FakeClock
 from tests.unit.api.conftest import dead_job
 
-NO_JOBS = {"waiting": 0, "pending": 0, "running": 0, "succeeded": 0, "dead": 0, "cancelled": 0}
+NO_JOBS = {state.value: 0 for state in JobState}
 
 
 async def test_state_counts_overall_by_queue_and_by_kind(

@@ -12,7 +12,7 @@ import pytest
 
 from rota.api import ApiSettings
 from rota.domain.flow import Limit, LimitScope
-from rota.domain.job import JobSpec
+from rota.domain.job import JobSpec, JobState
 from rota.store.memory import MemoryStore
 from rota.testing import FakeClock
 from tests.unit.api.conftest import TOKEN, MakeApp, asgi_client
@@ -22,7 +22,7 @@ QUEUE_FIELDS = {"name", "paused", "updated_at", "counts", "concurrency", "limit_
 LIMIT_FIELDS = {
     "scope", "key", "concurrency", "rate", "period_seconds", "running", "recent_starts",
 }  # fmt: skip
-NO_JOBS = {"waiting": 0, "pending": 0, "running": 0, "succeeded": 0, "dead": 0, "cancelled": 0}
+NO_JOBS = {state.value: 0 for state in JobState}
 
 
 async def set_limit(api: httpx.AsyncClient, **body: Any) -> httpx.Response:

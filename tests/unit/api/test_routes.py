@@ -248,6 +248,7 @@ async def test_stats_route(api: httpx.AsyncClient, store: MemoryStore, clock: Fa
     stats = (await api.get("/api/stats")).json()
     assert stats["counts"]["by_state"] == {
         "waiting": 0, "pending": 1, "running": 0, "succeeded": 1, "dead": 1, "cancelled": 0,
+        "held": 0,
     }  # fmt: skip
     assert stats["counts"]["by_queue"]["mail"]["succeeded"] == 1
     assert stats["counts"]["exact"] is True

@@ -20,7 +20,7 @@ SCHEDULE_FIELDS = {
     "name", "kind", "queue", "priority", "tenant", "max_attempts", "payload", "every_seconds",
     "cron", "timezone", "description", "jitter_seconds", "misfire", "misfire_limit",
     "grace_seconds", "overlap", "workflow", "paused", "next_run_at", "due_at", "next_runs", "last_run_at",
-    "last_job_id", "last_outcome", "created_at", "updated_at",
+    "last_job_id", "last_outcome", "created_at", "updated_at", "missed",
 }  # fmt: skip
 NIGHTLY = {"name": "nightly", "kind": "backup", "cron": "30 2 * * *", "timezone": "Europe/Berlin"}
 
@@ -133,6 +133,27 @@ async def test_pause_resume_run_now_and_the_last_outcome(
     assert (await api.get("/api/schedules/nightly")).json()["last_outcome"] == "cancelled"
     assert (await api.post("/api/schedules/nightly/resume")).status_code == 204
     assert (await api.get("/api/schedules/nightly")).json()["paused"] is False
+
+
+async def test_a_pause_says_whether_the_runs_it_misses_are_queued_or_dropped(
+    api: httpx.AsyncClient, store: MemoryStore, clock: FakeClock
+) -> None:
+    await create(api, name="pulse", kind="ping", every_seconds=60)
+    await store.fire_due()
+    refused = await api.post("/api/schedules/pulse/pause", params={"missed": "later"})
+    assert refused.status_code == 400
+    assert (await api.get("/api/schedules/pulse")).json()["paused"] is False
+    paused = await api.post("/api/schedules/pulse/pause", params={"missed": "drop"})
+    assert paused.status_code == 204
+    shown = (await api.get("/api/schedules/pulse")).json()
+    assert (shown["paused"], shown["missed"]) == (True, "drop")
+    clock.advance(timedelta(minutes=10, seconds=1))
+    assert (await api.post("/api/schedules/pulse/resume")).status_code == 204
+    assert (await api.get("/api/schedules/pulse")).json()["next_run_at"] == "2026-01-01T12:11:00Z"
+    assert await store.fire_due() == []
+    entries = (await api.get("/api/audit")).json()["entries"]
+    assert entries[1]["action"] == "schedule.pause"
+    assert entries[1]["detail"] == {"missed": "drop"}
 
 
 async def test_delete_removes_the_schedule_and_keeps_its_jobs(

@@ -9,7 +9,8 @@ import { filterFrom, pager, poller, submitsToHash } from "./ui.js";
 // The actions of rota.domain.audit.AuditAction.
 const ACTIONS = [
   "job.create", "job.retry", "job.cancel", "job.rerun", "job.delete", "job.reschedule",
-  "jobs.retry", "jobs.cancel", "jobs.purge",
+  "job.hold", "job.release", "jobs.retry", "jobs.cancel", "jobs.purge", "jobs.hold",
+  "jobs.release",
   "queue.pause", "queue.resume", "limit.set", "limit.delete",
   "schedule.create", "schedule.replace", "schedule.pause", "schedule.resume",
   "schedule.delete", "schedule.run", "workflow.cancel",

@@ -66,7 +66,11 @@ export function absolute(iso) {
   return `${iso.replace("T", " ").replace(/\.\d+/, "").replace("Z", "")} UTC`;
 }
 
-// One vocabulary: a badge names the state as the API does (waiting, pending, running,
+// The job states, as the API names them (rota.domain.job.JobState), in the order a job
+// meets them: the state tabs, the overview's and the queues' columns.
+export const STATES = ["waiting", "pending", "held", "running", "succeeded", "dead", "cancelled"];
+
+// One vocabulary: a badge names the state as the API does (waiting, pending, held, running,
 // succeeded, dead, cancelled); what a pending job waits for is said beside it (stateNote).
 export function stateNote(job, nowMs) {
   if (job.state !== "pending") return null;

@@ -179,7 +179,7 @@ function quarantineLine(job, workers) {
 
 // Why a waiting or pending job is not running, from the server's blocked_by.
 function whySection(job, nowMs) {
-  if (job.state !== "pending" && job.state !== "waiting") return null;
+  if (!["pending", "waiting", "held"].includes(job.state)) return null;
   const items = job.blocked_by.map((b) => h("li", { "data-blocker": b.reason },
     h("span", { class: `blocker b-${b.reason}` }, blockedLabel(b)), " ",
     b.message,
@@ -219,6 +219,11 @@ function operatorButtons(job, config, nowMs, onDone) {
   if (job.state === "pending" && parseTime(job.run_at) > nowMs) {
     buttons.push(h("button", { type: "button", class: "small", "data-action": "run-now",
       on: { click: post("reschedule", { run_at: "now" }, "due now") } }, "run now"));
+  }
+  if (job.state === "waiting" || job.state === "pending") {
+    buttons.push(h("button", { type: "button", class: "small", "data-action": "hold",
+      title: "No worker claims a held job until it is released",
+      on: { click: post("hold", undefined, "held: no worker claims it until it is released") } }, "hold"));
   }
   if (job.state === "succeeded") {
     buttons.push(h("button", { type: "button", class: "small", "data-action": "rerun",

@@ -4,12 +4,11 @@
 
 import { deleteJSON, getJSON, postJSON, query } from "./api.js";
 import { appendChildren, h, replaceChildren } from "./dom.js";
-import { about, canAdminister, count, parseTime, plural, progressBar, relative, stateCell } from "./format.js";
+import { about, canAdminister, count, parseTime, plural, progressBar, relative, stateCell, STATES } from "./format.js";
 import {
   confirmDialog, filterFrom, notify, pager, poller, presets, reportError, submitsToHash,
 } from "./ui.js";
 
-const STATES = ["waiting", "pending", "running", "succeeded", "dead", "cancelled"];
 const FILTER_FIELDS = ["state", "kind", "queue", "tenant", "q"];
 const PAGE_SIZE = 50;
 
@@ -26,6 +25,7 @@ function input(name, label, value) {
 function whenCell(job, now) {
   if (job.state === "running") return `lease ${relative(job.lease_until, now)}`;
   if (job.state === "pending") return relative(job.run_at, now);
+  if (job.state === "held") return job.waiting_on ? `held, waiting on ${job.waiting_on}` : `held, due ${relative(job.run_at, now)}`;
   if (job.state === "waiting") return `waiting on ${job.waiting_on}`;
   return relative(job.finished_at, now);
 }
@@ -33,6 +33,7 @@ function whenCell(job, now) {
 // Why a waiting or pending job is not running, as the server worked it out (blocked_by): a
 // short line under its state, each reason's message in full in the title.
 const BLOCKED_LABELS = {
+  held: "held",
   waiting_on_parents: "parents",
   not_due: "not due",
   queue_paused: "queue paused",
@@ -51,7 +52,7 @@ export function blockedLabel(blocker) {
 
 function blockedLine(job) {
   // Waiting and not-due jobs say so in the "when" column already.
-  const shown = (job.blocked_by || []).filter((b) => b.reason !== "waiting_on_parents" && b.reason !== "not_due");
+  const shown = (job.blocked_by || []).filter((b) => !["held", "waiting_on_parents", "not_due"].includes(b.reason));
   if (!shown.length) return null;
   return h("div", { class: "blocked", title: shown.map((b) => b.message).join("; ") },
     shown.map((b) => h("span", { class: `blocker b-${b.reason}`, "data-blocker": b.reason }, blockedLabel(b))));
@@ -63,7 +64,7 @@ export function actionButtons(job, config, onDone) {
   const act = (verb) => async () => {
     try {
       await postJSON(`/api/jobs/${job.id}/${verb}`);
-      notify(`Job ${job.id}: ${verb === "retry" ? "retried" : "cancelled"}.`);
+      notify(`Job ${job.id}: ${VERBS[verb].done.toLowerCase()}.`);
     } catch (error) {
       reportError(error);
     }
@@ -72,7 +73,10 @@ export function actionButtons(job, config, onDone) {
   if (job.state === "dead" || job.state === "cancelled") {
     buttons.push(h("button", { type: "button", class: "small", "data-action": "retry", on: { click: act("retry") } }, "retry"));
   }
-  if (job.state === "waiting" || job.state === "pending" || job.state === "running") {
+  if (job.state === "held") {
+    buttons.push(h("button", { type: "button", class: "small", "data-action": "release", on: { click: act("release") } }, "release"));
+  }
+  if (VERBS.cancel.states.includes(job.state)) {
     buttons.push(h("button", { type: "button", class: "small", "data-action": "cancel", on: { click: act("cancel") } }, "cancel"));
   }
   return buttons;
@@ -81,9 +85,14 @@ export function actionButtons(job, config, onDone) {
 // What each verb acts on, for selections and filters alike.
 const VERBS = {
   retry: { states: ["dead", "cancelled"], which: "dead or cancelled", done: "Retried", label: "Retry" },
-  cancel: { states: ["waiting", "pending", "running"], which: "waiting, pending or running", done: "Cancelled", label: "Cancel" },
-  delete: { states: ["waiting", "pending", "succeeded", "dead", "cancelled"], which: "not running", done: "Deleted", label: "Delete" },
+  cancel: { states: ["waiting", "pending", "held", "running"], which: "waiting, pending, held or running", done: "Cancelled", label: "Cancel" },
+  delete: { states: ["waiting", "pending", "held", "succeeded", "dead", "cancelled"], which: "not running", done: "Deleted", label: "Delete" },
+  hold: { states: ["waiting", "pending"], which: "waiting or pending", done: "Held", label: "Hold" },
+  release: { states: ["held"], which: "held", done: "Released", label: "Release" },
 };
+
+// The verbs whose confirmation button reads as dangerous: they end or remove jobs.
+const DESTRUCTIVE = new Set(["cancel", "delete"]);
 
 function act(verb, jobId) {
   return verb === "delete" ? deleteJSON(`/api/jobs/${jobId}`) : postJSON(`/api/jobs/${jobId}/${verb}`);
@@ -146,6 +155,8 @@ export function renderJobs(root, config, params) {
 
   const bulk = config.read_only ? null : h("span", { class: "bulk" },
     h("button", { type: "button", "data-bulk": "retry", on: { click: () => bulkAction("retry") } }, "Retry matching…"),
+    h("button", { type: "button", "data-bulk": "hold", on: { click: () => bulkAction("hold") } }, "Hold matching…"),
+    h("button", { type: "button", "data-bulk": "release", on: { click: () => bulkAction("release") } }, "Release matching…"),
     h("button", { type: "button", class: "danger", "data-bulk": "cancel", on: { click: () => bulkAction("cancel") } }, "Cancel matching…"),
     canAdminister(config) ? h("button", { type: "button", class: "danger", "data-bulk": "delete", on: { click: () => bulkAction("delete") } }, "Delete matching…") : null);
 
@@ -153,6 +164,8 @@ export function renderJobs(root, config, params) {
   const selectionBar = config.read_only ? null : h("div", { class: "selection", hidden: true },
     selectedLabel,
     h("button", { type: "button", "data-selection": "retry", on: { click: () => selectionAction("retry") } }, "Retry selected…"),
+    h("button", { type: "button", "data-selection": "hold", on: { click: () => selectionAction("hold") } }, "Hold selected…"),
+    h("button", { type: "button", "data-selection": "release", on: { click: () => selectionAction("release") } }, "Release selected…"),
     h("button", { type: "button", class: "danger", "data-selection": "cancel", on: { click: () => selectionAction("cancel") } }, "Cancel selected…"),
     canAdminister(config) ? h("button", { type: "button", class: "danger", "data-selection": "delete", on: { click: () => selectionAction("delete") } }, "Delete selected…") : null,
     h("button", { type: "button", class: "link", "data-selection": "clear", on: { click: () => { selected.clear(); syncSelection(); } } }, "clear selection"));
@@ -209,7 +222,7 @@ export function renderJobs(root, config, params) {
     }
     const undo = verb === "delete" ? " Their history goes too; this cannot be undone." : "";
     const message = `${spec.label} ${count(ids.length)} selected ${spec.which} ${ids.length === 1 ? "job" : "jobs"}: ${idList(ids)}?${leftText}${undo}`;
-    confirmDialog(`${spec.label} selected`, message, `${spec.label} them`, verb !== "retry", async () => {
+    confirmDialog(`${spec.label} selected`, message, `${spec.label} them`, DESTRUCTIVE.has(verb), async () => {
       const refused = [];
       let done = 0;
       for (const jobId of ids) {
@@ -246,7 +259,7 @@ export function renderJobs(root, config, params) {
     const amount = counted.capped ? `the first ${count(counted.count)} (more match)` : count(counted.count);
     const undo = verb === "delete" ? " Their history goes too; this cannot be undone." : "";
     const message = `${VERBS[verb].label} ${amount} ${which} ${counted.count === 1 && !counted.capped ? "job" : "jobs"} matching ${scope}?${undo}`;
-    confirmDialog(`Bulk ${verb}`, message, `${VERBS[verb].label} them`, verb !== "retry", async () => {
+    confirmDialog(`Bulk ${verb}`, message, `${VERBS[verb].label} them`, DESTRUCTIVE.has(verb), async () => {
       const body = { ...filter };
       if (body.state) body.state = body.state.split(",").map((st) => st.trim()).filter(Boolean);
       const result = await postJSON(`/api/jobs/bulk/${verb}`, body);

@@ -5,10 +5,9 @@
 import { getJSON } from "./api.js";
 import { appendChildren, h, replaceChildren } from "./dom.js";
 import { throughputChart } from "./chart.js";
-import { absolute, badge, count, duration, limitTarget, rateText, relative } from "./format.js";
+import { absolute, badge, count, duration, limitTarget, rateText, relative, STATES } from "./format.js";
 import { poller, presets } from "./ui.js";
 
-const STATES = ["waiting", "pending", "running", "succeeded", "dead", "cancelled"];
 
 // How full a limit is. A limit on every tenant caps each one; its use is summed over them all.
 function usage(limit) {

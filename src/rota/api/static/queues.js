@@ -3,10 +3,9 @@
 
 import { getJSON, postJSON } from "./api.js";
 import { appendChildren, h, replaceChildren } from "./dom.js";
-import { badge, canAdminister, count, limitTarget, period, rateText } from "./format.js";
+import { badge, canAdminister, count, limitTarget, period, rateText, STATES } from "./format.js";
 import { confirmDialog, notify, poller, reportError } from "./ui.js";
 
-const STATES = ["waiting", "pending", "running", "succeeded", "dead", "cancelled"];
 const PERIODS = [["second", 1], ["minute", 60], ["hour", 3600], ["day", 86400]];
 
 function queueActions(queue, config, onDone) {

@@ -11,6 +11,27 @@ const PATH = (name) => `/api/schedules/${encodeURIComponent(name)}`;
 // How many of a schedule's jobs its row shows when opened.
 const RECENT = 10;
 
+// What a resume does with the runs a pause missed (rota.domain.schedule_state.Missed).
+const MISSED = {
+  queue: "queued (on resume they run as its missed-runs policy allows)",
+  drop: "dropped (on resume only the runs after it happen)",
+};
+
+// Pausing asks what the resume does with the runs that fall due meanwhile.
+function pauseDialog(schedule, onDone) {
+  const choices = h("span", { class: "choices" }, Object.entries(MISSED).map(([value, text]) =>
+    h("label", { class: "choice" },
+      h("input", { type: "radio", name: "missed", value, checked: value === "queue" }), ` ${text}`)));
+  confirmDialog("Pause schedule",
+    [`Pause ${schedule.name}? The runs that fall due while it is paused are: `, choices],
+    "Pause it", false, async () => {
+      const missed = choices.querySelector("input:checked").value;
+      await postJSON(`${PATH(schedule.name)}/pause${query({ missed })}`);
+      onDone();
+      return `Schedule ${schedule.name} paused; the runs it misses will be ${MISSED[missed]}.`;
+    });
+}
+
 function actions(schedule, config, edit, onDone) {
   if (config.read_only) return [];
   const act = (verb, done) => async () => {
@@ -24,7 +45,7 @@ function actions(schedule, config, edit, onDone) {
   };
   const toggle = schedule.paused
     ? h("button", { type: "button", class: "small", "data-action": "resume", on: { click: act("resume", () => `Schedule ${schedule.name} resumed.`) } }, "resume")
-    : h("button", { type: "button", class: "small", "data-action": "pause", on: { click: act("pause", () => `Schedule ${schedule.name} paused.`) } }, "pause");
+    : h("button", { type: "button", class: "small", "data-action": "pause", on: { click: () => pauseDialog(schedule, onDone) } }, "pause");
   const runNow = h("button", {
     type: "button",
     class: "small",
@@ -50,7 +71,10 @@ function actions(schedule, config, edit, onDone) {
 }
 
 function nextRuns(schedule, nowMs) {
-  if (schedule.paused) return h("span", { class: "muted" }, "paused");
+  if (schedule.paused) {
+    return h("span", { class: "muted", "data-missed": schedule.missed },
+      `paused; missed runs will be ${schedule.missed === "drop" ? "dropped" : "queued"}`);
+  }
   const [next, ...later] = schedule.next_runs;
   if (!next) return h("span", { class: "muted" }, "none");
   return h("div", { class: "next-runs" },

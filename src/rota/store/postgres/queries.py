@@ -10,7 +10,15 @@ from importlib import resources
 
 from rota.domain import blame
 from rota.domain.activity import DURATION_BOUNDS_US
-from rota.domain.job import ALONE_AFTER_CRASHES, PREVIEW_CHARS, STATE_BIT_SQL
+from rota.domain.job import (
+    ACTIVE_STATES,
+    ALONE_AFTER_CRASHES,
+    PREVIEW_CHARS,
+    STATE_BIT_SQL,
+    UNFINISHED_STATES,
+    JobState,
+)
+from rota.domain.transitions import MOVES, accepts, in_list
 
 #: The columns every statement returning a job selects: Job's fields, in their order
 #: (``row_to_job`` builds a Job positionally from them; timeout travels as microseconds).
@@ -71,11 +79,12 @@ def preview_columns(chars: int) -> str:
 
 LIST_COLUMNS = preview_columns(PREVIEW_CHARS)
 
+_UNFINISHED = in_list(UNFINISHED_STATES)
 #: A workflow schedule's last state is its last workflow's (rota.domain.workflow
 #: .workflow_outcome), read by the rota_jobs_workflow index; any other's, its last job's.
 _LAST_STATE = (
     "CASE WHEN s.workflow AND j.workflow IS NOT NULL THEN ("
-    "SELECT CASE WHEN bool_or(w.state IN ('waiting', 'pending', 'running')) THEN 'running'"
+    f"SELECT CASE WHEN bool_or(w.state IN ({_UNFINISHED})) THEN 'running'"
     " WHEN bool_or(w.state = 'dead') THEN 'dead'"
     " WHEN bool_or(w.state = 'cancelled') THEN 'cancelled' ELSE 'succeeded' END"
     " FROM rota_jobs w WHERE w.workflow = j.workflow) ELSE j.state END"
@@ -86,7 +95,7 @@ SCHEDULE_COLUMNS = (
     "s.name, s.kind, s.payload, s.queue, s.priority, s.tenant, s.max_attempts, s.every_us, "
     "s.cron, s.timezone, s.anchor, s.jitter_us, s.misfire, s.misfire_limit, s.grace_us, "
     "s.overlap, s.workflow, s.paused, s.next_run_at, s.last_run_at, s.last_job_id, "
-    f"s.created_at, s.updated_at, {_LAST_STATE}"
+    f"s.created_at, s.updated_at, s.missed, {_LAST_STATE}"
 )
 
 _QUALIFIED_COLUMNS = ", ".join("j." + column.strip() for column in JOB_COLUMNS.split(","))
@@ -166,6 +175,22 @@ _FINISHED = """
         SELECT pg_notify('rota_finished', '') WHERE EXISTS (SELECT 1 FROM waited)
     ), told AS (SELECT count(*) FROM finished)
 """.strip()
+#: The states statements name, from the state machine's table (rota.domain.transitions), so
+#: that the SQL cannot drift from it: ``{accepts:VERB}`` is the condition that the row's state
+#: is one VERB accepts.
+_STATES = {
+    **{f"{{accepts:{verb}}}": accepts(verb) for verb in MOVES},
+    **{f"{{j.accepts:{verb}}}": accepts(verb, "j.state") for verb in MOVES},
+    "{unfinished}": in_list(UNFINISHED_STATES),
+    "{keeps_key}": in_list(ACTIVE_STATES),
+    # Pending, spelled as none of the other active states: a condition no partial index's
+    # follows from (the claim's TID scan, "_due").
+    "{pending_among_active}": " AND ".join(
+        f"j.state <> '{state.value}'"
+        for state in JobState
+        if state in UNFINISHED_STATES and state is not JobState.PENDING
+    ),
+}
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 
 
@@ -232,7 +257,7 @@ def queries() -> dict[str, str]:
     for name, body in bodies.items():
         for fragment, text_of in fragments.items():
             body = body.replace("{" + fragment + "}", text_of)
-        for placeholder, text_of in _EXPIRY.items():
+        for placeholder, text_of in (*_EXPIRY.items(), *_STATES.items()):
             body = body.replace(placeholder, text_of)
         named[name] = (
             body.replace("{job_columns}", JOB_COLUMNS)

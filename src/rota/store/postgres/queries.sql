@@ -112,7 +112,7 @@ WHERE schedule IS NOT NULL
 -- name: existing_for_keys
 -- The active job holding each unique key, and the job of each schedule slot.
 SELECT {job_columns} FROM rota_jobs
-WHERE (unique_key = ANY(%(unique_keys)b::text[]) AND state IN ('pending', 'running'))
+WHERE (unique_key = ANY(%(unique_keys)b::text[]) AND state IN ({keeps_key}))
    OR (schedule, slot_at) IN (SELECT * FROM unnest(%(schedules)b::text[], %(slots)b::timestamptz[]));
 
 -- name: lock_unique_key
@@ -124,7 +124,7 @@ SELECT pg_advisory_xact_lock(hashtextextended(%(key)s, 7261));
 -- The job holding the key: an active one, or one in a state its hold names, in its period.
 SELECT {job_columns} FROM rota_jobs
 WHERE unique_key = %(key)s
-  AND (state IN ('pending', 'running')
+  AND (state IN ({keeps_key})
        OR (unique_until IS NOT NULL AND unique_until > coalesce(%(now)s::timestamptz, now())
            AND (unique_states & {state_bit}) <> 0))
 ORDER BY id DESC
@@ -178,7 +178,7 @@ SELECT pg_notify('rota_jobs', queue || ' ' || (extract(epoch FROM due) * 1000000
 FROM unnest(%(due_queues)s::text[], %(due)s::timestamptz[]) AS d(queue, due);
 
 -- name: _beats
--- The heartbeats of the attempt a history entry records, as its job's row counted them (031).
+-- The heartbeats of the attempt a history entry records, as its job's row counted them (030).
 'heartbeats', heartbeats,
         'last_heartbeat_us', (extract(epoch FROM last_heartbeat_at) * 1000000)::bigint
 
@@ -437,7 +437,7 @@ WITH {_unstale_queues}, few AS MATERIALIZED (
     -- no partial index's condition follows from: the TID scan is the only plan left.
     SELECT j.ctid AS loc, {alone_next} AS alone FROM rota_jobs_active j
     WHERE j.ctid = ANY(ARRAY(SELECT loc FROM few))
-      AND j.state <> 'waiting' AND j.state <> 'running'
+      AND {pending_among_active}
       AND j.queue IN (SELECT name FROM open_queues)
       AND j.run_at <= coalesce(%(now)s::timestamptz, now())
       AND (j.expires_at IS NULL OR j.expires_at > coalesce(%(now)s::timestamptz, now()))
@@ -569,7 +569,7 @@ GROUP BY tenant ORDER BY tenant;
 -- name: heartbeat
 -- One statement renews all of a worker's leases; ids missing from the result are lost. The
 -- store's clock comes back too: the worker measures its own clock against it. Each renewal
--- counts itself on the row (no index covers either column: 031).
+-- counts itself on the row (no index covers either column: 030).
 WITH renewed AS (
     UPDATE rota_jobs j
     SET lease_until = coalesce(%(now)s::timestamptz, now()) + %(lease)s::interval,
@@ -708,7 +708,7 @@ UPDATE rota_jobs SET state = CASE WHEN waiting_on > 0 THEN 'waiting' ELSE 'pendi
     run_at = coalesce(%(now)s::timestamptz, now()),
     attempt = 0, max_attempts = greatest(max_attempts, %(max_attempts)s::int),
     lease_until = NULL, finished_at = NULL
-WHERE id = ANY(%(ids)b::bigint[]) AND state IN ('dead', 'cancelled')
+WHERE id = ANY(%(ids)b::bigint[]) AND {accepts:retry}
 RETURNING {job_columns}
 ), {wake}
 SELECT done.* FROM done, woke;
@@ -724,7 +724,7 @@ UPDATE rota_jobs SET state = 'pending', run_at = coalesce(%(now)s::timestamptz, 
         'started_us', (extract(epoch FROM started_at) * 1000000)::bigint,
         'finished_us', (extract(epoch FROM finished_at) * 1000000)::bigint,
         {_beats}, 'outcome', 'succeeded'))
-WHERE id = %(id)s AND state = 'succeeded'
+WHERE id = %(id)s AND {accepts:rerun}
 RETURNING {job_columns}
 ), {wake}
 SELECT done.* FROM done, woke;
@@ -745,15 +745,31 @@ UPDATE rota_jobs SET state = 'cancelled', lease_until = NULL,
 -- name: cancel
 WITH done AS (
 {_cancelling}
-WHERE id = ANY(%(ids)b::bigint[]) AND state IN ('waiting', 'pending', 'running')
+WHERE id = ANY(%(ids)b::bigint[]) AND {accepts:cancel}
 RETURNING {job_columns}
 ), tally AS ({tally}), {finished}
 SELECT done.* FROM done, told;
 
+-- name: hold
+-- Conditional on the job still being waiting or pending, as reschedule is: a claim that
+-- locked the row first makes this wait, then find it running, so it is reported, never held.
+-- The row stays in rota_jobs_active (028): no trigger of a move fires.
+UPDATE rota_jobs SET state = 'held'
+WHERE id = ANY(%(ids)b::bigint[]) AND {accepts:hold}
+RETURNING {job_columns};
+
+-- name: release_held
+WITH done AS (
+UPDATE rota_jobs SET state = CASE WHEN waiting_on > 0 THEN 'waiting' ELSE 'pending' END
+WHERE id = ANY(%(ids)b::bigint[]) AND {accepts:release_held}
+RETURNING {job_columns}
+), {wake}
+SELECT done.* FROM done, woke;
+
 -- name: delete
 -- A running job is never deleted: its worker would write to a row that is gone. The attempt
 -- history lives in the row (history), so it goes with it.
-DELETE FROM rota_jobs WHERE id = %(id)s AND state <> 'running'
+DELETE FROM rota_jobs WHERE id = %(id)s AND {accepts:delete}
 RETURNING {job_columns};
 
 -- name: reschedule
@@ -766,14 +782,14 @@ UPDATE rota_jobs SET
                   ELSE coalesce(%(run_at)s::timestamptz, run_at) END,
     priority = coalesce(%(priority)s::smallint, priority),
     queue = coalesce(%(queue)s::text, queue)
-WHERE id = %(id)s AND state = 'pending'
+WHERE id = %(id)s AND {accepts:reschedule}
 RETURNING {job_columns}
 ), {wake}
 SELECT done.* FROM done, woke;
 
 -- name: purge
 DELETE FROM rota_jobs
-WHERE id = ANY(%(ids)b::bigint[]) AND state IN ('succeeded', 'dead', 'cancelled')
+WHERE id = ANY(%(ids)b::bigint[]) AND {accepts:purge}
 RETURNING id;
 
 -- name: get
@@ -785,7 +801,7 @@ SELECT {job_columns} FROM rota_jobs WHERE id = %(id)s;
 -- pruned meanwhile go with them (prune), so the table never outgrows the jobs waited for.
 INSERT INTO rota_result_waits (job_id)
 SELECT id FROM rota_jobs
-WHERE id = ANY(%(ids)b::bigint[]) AND state IN ('waiting', 'pending', 'running')
+WHERE id = ANY(%(ids)b::bigint[]) AND state IN ({unfinished})
 ON CONFLICT DO NOTHING;
 
 -- name: get_many
@@ -836,7 +852,7 @@ SELECT id, state FROM done, woke, told;
 -- Pending jobs past their expires_at, by its partial index: cancelled, never started.
 WITH expiring AS MATERIALIZED (
     SELECT id FROM rota_jobs
-    WHERE state = 'pending' AND expires_at IS NOT NULL
+    WHERE {accepts:expire} AND expires_at IS NOT NULL
       AND expires_at <= coalesce(%(now)s::timestamptz, now())
     ORDER BY expires_at
     LIMIT %(limit)s
@@ -845,7 +861,7 @@ WITH expiring AS MATERIALIZED (
 UPDATE rota_jobs j SET state = 'cancelled', finished_at = coalesce(%(now)s::timestamptz, now()),
     last_error = %(reason)s
 FROM expiring
-WHERE j.id = expiring.id AND j.state = 'pending'
+WHERE j.id = expiring.id AND {j.accepts:expire}
 RETURNING j.id, j.state
 ), tally AS ({tally}), {finished}
 SELECT id FROM done, told;
@@ -864,7 +880,7 @@ WITH live AS MATERIALIZED (
     SELECT d.id FROM served s
     CROSS JOIN LATERAL (
         SELECT j.id FROM rota_jobs j
-        WHERE j.state = 'pending' AND j.queue = s.queue AND j.run_at <= %(due_before)s
+        WHERE {j.accepts:end_unrunnable} AND j.queue = s.queue AND j.run_at <= %(due_before)s
           AND j.kind <> ALL(coalesce(s.kinds, '{}'::text[]))
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
@@ -874,7 +890,7 @@ WITH live AS MATERIALIZED (
 UPDATE rota_jobs j SET state = 'dead', finished_at = coalesce(%(now)s::timestamptz, now()),
     last_error = replace(%(reason)s, '{kind}', j.kind)
 FROM doomed
-WHERE j.id = doomed.id AND j.state = 'pending'
+WHERE j.id = doomed.id AND {j.accepts:end_unrunnable}
 RETURNING j.id, j.state
 ), tally AS ({tally}), {finished}
 SELECT id FROM done, told;
@@ -1077,14 +1093,21 @@ WHERE NOT s.paused
 ORDER BY s.due_at, s.name COLLATE "C"
 LIMIT %(limit)s::bigint;
 
--- name: set_schedule_paused
+-- name: pause_schedule
 WITH s AS (
-    UPDATE rota_schedules SET paused = %(paused)s,
+    UPDATE rota_schedules SET paused = true, missed = %(missed)s,
         updated_at = coalesce(%(now)s::timestamptz, now())
     WHERE name = %(name)s
     RETURNING *
 )
 SELECT {schedule_columns} FROM s LEFT JOIN rota_jobs j ON j.id = s.last_job_id;
+
+-- name: resume_schedule
+-- The row is locked (schedule_for_update) and its next slot worked out by
+-- rota.domain.schedule_state.resumed.
+UPDATE rota_schedules SET paused = false, next_run_at = %(next_run_at)s, due_at = %(due_at)s,
+    updated_at = %(now)s
+WHERE name = %(name)s;
 
 -- name: delete_schedule
 DELETE FROM rota_schedules WHERE name = %(name)s RETURNING name;
@@ -1204,8 +1227,8 @@ ORDER BY d.child_id, d.parent_id;
 WITH done AS (
 {_cancelling}
 WHERE id IN (SELECT id FROM rota_jobs WHERE workflow = %(workflow)s
-               AND state IN ('waiting', 'pending', 'running') ORDER BY id FOR UPDATE)
-  AND state IN ('waiting', 'pending', 'running')
+               AND state IN ({unfinished}) ORDER BY id FOR UPDATE)
+  AND state IN ({unfinished})
 RETURNING id, state
 ), tally AS ({tally}), {finished}
 SELECT count(*) FROM done, told;

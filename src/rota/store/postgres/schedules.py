@@ -19,9 +19,11 @@ from rota.domain.job import EnqueueResult, JobSpec, JobState
 from rota.domain.schedule import ScheduleSpec
 from rota.domain.schedule_state import (
     Firing,
+    Missed,
     Schedule,
     UpsertMode,
     decide,
+    resumed,
     spec_columns,
     spec_from_columns,
     upserted,
@@ -56,7 +58,8 @@ _DEFINITION = (
     "overlap",
     "workflow",
 )
-_LAST_STATE = len(_DEFINITION) + 6  # after paused, next/last run, last job, created, updated
+#: After paused, next/last run, last job, created, updated and missed.
+_LAST_STATE = len(_DEFINITION) + 7
 #: Creating a schedule races only with creations of the same name; each lost race means the
 #: row now exists, so the next round updates it.
 _ROUNDS = 3
@@ -65,7 +68,7 @@ _ROUNDS = 3
 def row_to_schedule(row: Row) -> Schedule:
     """A Schedule from a row selected with SCHEDULE_COLUMNS (extra trailing columns ignored)."""
     columns = dict(zip(_DEFINITION, row, strict=False))
-    paused, next_run_at, last_run_at, last_job_id, created_at, updated_at = row[
+    paused, next_run_at, last_run_at, last_job_id, created_at, updated_at, missed = row[
         len(_DEFINITION) : _LAST_STATE
     ]
     state = row[_LAST_STATE]
@@ -78,6 +81,7 @@ def row_to_schedule(row: Row) -> Schedule:
         last_job_state=None if state is None else JobState(state),
         created_at=created_at,
         updated_at=updated_at,
+        missed=Missed(missed),
     )
 
 
@@ -92,6 +96,25 @@ def _params(schedule: Schedule) -> dict[str, Any]:
         "created_at": schedule.created_at,
         "updated_at": schedule.updated_at,
     }
+
+
+def resume_flow(name: str, now: datetime | None) -> Flow:
+    """Resume the schedule under its row's lock (``schedule_state.resumed``); the Schedule."""
+    [(at,)] = yield query("now"), {"now": now}
+    rows = yield query("schedule_for_update"), {"name": name, "now": at}
+    if not rows:
+        raise ScheduleNotFound(name)
+    schedule = resumed(row_to_schedule(rows[0]), at)
+    yield (
+        query("resume_schedule"),
+        {
+            "name": name,
+            "next_run_at": schedule.next_run_at,
+            "due_at": schedule.due_at,
+            "now": at,
+        },
+    )
+    return schedule
 
 
 def upsert_flow(spec: ScheduleSpec, now: datetime | None, *, mode: UpsertMode) -> Flow:

@@ -60,7 +60,8 @@ from rota.domain.job import (
 )
 from rota.domain.lease import Lease
 from rota.domain.schedule import ScheduleSpec
-from rota.domain.schedule_state import Firing, Schedule
+from rota.domain.schedule_state import Firing, Missed, Schedule
+from rota.domain.transitions import MOVES, refusal
 from rota.domain.workflow import Workflow, WorkflowBuilder
 from rota.store.base import (
     MAX_BULK,
@@ -673,7 +674,7 @@ class PostgresStore(PostgresDurable):
             raise StateConflict(f"job {job_id}: another active job holds its unique key") from None
         if rows:
             return row_to_job(rows[0])
-        raise await self._conflict(job_id, "only dead or cancelled jobs retry")
+        raise await self._conflict(job_id, "retry")
 
     async def rerun(self, job_id: int, *, now: datetime | None = None) -> Job:
         try:
@@ -682,22 +683,23 @@ class PostgresStore(PostgresDurable):
             raise StateConflict(f"job {job_id}: another active job holds its unique key") from None
         if rows:
             return row_to_job(rows[0])
-        raise await self._conflict(job_id, "only succeeded jobs re-run")
+        raise await self._conflict(job_id, "rerun")
 
     async def cancel(self, job_id: int, *, now: datetime | None = None) -> Job:
         rows = await self._fetch("cancel", {"now": self._now(now), "ids": [job_id]})
         if rows:
             return row_to_job(rows[0])
-        raise await self._conflict(job_id, "it is already finished")
+        raise await self._conflict(job_id, "cancel")
 
-    async def _conflict(self, job_id: int, why: str) -> Exception:
+    async def _conflict(self, job_id: int, verb: str) -> Exception:
+        """Why ``verb`` changed no row: the job is gone, or the table refuses its state."""
         rows = await self._fetch("state_of", {"id": job_id})
         if not rows:
             return JobNotFound(job_id)
-        return StateConflict(f"job {job_id} is {rows[0][0]}; {why}")
+        return StateConflict(refusal(job_id, rows[0][0], verb))
 
     async def bulk_retry(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
-        ids = await self._matching_ids(filter, ("dead", "cancelled"), limit)
+        ids = await self._matching_ids(filter, _values(MOVES["retry"].sources), limit)
         if not ids:
             return 0
         try:
@@ -715,10 +717,34 @@ class PostgresStore(PostgresDurable):
             return done
 
     async def bulk_cancel(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
-        ids = await self._matching_ids(filter, ("waiting", "pending", "running"), limit)
+        ids = await self._matching_ids(filter, _values(MOVES["cancel"].sources), limit)
         if not ids:
             return 0
         return len(await self._fetch("cancel", {"now": self._now(None), "ids": ids}))
+
+    async def hold(self, job_id: int, *, now: datetime | None = None) -> Job:
+        return await self._move("hold", job_id)
+
+    async def release_held(self, job_id: int, *, now: datetime | None = None) -> Job:
+        return await self._move("release_held", job_id)
+
+    async def _move(self, verb: str, job_id: int) -> Job:
+        rows = await self._fetch(verb, {"ids": [job_id]})
+        if rows:
+            return row_to_job(rows[0])
+        raise await self._conflict(job_id, verb)
+
+    async def bulk_hold(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
+        return await self._bulk_move("hold", filter, limit)
+
+    async def bulk_release_held(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
+        return await self._bulk_move("release_held", filter, limit)
+
+    async def _bulk_move(self, verb: str, filter: JobFilter, limit: int) -> int:
+        ids = await self._matching_ids(filter, _values(MOVES[verb].sources), limit)
+        if not ids:
+            return 0
+        return len(await self._fetch(verb, {"ids": ids}))
 
     async def delete(self, job_id: int) -> Job:
         rows = await self._fetch("delete", {"id": job_id})
@@ -747,10 +773,10 @@ class PostgresStore(PostgresDurable):
             raise JobNotFound(job_id)
         if state[0][0] == JobState.RUNNING:
             raise JobRunning(job_id, "edit")
-        raise StateConflict(f"job {job_id} is {state[0][0]}; only pending jobs can be edited")
+        raise StateConflict(refusal(job_id, state[0][0], "reschedule"))
 
     async def purge(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
-        ids = await self._matching_ids(filter, ("succeeded", "dead", "cancelled"), limit)
+        ids = await self._matching_ids(filter, _values(MOVES["purge"].sources), limit)
         if not ids:
             return 0
         return len(await self._fetch("purge", {"ids": ids}))
@@ -1241,22 +1267,21 @@ class PostgresStore(PostgresDurable):
         rows = await self._fetch(query, {"after": after, "limit": limit})
         return [schedules.row_to_schedule(row) for row in rows]
 
-    async def pause_schedule(self, name: str, *, now: datetime | None = None) -> Schedule:
-        return await self._set_paused(name, True, now)
-
-    async def resume_schedule(self, name: str, *, now: datetime | None = None) -> Schedule:
-        schedule = await self._set_paused(name, False, now)
-        async with self._connection() as conn:
-            await conn.execute("SELECT pg_notify(%s, '')", [SCHEDULES_CHANNEL])
-        return schedule
-
-    async def _set_paused(self, name: str, paused: bool, now: datetime | None) -> Schedule:
+    async def pause_schedule(
+        self, name: str, *, missed: Missed = Missed.QUEUE, now: datetime | None = None
+    ) -> Schedule:
         rows = await self._fetch(
-            "set_schedule_paused", {"name": name, "paused": paused, "now": self._now(now)}
+            "pause_schedule", {"name": name, "missed": Missed(missed).value, "now": self._now(now)}
         )
         if not rows:
             raise ScheduleNotFound(name)
         return schedules.row_to_schedule(rows[0])
+
+    async def resume_schedule(self, name: str, *, now: datetime | None = None) -> Schedule:
+        schedule: Schedule = await self._run_flow(
+            schedules.resume_flow(name, self._now(now)), announce_schedules=True
+        )
+        return schedule
 
     async def delete_schedule(self, name: str) -> None:
         if not await self._fetch("delete_schedule", {"name": name}):
@@ -1381,6 +1406,12 @@ class PostgresStore(PostgresDurable):
             await asyncio.Event().wait()
             return
         await listen(target, None, on_finished=on_finished, check_every_s=check_every_s)
+
+
+def _values(states: Iterable[JobState]) -> tuple[str, ...]:
+    """``states`` as the text the rows hold, in JobState's order."""
+    chosen = set(states)
+    return tuple(state.value for state in JobState if state in chosen)
 
 
 def _marked(rows: Sequence[Row], state: str) -> bool:

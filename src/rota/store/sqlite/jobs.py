@@ -16,9 +16,8 @@ from typing import Any
 from rota.domain.clock import utc
 from rota.domain.errors import JobNotFound, JobRunning, StateConflict
 from rota.domain.job import (
+    ACTIVE_STATES,
     EXPIRED,
-    FINISHED_STATES,
-    RETRYABLE_STATES,
     STATE_BIT_SQL,
     Attempt,
     EnqueueResult,
@@ -30,6 +29,7 @@ from rota.domain.job import (
     state_mask,
     unrunnable,
 )
+from rota.domain.transitions import HELD_BACK, MOVES, accepts, in_list, refusal
 from rota.domain.workflow import deleted_reason
 from rota.store.base import (
     MAX_BULK,
@@ -63,7 +63,17 @@ from rota.store.sqlite.rows import (
     to_us,
 )
 
-_ACTIVE = frozenset({JobState.WAITING, JobState.PENDING, JobState.RUNNING})
+#: The states a unique key is held in whatever the job's hold says.
+_KEEPS_KEY = in_list(ACTIVE_STATES)
+#: The states of a child that a parent's failure (or deletion) on a "cancel" edge cancels.
+_HELD_BACK = in_list(HELD_BACK)
+#: The conditions the verbs' statements write with, from the table (rota.domain.transitions).
+_RETRY_STATES = accepts("retry")
+_RESCHEDULE_STATES = accepts("reschedule")
+_HOLD_STATES = accepts("hold")
+_RELEASE_STATES = accepts("release_held")
+_EXPIRE_STATES = accepts("expire")
+_UNRUNNABLE_STATES = accepts("end_unrunnable")
 
 # ON CONFLICT DO NOTHING: the partial unique indexes on the active unique key and on
 # (schedule, slot_at) are what make a job a duplicate; no row returned means it is one.
@@ -77,13 +87,13 @@ RETURNING {JOB_COLUMNS}
 """
 _BY_SLOT = f"SELECT {JOB_COLUMNS} FROM rota_jobs WHERE schedule = ? AND slot_at = ?"
 _BY_ACTIVE_KEY = (
-    f"SELECT {JOB_COLUMNS} FROM rota_jobs WHERE unique_key = ? AND state IN ('pending', 'running')"
+    f"SELECT {JOB_COLUMNS} FROM rota_jobs WHERE unique_key = ? AND state IN ({_KEEPS_KEY})"
 )
 # The job holding a key in any of its hold's states within its period, or while active.
 _BY_HELD_KEY = f"""
 SELECT {JOB_COLUMNS} FROM rota_jobs
 WHERE unique_key = :key
-  AND (state IN ('pending', 'running')
+  AND (state IN ({_KEEPS_KEY})
        OR (unique_until > :now AND (unique_states & {STATE_BIT_SQL}) != 0))
 ORDER BY id DESC LIMIT 1
 """
@@ -239,8 +249,7 @@ def slot_job(conn: sqlite3.Connection, schedule: str, slot_at: datetime) -> Job 
 def retry(conn: sqlite3.Connection, job_id: int, max_attempts: int | None, at: datetime) -> Job:
     """A dead or cancelled job pending again now, attempts reset; see ``Store.retry``."""
     state, unique_key = _state_of(conn, job_id, "state, unique_key")
-    if state not in RETRYABLE_STATES:
-        raise StateConflict(f"job {job_id} is {state}; only dead or cancelled jobs retry")
+    _check_move(job_id, state, "retry")
     if unique_key is not None and conn.execute(_BY_ACTIVE_KEY, (unique_key,)).fetchone():
         raise StateConflict(f"job {job_id}: another active job holds unique key {unique_key!r}")
     row = conn.execute(
@@ -257,8 +266,7 @@ def rerun(conn: sqlite3.Connection, job_id: int, at: datetime) -> Job:
     """A succeeded job pending again now, a new attempt series; see ``Store.rerun``. Its
     history rows stay (they are keyed by token, which keeps increasing)."""
     state, unique_key = _state_of(conn, job_id, "state, unique_key")
-    if state is not JobState.SUCCEEDED:
-        raise StateConflict(f"job {job_id} is {state}; only succeeded jobs re-run")
+    _check_move(job_id, state, "rerun")
     if unique_key is not None and conn.execute(_BY_ACTIVE_KEY, (unique_key,)).fetchone():
         raise StateConflict(f"job {job_id}: another active job holds unique key {unique_key!r}")
     row = conn.execute(
@@ -272,8 +280,7 @@ def rerun(conn: sqlite3.Connection, job_id: int, at: datetime) -> Job:
 def cancel(conn: sqlite3.Connection, job_id: int, at: datetime) -> Job:
     """A pending or running job cancelled; a running one's attempt ends as cancelled."""
     state, token = _state_of(conn, job_id, "state, lease_token")
-    if state.is_terminal:
-        raise StateConflict(f"job {job_id} is already {state}")
+    _check_move(job_id, state, "cancel")
     at_us = to_us(at)
     row = conn.execute(
         "UPDATE rota_jobs SET state = 'cancelled', lease_until = NULL, finished_at = ? "
@@ -287,20 +294,20 @@ def cancel(conn: sqlite3.Connection, job_id: int, at: datetime) -> Job:
 
 # Run once per job, in id order, so a job whose unique key an earlier one of the same batch
 # (or any other active job) took back is skipped rather than failing the whole batch.
-_RETRY_IF_KEY_FREE = """
+_RETRY_IF_KEY_FREE = f"""
 UPDATE rota_jobs SET state = CASE WHEN waiting_on > 0 THEN 'waiting' ELSE 'pending' END,
                      run_at = ?, attempt = 0, lease_until = NULL, finished_at = NULL
-WHERE id = ? AND state IN ('dead', 'cancelled')
+WHERE id = ? AND {_RETRY_STATES}
   AND (unique_key IS NULL OR NOT EXISTS (
       SELECT 1 FROM rota_jobs AS holder
-      WHERE holder.unique_key = rota_jobs.unique_key AND holder.state IN ('pending', 'running')
+      WHERE holder.unique_key = rota_jobs.unique_key AND holder.state IN ({_KEEPS_KEY})
   ))
 """
 
 
 def bulk_retry(conn: sqlite3.Connection, filter: JobFilter, limit: int, at: datetime) -> int:
     """Retry up to ``limit`` matching dead or cancelled jobs, oldest id first."""
-    chosen = _matching(conn, filter, RETRYABLE_STATES, limit, "id")
+    chosen = _matching(conn, filter, MOVES["retry"].sources, limit, "id")
     at_us = to_us(at)
     cursor = conn.executemany(_RETRY_IF_KEY_FREE, [(at_us, job_id) for (job_id,) in chosen])
     return max(0, cursor.rowcount)
@@ -308,7 +315,7 @@ def bulk_retry(conn: sqlite3.Connection, filter: JobFilter, limit: int, at: date
 
 def bulk_cancel(conn: sqlite3.Connection, filter: JobFilter, limit: int, at: datetime) -> int:
     """Cancel up to ``limit`` matching pending or running jobs, oldest id first."""
-    chosen = _matching(conn, filter, _ACTIVE, limit, "id, state, lease_token")
+    chosen = _matching(conn, filter, MOVES["cancel"].sources, limit, "id, state, lease_token")
     at_us = to_us(at)
     for part in chunks([job_id for job_id, _, _ in chosen]):
         conn.execute(
@@ -321,11 +328,63 @@ def bulk_cancel(conn: sqlite3.Connection, filter: JobFilter, limit: int, at: dat
     return len(chosen)
 
 
+_HOLD = f"""
+UPDATE rota_jobs SET state = 'held'
+WHERE id = ? AND {_HOLD_STATES}
+RETURNING {JOB_COLUMNS}
+"""
+_RELEASE_HELD = f"""
+UPDATE rota_jobs SET state = CASE WHEN waiting_on > 0 THEN 'waiting' ELSE 'pending' END
+WHERE id = ? AND {_RELEASE_STATES}
+RETURNING {JOB_COLUMNS}
+"""
+
+
+def hold(conn: sqlite3.Connection, job_id: int) -> Job:
+    """A waiting or pending job held; see ``Store.hold``."""
+    return _move(conn, job_id, "hold", _HOLD)
+
+
+def release_held(conn: sqlite3.Connection, job_id: int) -> Job:
+    """A held job waiting or pending again; see ``Store.release_held``."""
+    return _move(conn, job_id, "release_held", _RELEASE_HELD)
+
+
+def _move(conn: sqlite3.Connection, job_id: int, verb: str, statement: str) -> Job:
+    state, _ = _state_of(conn, job_id, "state, id")
+    _check_move(job_id, state, verb)
+    return job_from_row(conn.execute(statement, (job_id,)).fetchone())
+
+
+def _check_move(job_id: int, state: JobState, verb: str) -> None:
+    """StateConflict unless the table lets ``verb`` move a job in ``state``."""
+    if state not in MOVES[verb].sources:
+        raise StateConflict(refusal(job_id, state, verb))
+
+
+def bulk_hold(conn: sqlite3.Connection, filter: JobFilter, limit: int) -> int:
+    """Hold up to ``limit`` matching waiting or pending jobs, oldest id first."""
+    return _bulk_move(conn, filter, limit, "hold", _HOLD)
+
+
+def bulk_release_held(conn: sqlite3.Connection, filter: JobFilter, limit: int) -> int:
+    """Release up to ``limit`` matching held jobs, oldest id first."""
+    return _bulk_move(conn, filter, limit, "release_held", _RELEASE_HELD)
+
+
+def _bulk_move(
+    conn: sqlite3.Connection, filter: JobFilter, limit: int, verb: str, statement: str
+) -> int:
+    chosen = _matching(conn, filter, MOVES[verb].sources, limit, "id")
+    cursor = conn.executemany(statement.replace(f"RETURNING {JOB_COLUMNS}", ""), chosen)
+    return max(0, cursor.rowcount)
+
+
 def delete(conn: sqlite3.Connection, job_id: int, at: datetime) -> tuple[Job, datetime | None]:
     """Remove a job no worker holds, with its attempt history; see ``Store.delete``. The job
     as it was, and the earliest run_at of the children its deletion released (if any)."""
     job = job_from_row(_row(conn, JOB_COLUMNS, job_id))
-    if job.state is JobState.RUNNING:
+    if job.state not in MOVES["delete"].sources:
         raise JobRunning(job_id, "delete")
     return job, _delete_ids(conn, [job_id], at)
 
@@ -336,12 +395,12 @@ def reschedule(conn: sqlite3.Connection, job_id: int, edit: JobEdit, at: datetim
     state, _ = _state_of(conn, job_id, "state, id")
     if state is JobState.RUNNING:
         raise JobRunning(job_id, "edit")
-    if state is not JobState.PENDING:
-        raise StateConflict(f"job {job_id} is {state}; only pending jobs can be edited")
+    _check_move(job_id, state, "reschedule")
     run_at = at if edit.run_now else edit.run_at
     row = conn.execute(
         "UPDATE rota_jobs SET run_at = coalesce(?, run_at), priority = coalesce(?, priority), "
-        f"queue = coalesce(?, queue) WHERE id = ? AND state = 'pending' RETURNING {JOB_COLUMNS}",
+        f"queue = coalesce(?, queue) WHERE id = ? AND {_RESCHEDULE_STATES} "
+        f"RETURNING {JOB_COLUMNS}",
         (None if run_at is None else to_us(run_at), edit.priority, edit.queue, job_id),
     ).fetchone()
     return job_from_row(row)
@@ -352,7 +411,7 @@ def purge(
 ) -> tuple[int, datetime | None]:
     """Delete up to ``limit`` matching finished jobs, oldest id first, with their history;
     how many, and the earliest run_at of the children their deletion released."""
-    chosen = [job_id for (job_id,) in _matching(conn, filter, FINISHED_STATES, limit, "id")]
+    chosen = [job_id for (job_id,) in _matching(conn, filter, MOVES["purge"].sources, limit, "id")]
     return len(chosen), _delete_ids(conn, chosen, at)
 
 
@@ -366,14 +425,13 @@ def _delete_ids(conn: sqlite3.Connection, ids: Sequence[int], at: datetime) -> d
     return released
 
 
-_ORPHAN = """
+_ORPHAN = f"""
 UPDATE rota_jobs SET waiting_on = waiting_on - :held,
-    state = CASE WHEN state <> 'waiting' THEN state
-                 WHEN :reason IS NOT NULL THEN 'cancelled'
-                 WHEN waiting_on = :held THEN 'pending' ELSE state END,
-    finished_at = CASE WHEN state = 'waiting' AND :reason IS NOT NULL THEN :at
+    state = CASE WHEN state IN ({_HELD_BACK}) AND :reason IS NOT NULL THEN 'cancelled'
+                 WHEN state = 'waiting' AND waiting_on = :held THEN 'pending' ELSE state END,
+    finished_at = CASE WHEN state IN ({_HELD_BACK}) AND :reason IS NOT NULL THEN :at
                        ELSE finished_at END,
-    last_error = CASE WHEN state = 'waiting' AND :reason IS NOT NULL THEN :reason
+    last_error = CASE WHEN state IN ({_HELD_BACK}) AND :reason IS NOT NULL THEN :reason
                       ELSE last_error END
 WHERE id = :id
 RETURNING state, run_at
@@ -728,7 +786,7 @@ def expire(conn: sqlite3.Connection, limit: int, at: datetime) -> list[int]:
     rows = conn.execute(
         "UPDATE rota_jobs SET state = 'cancelled', finished_at = ?, last_error = ? "
         "WHERE id IN (SELECT id FROM rota_jobs INDEXED BY rota_jobs_expiring "
-        "WHERE state = 'pending' AND expires_at IS NOT NULL AND expires_at <= ? "
+        f"WHERE {_EXPIRE_STATES} AND expires_at IS NOT NULL AND expires_at <= ? "
         "ORDER BY expires_at, id LIMIT ?) RETURNING id",
         (at_us, EXPIRED, at_us, clamp(limit)),
     ).fetchall()
@@ -753,7 +811,7 @@ def end_unrunnable(
             continue
         doomed += conn.execute(
             "SELECT id, kind FROM rota_jobs INDEXED BY rota_jobs_due "
-            f"WHERE state = 'pending' AND queue = ? AND run_at <= ? AND kind NOT IN "
+            f"WHERE {_UNRUNNABLE_STATES} AND queue = ? AND run_at <= ? AND kind NOT IN "
             f"({marks(len(known))}) LIMIT ?",
             (queue, to_us(at - grace), *sorted(known), limit - len(doomed)),
         ).fetchall()

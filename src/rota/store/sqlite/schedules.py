@@ -16,17 +16,20 @@ from datetime import datetime
 from typing import Any
 
 from rota.domain.errors import InvalidJob, ScheduleNotFound, StateConflict
-from rota.domain.job import EnqueueResult, JobState
+from rota.domain.job import UNFINISHED_STATES, EnqueueResult, JobState
 from rota.domain.schedule import ScheduleSpec
 from rota.domain.schedule_state import (
     Firing,
+    Missed,
     Schedule,
     UpsertMode,
     decide,
+    resumed,
     spec_columns,
     spec_from_columns,
     upserted,
 )
+from rota.domain.transitions import in_list
 from rota.domain.workflow import WorkflowBuilder, slot_graph, unknown_workflow
 from rota.store.sqlite import jobs
 from rota.store.sqlite import workflows as workflows_sql
@@ -51,13 +54,22 @@ _DEFINITION = (
     "overlap",
     "workflow",
 )
-_STATE = ("paused", "next_run_at", "last_run_at", "last_job_id", "created_at", "updated_at")
+_STATE = (
+    "paused",
+    "next_run_at",
+    "last_run_at",
+    "last_job_id",
+    "created_at",
+    "updated_at",
+    "missed",
+)
 _WRITTEN = (*_DEFINITION, *_STATE, "due_at")
 #: A schedule's columns and its last job's state, in the order ``_from_row`` reads them.
 #: A workflow schedule's last state is its last workflow's (rota.domain.workflow
 #: .workflow_outcome), read by the rota_jobs_workflow index.
-_LAST_STATE = """CASE WHEN s.workflow AND j.workflow IS NOT NULL THEN (
-    SELECT CASE WHEN max(w.state IN ('waiting', 'pending', 'running')) THEN 'running'
+_UNFINISHED = in_list(UNFINISHED_STATES)
+_LAST_STATE = f"""CASE WHEN s.workflow AND j.workflow IS NOT NULL THEN (
+    SELECT CASE WHEN max(w.state IN ({_UNFINISHED})) THEN 'running'
                 WHEN max(w.state = 'dead') THEN 'dead'
                 WHEN max(w.state = 'cancelled') THEN 'cancelled' ELSE 'succeeded' END
     FROM rota_jobs w WHERE w.workflow = j.workflow) ELSE j.state END"""
@@ -91,6 +103,7 @@ def _from_row(row: Sequence[Any]) -> Schedule:
         last_job_state=None if last_state is None else JobState(last_state),
         created_at=from_us(values["created_at"]),
         updated_at=from_us(values["updated_at"]),
+        missed=Missed(values["missed"]),
     )
 
 
@@ -108,6 +121,7 @@ def _row_values(schedule: Schedule) -> dict[str, Any]:
         "last_job_id": schedule.last_job_id,
         "created_at": to_us(schedule.created_at),
         "updated_at": to_us(schedule.updated_at),
+        "missed": schedule.missed.value,
     }
 
 
@@ -162,14 +176,25 @@ def list_page(
     return [_from_row(row) for row in rows]
 
 
-def set_paused(conn: sqlite3.Connection, name: str, paused: bool, at: datetime) -> Schedule:
+def pause(conn: sqlite3.Connection, name: str, missed: Missed, at: datetime) -> Schedule:
     cursor = conn.execute(
-        "UPDATE rota_schedules SET paused = ?, updated_at = ? WHERE name = ?",
-        (int(paused), to_us(at), name),
+        "UPDATE rota_schedules SET paused = 1, missed = ?, updated_at = ? WHERE name = ?",
+        (Missed(missed).value, to_us(at), name),
     )
     if cursor.rowcount == 0:
         raise ScheduleNotFound(name)
     return _get(conn, name)
+
+
+def resume(conn: sqlite3.Connection, name: str, at: datetime) -> Schedule:
+    """Resumed as ``schedule_state.resumed`` says, inside the caller's write transaction."""
+    schedule = resumed(_get(conn, name), at)
+    conn.execute(
+        "UPDATE rota_schedules SET paused = 0, next_run_at = ?, due_at = ?, updated_at = ? "
+        "WHERE name = ?",
+        (to_us(schedule.next_run_at), to_us(schedule.due_at), to_us(at), name),
+    )
+    return schedule
 
 
 def delete(conn: sqlite3.Connection, name: str) -> None:

@@ -34,7 +34,7 @@ from rota.domain.job import (
 )
 from rota.domain.lease import Lease
 from rota.domain.schedule import ScheduleSpec
-from rota.domain.schedule_state import Firing, Schedule
+from rota.domain.schedule_state import Firing, Missed, Schedule
 from rota.domain.workflow import Workflow, WorkflowBuilder
 from rota.store.base import (
     MAX_BULK,
@@ -343,6 +343,24 @@ class SqliteStore(SqliteDurable):
             lambda conn: jobs.bulk_cancel(conn, filter, limit, self._at(None))
         )
 
+    async def hold(self, job_id: int, *, now: datetime | None = None) -> Job:
+        return await self._db.write(lambda conn: jobs.hold(conn, job_id))
+
+    async def release_held(self, job_id: int, *, now: datetime | None = None) -> Job:
+        job: Job = await self._db.write(lambda conn: jobs.release_held(conn, job_id))
+        if job.state is JobState.PENDING:
+            self._woken(job.run_at)
+        return job
+
+    async def bulk_hold(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
+        return await self._db.write(lambda conn: jobs.bulk_hold(conn, filter, limit))
+
+    async def bulk_release_held(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
+        done: int = await self._db.write(lambda conn: jobs.bulk_release_held(conn, filter, limit))
+        if done:
+            self._woken(self._at(None))
+        return done
+
     async def delete(self, job_id: int) -> Job:
         job, released = await self._db.write(lambda conn: jobs.delete(conn, job_id, self._at(None)))
         self._woken(released)
@@ -613,15 +631,13 @@ class SqliteStore(SqliteDurable):
         check_schedule_listing(after, limit, due_first)
         return await self._db.read(lambda conn: schedules.list_page(conn, after, limit, due_first))
 
-    async def pause_schedule(self, name: str, *, now: datetime | None = None) -> Schedule:
-        return await self._db.write(
-            lambda conn: schedules.set_paused(conn, name, True, self._at(now))
-        )
+    async def pause_schedule(
+        self, name: str, *, missed: Missed = Missed.QUEUE, now: datetime | None = None
+    ) -> Schedule:
+        return await self._db.write(lambda conn: schedules.pause(conn, name, missed, self._at(now)))
 
     async def resume_schedule(self, name: str, *, now: datetime | None = None) -> Schedule:
-        return await self._db.write(
-            lambda conn: schedules.set_paused(conn, name, False, self._at(now))
-        )
+        return await self._db.write(lambda conn: schedules.resume(conn, name, self._at(now)))
 
     async def delete_schedule(self, name: str) -> None:
         await self._db.write(lambda conn: schedules.delete(conn, name))

@@ -9,7 +9,8 @@ import sqlite3
 from datetime import datetime
 from typing import Any
 
-from rota.domain.job import Job, JobState, Outcome
+from rota.domain.job import UNFINISHED_STATES, Job, JobState, Outcome
+from rota.domain.transitions import in_list
 from rota.domain.workflow import Workflow, plan, resolve
 from rota.store.base import MAX_PAGE_EDGES
 from rota.store.sqlite.claims import end_attempts
@@ -194,17 +195,20 @@ def workflow(
     return jobs, edges
 
 
+_UNFINISHED = in_list(UNFINISHED_STATES)
+
+
 def cancel_workflow(conn: sqlite3.Connection, workflow_id: int, at: datetime) -> int:
     """Cancel every unfinished job of the workflow; how many there were."""
     rows = conn.execute(
         "SELECT id, state, lease_token FROM rota_jobs WHERE workflow = ? "
-        "AND state IN ('waiting', 'pending', 'running') ORDER BY id",
+        f"AND state IN ({_UNFINISHED}) ORDER BY id",
         (workflow_id,),
     ).fetchall()
     at_us = to_us(at)
     conn.execute(
         "UPDATE rota_jobs SET state = 'cancelled', lease_until = NULL, finished_at = ? "
-        "WHERE workflow = ? AND state IN ('waiting', 'pending', 'running')",
+        f"WHERE workflow = ? AND state IN ({_UNFINISHED})",
         (at_us, workflow_id),
     )
     tokens = [token for _, state, token in rows if state == "running" and token is not None]

@@ -1,4 +1,4 @@
--- rota schema, version 31: a retried parent's settled edges wait again; each attempt's
+-- rota schema, version 30: a retried parent's settled edges wait again; each attempt's
 -- heartbeats are recorded.
 --
 -- Retrying (or re-arming) a workflow job that ended dead or cancelled re-opens the edges its

@@ -1,4 +1,4 @@
--- 031: a retried parent's settled edges wait again; each attempt's heartbeats are recorded.
+-- 030: a retried parent's settled edges wait again; each attempt's heartbeats are recorded.
 --
 -- Retrying (or re-arming) a workflow job that ended dead or cancelled re-opens the edges its
 -- end satisfied (those on on_parent_failure = 'run' edges, or any a success before a re-run
