@@ -17,6 +17,7 @@ from rota.domain.job import JobSpec
 from rota.store.base import WorkerInfo
 from rota.store.memory import MemoryStore
 from rota.testing import FakeClock
+from tests.e2e.access import LOW_CONTRAST
 from tests.e2e.conftest import (
     HOSTILE,
     Watched,
@@ -75,41 +76,6 @@ async def an_hour_of_jobs(store: MemoryStore, clock: FakeClock) -> Ran:
     clock.advance(timedelta(seconds=20))
     await store.pause_queue("images")
     return ran
-
-
-#: Every element of the view that shows text, with the contrast of its text (its colour, or an
-#: SVG text's fill) against the first opaque background behind it (WCAG 2: 4.5:1, 3:1 for large
-#: text); those below it, described.
-LOW_CONTRAST = """
-() => {
-  const channel = (c) => (c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4);
-  const parse = (text) => (text.match(/[\\d.]+/g) || []).map(Number);
-  const luminance = ([r, g, b]) =>
-    0.2126 * channel(r / 255) + 0.7152 * channel(g / 255) + 0.0722 * channel(b / 255);
-  const behind = (el) => {
-    for (let node = el; node && node.nodeType === 1; node = node.parentElement) {
-      const [r, g, b, a = 1] = parse(getComputedStyle(node).backgroundColor);
-      if (a > 0.9 && !(node instanceof SVGElement)) return [r, g, b];
-    }
-    return [255, 255, 255];
-  };
-  const low = [];
-  for (const el of document.querySelectorAll("#view *")) {
-    const own = [...el.childNodes].some((n) => n.nodeType === 3 && n.textContent.trim());
-    if (!own || !el.getClientRects().length) continue;
-    const style = getComputedStyle(el);
-    const fg = parse(el instanceof SVGElement ? style.fill : style.color).slice(0, 3);
-    const [hi, lo] = [luminance(fg), luminance(behind(el))].sort((x, y) => y - x);
-    const ratio = (hi + 0.05) / (lo + 0.05);
-    const size = parseFloat(style.fontSize);
-    const large = size >= 24 || (size >= 18.66 && Number(style.fontWeight) >= 700);
-    if (ratio < (large ? 3 : 4.5)) {
-      low.push(`${el.tagName.toLowerCase()}.${el.getAttribute("class")} "${el.textContent.trim().slice(0, 30)}" ${ratio.toFixed(2)}`);
-    }
-  }
-  return low;
-}
-"""
 
 
 async def test_kind_and_queue_pages_chart_what_ran_and_group_its_errors(page: Watched) -> None:
