@@ -11,6 +11,8 @@ SOAK_SHOWN := 500
 SOAK_TMP := .soak-tmp
 # Run after the soak, beside the rest of the tests (test: says why): about as long together.
 BESIDE := tests/chaos
+# Chaos tests at once: each runs a fleet of worker processes and a PostgreSQL of its own.
+BESIDE_XDIST ?= 2
 BESIDE_LOG := .beside.log
 
 .DEFAULT_GOAL := help
@@ -68,18 +70,18 @@ test-fast: setup ## Unit and contract tests (seconds)
 .PHONY: test
 test: setup ## The whole test suite (PostgreSQL tests skip with a hint when no server is found)
 	@# Two lanes at once, as the tests mostly wait (on their processes, PostgreSQL, a browser):
-	@# one runs the soak (5 minutes under CI=true, skipped otherwise), then $(BESIDE); the
-	@# other everything else, about as long. A lane that passes prints one line; a failure
+	@# one runs the soak (5 minutes under CI=true, skipped otherwise), then $(BESIDE) in
+	@# $(BESIDE_XDIST) processes; the other everything else in $(XDIST), about as long. A lane that passes prints one line; a failure
 	@# prints its log (the soak's last $(SOAK_SHOWN) lines, its workers' logs and history kept
 	@# in its own temporary directory). pytest's exit 5 (nothing collected, as under -k) passes.
 	@rm -rf $(SOAK_TMP) $(BESIDE_LOG); \
 	( $(BIN)/pytest -q -m soak -p no:cacheprovider --basetemp=$(SOAK_TMP) $(PYTEST_ARGS) \
 		> $(SOAK_LOG) 2>&1; soaked=$$?; \
-	  $(BIN)/pytest -q -m "not soak" -p no:cacheprovider $(BESIDE) $(PYTEST_ARGS) \
+	  $(BIN)/pytest -q -n $(BESIDE_XDIST) -m "not soak" -p no:cacheprovider $(BESIDE) $(PYTEST_ARGS) \
 		> $(BESIDE_LOG) 2>&1; beside=$$?; \
 	  exit $$(( (soaked != 0 && soaked != 5) + 2 * (beside != 0 && beside != 5) )) \
 	) & lane=$$!; \
-	$(BIN)/pytest -q -m "not soak" $(addprefix --ignore=,$(BESIDE)) $(PYTEST_ARGS); rest=$$?; \
+	$(BIN)/pytest -q -n $(XDIST) -m "not soak" $(addprefix --ignore=,$(BESIDE)) $(PYTEST_ARGS); rest=$$?; \
 	[ $$rest -eq 5 ] && rest=0; \
 	wait $$lane; failed=$$?; \
 	if [ $$((failed & 1)) -eq 0 ]; then \

@@ -287,6 +287,10 @@ REVIEWED = {
     "rota/store/sqlite/jobs.py:_row": "columns: a caller's constant column list",
     "rota/store/sqlite/jobs.py:list_jobs": "where: _where(), fixed column names and '?' marks",
     "rota/store/sqlite/jobs.py:count_jobs": "where: _where(), fixed column names and '?' marks",
+    "rota/store/sqlite/jobs.py:count_or_estimate": "where: _where(), as count_jobs",
+    "rota/store/sqlite/activity.py:buckets": "where: _where(), 'queue = ?' and 'kind = ?' only",
+    "rota/store/sqlite/activity.py:top_errors": "where: _where(), as buckets",
+    "rota/store/sqlite/rows.py:preview_columns": "n: int(chars), an integer",
 }
 
 
