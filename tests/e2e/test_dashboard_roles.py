@@ -11,7 +11,7 @@ from rota.api import ApiSettings
 from rota.api.credentials import Credential, Role
 from rota.domain.schedule import Rule, ScheduleSpec
 from rota.store.memory import MemoryStore
-from tests.e2e.conftest import ADMIN_TOKEN, Watched, dead_job, log_in, serve_store
+from tests.e2e.conftest import ADMIN_TOKEN, Watched, dead_job, log_in, screenshot, serve_store
 
 pytestmark = pytest.mark.browser
 
@@ -30,6 +30,9 @@ async def test_an_operator_sees_no_admin_only_controls(page: Watched) -> None:
     )
     with serve_store(store, SETTINGS) as served:
         tab = page.page
+        await tab.goto(served.url + "/login")
+        await expect(tab.locator("input[name=token]")).to_be_visible()
+        await screenshot(tab, "login")
         await log_in(tab, served, OPERATOR_TOKEN)
 
         await tab.goto(served.url + f"/#/jobs/{dead}")
