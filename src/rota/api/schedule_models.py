@@ -34,18 +34,17 @@ from rota.domain.job import (
     NAME_PATTERN,
 )
 from rota.domain.schedule import (
-    MAX_CRON_LENGTH,
     MAX_GRACE,
     MAX_INTERVAL,
     MAX_JITTER,
     MAX_MISFIRE_LIMIT,
-    MAX_TIMEZONE_LENGTH,
     MIN_INTERVAL,
     Misfire,
     Overlap,
     Rule,
     ScheduleSpec,
 )
+from rota.domain.schedule_cron import MAX_CRON_LENGTH, MAX_TIMEZONE_LENGTH
 from rota.domain.schedule_state import Schedule, schedule_fields
 from rota.operator import Operator
 
