@@ -42,7 +42,7 @@ from rota.runtime.hooks import JobResult
 from rota.runtime.worker import Worker
 from rota.runtime.worker_settings import WorkerSettings
 from rota.store import JobFilter
-from rota.store.base import LimitInfo, QueueInfo
+from rota.store.records import LimitInfo, QueueInfo
 from rota.workflows import WorkflowRun
 
 __version__ = "0.1.0"

@@ -29,7 +29,8 @@ from rota.domain.job import (
     validate_name,
 )
 from rota.observability import tracing
-from rota.store.base import (
+from rota.store.base import Store
+from rota.store.records import (
     MAX_BULK,
     MAX_PAGE_SIZE,
     Counts,
@@ -38,7 +39,6 @@ from rota.store.base import (
     Page,
     QueueInfo,
     SchedulePage,
-    Store,
     WorkerInfo,
     decode_schedule_cursor,
     encode_schedule_cursor,

@@ -12,7 +12,7 @@ from rota.api import ApiSettings, create_app
 from rota.client import Client
 from rota.domain.job import JobSpec, JobState
 from rota.store import JobFilter, Store
-from rota.store.base import Counted
+from rota.store.records import Counted
 from tests.contract.helpers import claim_one
 
 

@@ -13,8 +13,8 @@ import psycopg
 import pytest
 
 from rota.domain.job import JobSpec, JobState
-from rota.store.base import WorkerInfo
 from rota.store.postgres.store import PostgresStore, _warm_claims
+from rota.store.records import WorkerInfo
 from rota.testing import FakeClock
 
 pytestmark = pytest.mark.postgres

@@ -23,10 +23,10 @@ from rota.domain.job import JobEdit, JobSpec
 from rota.domain.lease import Lease
 from rota.domain.workflow import Workflow
 from rota.store import JobFilter, Store, open_store
-from rota.store.base import WorkerInfo
 from rota.store.postgres import enqueue as pg_enqueue
 from rota.store.postgres.queries import migrations
 from rota.store.postgres.store import PostgresStore
+from rota.store.records import WorkerInfo
 from rota.testing import FakeClock
 from tests.support.plans import sent_params
 from tests.support.postgres import Server

@@ -13,7 +13,7 @@ from rota.api.settings import ApiSettings
 from rota.client import Client
 from rota.domain.job import JobState
 from rota.observability.metrics import Metrics
-from rota.store.base import Counts
+from rota.store.records import Counts
 
 OTHER_QUEUES = "_other"
 

@@ -28,7 +28,7 @@ from rota.domain.flow import (
     LimitScope,
 )
 from rota.domain.job import MAX_NAME_LENGTH, NAME_PATTERN, JobState, validate_name
-from rota.store.base import LimitInfo
+from rota.store.records import LimitInfo
 
 #: LimitScope's values, spelled out so the schema can enumerate them.
 ScopeName = Literal["queue", "kind", "tenant"]

@@ -55,7 +55,7 @@ from rota.domain.job import (
 )
 from rota.domain.transitions import MOVES
 from rota.operator import Operator
-from rota.store.base import MAX_BULK, JobFilter, decode_cursor, encode_cursor
+from rota.store.records import MAX_BULK, JobFilter, decode_cursor, encode_cursor
 
 #: Job ids are PostgreSQL bigints; anything larger cannot name a job.
 MAX_JOB_ID = 2**63 - 1

@@ -33,7 +33,7 @@ from rota.api.routes_jobs import json_body
 from rota.api.schemas import errors
 from rota.domain.flow import EVERY_TENANT, LimitScope
 from rota.domain.job import MAX_NAME_LENGTH, NAME_PATTERN
-from rota.store.base import LimitInfo
+from rota.store.records import LimitInfo
 
 QueueName = Annotated[
     str,

@@ -39,7 +39,7 @@ from rota.domain.job import (
 )
 from rota.domain.schedule import MAX_INTERVAL, MIN_INTERVAL
 from rota.domain.workflow import MAX_PARENTS
-from rota.store.base import ThroughputBucket, WorkerInfo
+from rota.store.records import ThroughputBucket, WorkerInfo
 
 #: JobState's values, spelled out so the schema can enumerate them (a test pins the match).
 StateName = Literal["waiting", "pending", "running", "succeeded", "dead", "cancelled", "held"]

@@ -23,7 +23,7 @@ from rota.config import parse_duration, parse_instant, parse_json
 from rota.domain import blame
 from rota.domain.errors import InvalidInput, InvalidJob
 from rota.domain.job import Attempt, Job, JobState, payload_text, preview, validate_name
-from rota.store.base import WorkerInfo
+from rota.store.records import WorkerInfo
 
 # ---------------------------------------------------------------------- enqueue and jobs
 

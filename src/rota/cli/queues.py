@@ -17,7 +17,7 @@ from rota.domain.errors import InvalidInput, NotFound
 from rota.domain.flow import Limit
 from rota.domain.job import JobState
 from rota.operator import Operator
-from rota.store.base import LimitInfo
+from rota.store.records import LimitInfo
 
 # ---------------------------------------------------------------------- queues
 

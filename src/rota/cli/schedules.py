@@ -16,7 +16,7 @@ from rota.domain.errors import InvalidInput
 from rota.domain.job import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, EnqueueResult, check_known_kind
 from rota.domain.schedule import Misfire, Overlap, Rule, ScheduleSpec
 from rota.domain.schedule_state import Schedule, schedule_fields
-from rota.store.base import MAX_PAGE_SIZE, SchedulePage, WorkerInfo, kinds_by_queue
+from rota.store.records import MAX_PAGE_SIZE, SchedulePage, WorkerInfo, kinds_by_queue
 
 if TYPE_CHECKING:
     from rota.operator import Operator

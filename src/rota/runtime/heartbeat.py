@@ -27,7 +27,8 @@ from rota.domain.job import Job, Progress
 from rota.runtime.execution import Execution, Stop
 from rota.runtime.services import bounded
 from rota.runtime.storeclock import StoreClock
-from rota.store.base import Beat, Store
+from rota.store.base import Store
+from rota.store.records import Beat
 
 log = logging.getLogger("rota.worker")
 

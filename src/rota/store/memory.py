@@ -69,7 +69,9 @@ from rota.domain.workflow import (
     unknown_workflow,
     workflow_outcome,
 )
-from rota.store.base import (
+from rota.store.memory_activity import ActivityTallies
+from rota.store.memory_durable import DurableState, MemoryDurable
+from rota.store.records import (
     MAX_BULK,
     MAX_PAGE_EDGES,
     MAX_PAGE_SIZE,
@@ -90,8 +92,6 @@ from rota.store.base import (
     encode_cursor,
     kinds_by_queue,
 )
-from rota.store.memory_activity import ActivityTallies
-from rota.store.memory_durable import DurableState, MemoryDurable
 
 
 @dataclass(slots=True)

@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from psycopg import sql
 
 from rota.domain.job import JobState
-from rota.store.base import JobFilter
+from rota.store.records import JobFilter
 
 #: The filter's columns compared for equality, in the order the clauses name them.
 _EQUAL = ("kind", "queue", "tenant", "schedule")

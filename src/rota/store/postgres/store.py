@@ -63,26 +63,6 @@ from rota.domain.schedule import ScheduleSpec
 from rota.domain.schedule_state import Firing, Missed, Schedule
 from rota.domain.transitions import MOVES, refusal
 from rota.domain.workflow import Workflow, WorkflowBuilder
-from rota.store.base import (
-    MAX_BULK,
-    MAX_PAGE_EDGES,
-    MAX_PAGE_SIZE,
-    AuditPage,
-    Beat,
-    Counted,
-    Counts,
-    JobFilter,
-    LimitInfo,
-    Page,
-    QueueInfo,
-    RescueResult,
-    ThroughputBucket,
-    WorkerInfo,
-    bucketize,
-    check_schedule_listing,
-    decode_cursor,
-    encode_cursor,
-)
 from rota.store.postgres import activity, audit, filters, retention, schedules, upkeep
 from rota.store.postgres.connect import Borrowed, Connections, PoolConnection
 from rota.store.postgres.durable import PostgresDurable
@@ -123,6 +103,26 @@ from rota.store.postgres.rows import (
 )
 from rota.store.postgres.urls import url_settings
 from rota.store.postgres.workflows import enqueue_workflow_flow
+from rota.store.records import (
+    MAX_BULK,
+    MAX_PAGE_EDGES,
+    MAX_PAGE_SIZE,
+    AuditPage,
+    Beat,
+    Counted,
+    Counts,
+    JobFilter,
+    LimitInfo,
+    Page,
+    QueueInfo,
+    RescueResult,
+    ThroughputBucket,
+    WorkerInfo,
+    bucketize,
+    check_schedule_listing,
+    decode_cursor,
+    encode_cursor,
+)
 
 log = logging.getLogger("rota.store.postgres")
 

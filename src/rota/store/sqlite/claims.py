@@ -31,7 +31,7 @@ from rota.domain.job import (
     truncate,
 )
 from rota.domain.lease import Lease
-from rota.store.base import Beat, RescueResult
+from rota.store.records import Beat, RescueResult
 from rota.store.sqlite import activity, candidates, flow
 from rota.store.sqlite.activity import Ended
 from rota.store.sqlite.counts import count_moved, tally_finished

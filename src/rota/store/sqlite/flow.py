@@ -26,7 +26,7 @@ from rota.domain.flow import (
     validate_queue,
 )
 from rota.domain.job import Job, JobState
-from rota.store.base import LimitInfo, QueueInfo
+from rota.store.records import LimitInfo, QueueInfo
 from rota.store.sqlite.rows import EPOCH, duration_us, from_us, to_us
 
 # ---------------------------------------------------------------------- queues

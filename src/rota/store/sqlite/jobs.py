@@ -31,7 +31,7 @@ from rota.domain.job import (
 )
 from rota.domain.transitions import HELD_BACK, MOVES, accepts, in_list, refusal
 from rota.domain.workflow import deleted_reason
-from rota.store.base import (
+from rota.store.records import (
     MAX_BULK,
     MAX_PAGE_SIZE,
     Counted,

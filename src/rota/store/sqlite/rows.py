@@ -23,7 +23,7 @@ from rota.domain.job import (
     Preview,
     decode_json,
 )
-from rota.store.base import WorkerInfo
+from rota.store.records import WorkerInfo
 
 T = TypeVar("T")
 

@@ -36,7 +36,7 @@ from rota.domain.lease import Lease
 from rota.domain.schedule import ScheduleSpec
 from rota.domain.schedule_state import Firing, Missed, Schedule
 from rota.domain.workflow import Workflow, WorkflowBuilder
-from rota.store.base import (
+from rota.store.records import (
     MAX_BULK,
     MAX_PAGE_SIZE,
     AuditPage,

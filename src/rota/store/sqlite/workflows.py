@@ -12,7 +12,7 @@ from typing import Any
 from rota.domain.job import UNFINISHED_STATES, Job, JobState, Outcome
 from rota.domain.transitions import in_list
 from rota.domain.workflow import Workflow, plan, resolve
-from rota.store.base import MAX_PAGE_EDGES
+from rota.store.records import MAX_PAGE_EDGES
 from rota.store.sqlite.claims import end_attempts
 from rota.store.sqlite.counts import count_inserted
 from rota.store.sqlite.rows import (
