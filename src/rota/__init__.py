@@ -31,7 +31,8 @@ from rota.domain.errors import (
     WorkflowNotFound,
 )
 from rota.domain.flow import Limit, LimitScope
-from rota.domain.job import Attempt, EnqueueResult, Job, JobSpec, JobState
+from rota.domain.job import Attempt, EnqueueResult, Job, JobSpec
+from rota.domain.job_state import JobState
 from rota.domain.lease import Lease
 from rota.domain.retry import RetryPolicy
 from rota.domain.schedule import Misfire, Overlap, Rule, ScheduleSpec

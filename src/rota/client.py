@@ -24,10 +24,10 @@ from rota.domain.job import (
     Job,
     JobEdit,
     JobSpec,
-    JobState,
-    encode_result,
-    validate_name,
 )
+from rota.domain.job_state import JobState
+from rota.domain.names import validate_name
+from rota.domain.payload import encode_result
 from rota.observability import tracing
 from rota.store.base import Store
 from rota.store.records import (

@@ -448,7 +448,7 @@ async def test_a_claim_with_more_due_than_its_batch_takes_turns_through_rota_cla
 
 
 async def test_an_attempt_that_runs_alone_among_due_jobs_is_claimed_alone(pg_url: str) -> None:
-    """A crash suspect's attempt runs alone (rota.domain.job.runs_alone): rota_claim_all
+    """A crash suspect's attempt runs alone (rota.domain.job_state.runs_alone): rota_claim_all
     never claims it beside other jobs, and leaves the claim to the walk, which takes it alone
     when it comes first. Alone in its queue, rota_claim_all takes it itself, not yet started
     (its worker says when it begins)."""

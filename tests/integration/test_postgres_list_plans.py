@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from rota.domain.job import JobState
+from rota.domain.job_state import JobState
 from rota.store import open_store
 from rota.store.postgres import filters
 from rota.store.postgres.queries import LIST_COLUMNS

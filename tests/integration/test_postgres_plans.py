@@ -14,7 +14,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from rota.domain.job import JobSpec, JobState
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState
 from rota.store import open_store
 from rota.store.postgres.filters import guarded, where
 from rota.store.postgres.queries import query

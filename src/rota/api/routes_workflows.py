@@ -22,7 +22,8 @@ from rota.api.schemas import (
     job_summary,
 )
 from rota.domain.errors import WorkflowNotFound
-from rota.domain.job import Job, JobState
+from rota.domain.job import Job
+from rota.domain.job_state import JobState
 from rota.store.base import Store
 from rota.store.records import MAX_PAGE_EDGES, decode_cursor, encode_cursor
 

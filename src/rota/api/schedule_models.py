@@ -26,13 +26,8 @@ from rota.api.schemas import (
 )
 from rota.client import Client
 from rota.domain.errors import InvalidSchedule, StateConflict
-from rota.domain.job import (
-    MAX_ATTEMPTS_LIMIT,
-    MAX_NAME_LENGTH,
-    MAX_PRIORITY,
-    MIN_PRIORITY,
-    NAME_PATTERN,
-)
+from rota.domain.job import MAX_ATTEMPTS_LIMIT, MAX_PRIORITY, MIN_PRIORITY
+from rota.domain.names import MAX_NAME_LENGTH, NAME_PATTERN
 from rota.domain.schedule import (
     MAX_GRACE,
     MAX_INTERVAL,

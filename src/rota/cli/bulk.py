@@ -23,7 +23,7 @@ from rota.cli.terminal import progress
 from rota.client import Client
 from rota.domain.audit import AuditAction
 from rota.domain.errors import InvalidInput
-from rota.domain.job import FINISHED_STATES, JobState
+from rota.domain.job_state import FINISHED_STATES, JobState
 from rota.store import JobFilter
 from rota.store.records import MAX_BULK
 

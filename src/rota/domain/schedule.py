@@ -24,9 +24,9 @@ from rota.domain.job import (
     MAX_PRIORITY,
     MIN_PRIORITY,
     JobSpec,
-    encode_payload,
-    validate_name,
 )
+from rota.domain.names import validate_name
+from rota.domain.payload import encode_payload
 from rota.domain.schedule_count import count_cron_slots
 from rota.domain.schedule_cron import Cron, cron_zone, next_cron_slot, normalise_cron
 from rota.domain.schedule_plan import (

@@ -14,16 +14,10 @@ from typing import Protocol
 from rota.domain.activity import TOP_ERRORS, ActivityBucket, ErrorGroup
 from rota.domain.audit import AuditEntry, AuditFilter, AuditRecord
 from rota.domain.flow import Limit, LimitScope
-from rota.domain.job import (
-    Attempt,
-    EnqueueResult,
-    Job,
-    JobEdit,
-    JobSpec,
-    JobState,
-    Progress,
-)
+from rota.domain.job import Attempt, EnqueueResult, Job, JobEdit, JobSpec
+from rota.domain.job_state import JobState
 from rota.domain.lease import Lease
+from rota.domain.payload import Progress
 from rota.domain.workflow import Workflow
 from rota.store.durable import DurableVerbs
 from rota.store.records import (
@@ -207,7 +201,7 @@ class Store(DurableVerbs, ScheduleVerbs, Protocol):
         """Mark each job succeeded that is still held by its lease; return the leases lost.
 
         ``results`` pairs each lease with its handler's result as JSON text (see
-        ``rota.domain.job.encode_result``; None: nothing stored), written in the same
+        ``rota.domain.payload.encode_result``; None: nothing stored), written in the same
         statement and fenced with it: a lost lease's result is never written."""
         ...
 
@@ -390,7 +384,7 @@ class Store(DurableVerbs, ScheduleVerbs, Protocol):
 
     async def expire(self, *, now: datetime | None = None, limit: int = 1000) -> list[int]:
         """Cancel up to ``limit`` pending jobs whose ``expires_at`` has come (<= now), with
-        last_error "expired" (rota.domain.job.EXPIRED); return their ids, ascending. Claims
+        last_error "expired" (rota.domain.job_state.EXPIRED); return their ids, ascending. Claims
         never take such a job, whether or not this ran yet."""
         ...
 
@@ -402,7 +396,7 @@ class Store(DurableVerbs, ScheduleVerbs, Protocol):
         now: datetime | None = None,
         limit: int = 1000,
     ) -> list[int]:
-        """End dead, with last_error ``rota.domain.job.unrunnable(kind)``, up to ``limit``
+        """End dead, with last_error ``rota.domain.job_state.unrunnable(kind)``, up to ``limit``
         pending jobs due for longer than ``grace`` that no live worker can run: their queue is
         served by at least one worker that beat within ``alive_within``, and every such worker
         listed its kinds, none of them the job's. Return their ids, ascending.

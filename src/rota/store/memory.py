@@ -37,7 +37,6 @@ from rota.domain.flow import (
     validate_queue,
 )
 from rota.domain.job import (
-    EXPIRED,
     MAX_ERROR_LENGTH,
     MAX_TRACEBACK_LENGTH,
     Attempt,
@@ -45,15 +44,11 @@ from rota.domain.job import (
     Job,
     JobEdit,
     JobSpec,
-    JobState,
-    Outcome,
-    Progress,
     previewed,
-    runs_alone,
-    truncate,
-    unrunnable,
 )
+from rota.domain.job_state import EXPIRED, JobState, Outcome, runs_alone, unrunnable
 from rota.domain.lease import Lease
+from rota.domain.payload import Progress, truncate
 from rota.domain.schedule import ScheduleSpec
 from rota.domain.schedule_state import Firing, Missed, Schedule, decide, resumed, upserted
 from rota.domain.transitions import HELD_BACK, MOVES, refusal, released_state

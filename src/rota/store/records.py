@@ -12,8 +12,10 @@ from datetime import datetime, timedelta
 from rota.domain.audit import AuditEntry
 from rota.domain.errors import InvalidCursor, InvalidInput
 from rota.domain.flow import Limit
-from rota.domain.job import Job, JobState, validate_name
+from rota.domain.job import Job
+from rota.domain.job_state import JobState
 from rota.domain.lease import Lease
+from rota.domain.names import validate_name
 from rota.domain.schedule_state import Schedule
 
 MAX_PAGE_SIZE = 500

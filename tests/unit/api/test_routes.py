@@ -8,7 +8,9 @@ import httpx
 import pytest
 
 from rota.domain.errors import InvalidInput
-from rota.domain.job import MAX_PAYLOAD_BYTES, PREVIEW_BYTES, JobSpec, JobState, preview
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState
+from rota.domain.payload import MAX_PAYLOAD_BYTES, PREVIEW_BYTES, preview
 from rota.store.memory import MemoryStore
 from rota.store.records import MAX_BULK, WorkerInfo
 from rota.testing import FakeClock

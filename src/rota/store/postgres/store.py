@@ -44,21 +44,17 @@ from rota.domain.flow import (
     validate_queue,
 )
 from rota.domain.job import (
-    EXPIRED,
     MAX_ERROR_LENGTH,
     MAX_TRACEBACK_LENGTH,
-    UNRUNNABLE,
     Attempt,
     EnqueueResult,
     Job,
     JobEdit,
     JobSpec,
-    JobState,
-    Outcome,
-    Progress,
-    truncate,
 )
+from rota.domain.job_state import EXPIRED, UNRUNNABLE, JobState, Outcome
 from rota.domain.lease import Lease
+from rota.domain.payload import Progress, truncate
 from rota.domain.schedule import ScheduleSpec
 from rota.domain.schedule_state import Firing, Missed, Schedule
 from rota.domain.transitions import MOVES, refusal

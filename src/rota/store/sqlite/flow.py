@@ -25,7 +25,8 @@ from rota.domain.flow import (
     limit_for,
     validate_queue,
 )
-from rota.domain.job import Job, JobState
+from rota.domain.job import Job
+from rota.domain.job_state import JobState
 from rota.store.records import LimitInfo, QueueInfo
 from rota.store.sqlite.rows import EPOCH, duration_us, from_us, to_us
 

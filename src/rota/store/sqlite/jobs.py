@@ -15,15 +15,11 @@ from typing import Any
 
 from rota.domain.clock import utc
 from rota.domain.errors import JobNotFound, JobRunning, StateConflict
-from rota.domain.job import (
+from rota.domain.job import Attempt, EnqueueResult, Job, JobEdit, JobSpec
+from rota.domain.job_state import (
     ACTIVE_STATES,
     EXPIRED,
     STATE_BIT_SQL,
-    Attempt,
-    EnqueueResult,
-    Job,
-    JobEdit,
-    JobSpec,
     JobState,
     Outcome,
     state_mask,
