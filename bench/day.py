@@ -54,7 +54,8 @@ import psycopg
 from bench.cluster import Cluster
 from bench.harness import Settings, percentile, progress, start_workers
 from bench.systems import Rota
-from rota.domain.job import MAX_PRIORITY, MIN_PRIORITY, JobState
+from rota.domain.job import MAX_PRIORITY, MIN_PRIORITY
+from rota.domain.job_state import JobState
 from rota.domain.schedule_plan import jitter_offset
 
 #: A batch of steady jobs goes out this often (real seconds).

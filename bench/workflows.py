@@ -28,7 +28,8 @@ import psycopg
 
 from bench.cluster import Cluster
 from bench.harness import with_database
-from rota.domain.job import JobSpec, JobState
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState
 from rota.domain.workflow import chain, chord
 from rota.store import Store, open_store
 

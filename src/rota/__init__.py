@@ -31,7 +31,8 @@ from rota.domain.errors import (
     WorkflowNotFound,
 )
 from rota.domain.flow import Limit, LimitScope
-from rota.domain.job import Attempt, EnqueueResult, Job, JobSpec, JobState
+from rota.domain.job import Attempt, EnqueueResult, Job, JobSpec
+from rota.domain.job_state import JobState
 from rota.domain.lease import Lease
 from rota.domain.retry import RetryPolicy
 from rota.domain.schedule import Misfire, Overlap, Rule, ScheduleSpec
@@ -42,7 +43,7 @@ from rota.runtime.hooks import JobResult
 from rota.runtime.worker import Worker
 from rota.runtime.worker_settings import WorkerSettings
 from rota.store import JobFilter
-from rota.store.base import LimitInfo, QueueInfo
+from rota.store.records import LimitInfo, QueueInfo
 from rota.workflows import WorkflowRun
 
 __version__ = "0.1.0"

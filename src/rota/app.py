@@ -13,11 +13,8 @@ from typing import Any
 from rota.domain.clock import Clock
 from rota.domain.durable import SignalResult
 from rota.domain.errors import InvalidInput
-from rota.domain.job import (
-    EnqueueResult,
-    JobSpec,
-    JobState,
-)
+from rota.domain.job import EnqueueResult, JobSpec
+from rota.domain.job_state import JobState
 from rota.observability.metrics import Metrics
 from rota.runtime.hooks import Hooks
 from rota.runtime.registry import Registry

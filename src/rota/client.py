@@ -24,12 +24,13 @@ from rota.domain.job import (
     Job,
     JobEdit,
     JobSpec,
-    JobState,
-    encode_result,
-    validate_name,
 )
+from rota.domain.job_state import JobState
+from rota.domain.names import validate_name
+from rota.domain.payload import encode_result
 from rota.observability import tracing
-from rota.store.base import (
+from rota.store.base import Store
+from rota.store.records import (
     MAX_BULK,
     MAX_PAGE_SIZE,
     Counts,
@@ -38,7 +39,6 @@ from rota.store.base import (
     Page,
     QueueInfo,
     SchedulePage,
-    Store,
     WorkerInfo,
     decode_schedule_cursor,
     encode_schedule_cursor,

@@ -14,7 +14,7 @@ import sys
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from rota.domain import job
+from rota.domain import names
 from rota.domain.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -66,9 +66,9 @@ def parse_grace(text: str) -> timedelta | str:
 
 def parse_instant(text: str, *, what: str = "time") -> datetime:
     """An ISO 8601 instant with a UTC offset (or Z), parsed as strictly as the API's run_at
-    (``rota.domain.job.parse_instant``): naive times are refused, not guessed, and so is any
+    (``rota.domain.names.parse_instant``): naive times are refused, not guessed, and so is any
     other separator or character; InvalidInput naming ``what``."""
-    return job.parse_instant(what, text.strip())
+    return names.parse_instant(what, text.strip())
 
 
 def parse_json(text: str, *, what: str = "--payload") -> Any:

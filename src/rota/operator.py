@@ -25,7 +25,7 @@ from rota.domain.job import EnqueueResult, Job, JobSpec
 from rota.domain.schedule import ScheduleSpec
 from rota.domain.schedule_state import Missed, Schedule
 from rota.domain.workflow import WorkflowBuilder
-from rota.store.base import MAX_BULK, JobFilter, QueueInfo
+from rota.store.records import MAX_BULK, JobFilter, QueueInfo
 
 
 def filter_fields(filter: JobFilter) -> dict[str, Any]:

@@ -27,7 +27,8 @@ from rota.domain.errors import (
     JobNotFound,
     ResultTimeout,
 )
-from rota.domain.job import Job, JobState
+from rota.domain.job import Job
+from rota.domain.job_state import JobState
 from rota.store.base import Store
 
 log = logging.getLogger("rota.results")

@@ -8,7 +8,9 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 from rota.domain.errors import InvalidJob, NotFound, StateConflict, WorkflowNotFound
-from rota.domain.job import EnqueueResult, Job, JobSpec, JobState, check_known_kind
+from rota.domain.job import EnqueueResult, Job, JobSpec
+from rota.domain.job_state import JobState
+from rota.domain.names import check_known_kind
 from rota.domain.workflow import Edge, ScheduledRun, Workflow, WorkflowBuilder, check_policy
 from rota.store.base import Store
 

@@ -27,7 +27,8 @@ from pathlib import Path
 import pytest
 
 from rota.domain.errors import LeaseLost
-from rota.domain.job import JobSpec, JobState
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState
 from rota.domain.schedule import Rule, ScheduleSpec
 from rota.store import Store, open_store
 from rota.testing import FakeClock

@@ -26,7 +26,8 @@ from fastapi.routing import iter_route_contexts
 from rota.api import ApiSettings, create_app
 from rota.api.security import GUESS_WINDOW, SESSION_COOKIE, Authenticator
 from rota.client import Client
-from rota.domain.job import JobSpec, JobState
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState
 from rota.store.memory import MemoryStore
 from rota.testing import FakeClock
 from tests.e2e.conftest import Served, browser, chromium, served

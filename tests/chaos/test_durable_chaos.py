@@ -28,7 +28,8 @@ from pathlib import Path
 import pytest
 
 from rota.domain.durable import StepState
-from rota.domain.job import JobSpec, JobState
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState
 from rota.store import Store
 from tests.chaos.conftest import BACKENDS, CHAOS_OPTIONS, MARGIN_S, proxied, through
 from tests.support import faketime

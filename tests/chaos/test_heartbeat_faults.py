@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import pytest
 
-from rota.domain.job import JobSpec, JobState
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState
 from rota.store import JobFilter, Store
 from tests.chaos.conftest import CHAOS_OPTIONS, LateStop, proxied, through
 from tests.support.chaosfleet import ChaosFleet, install_lease_audit, lease_grants

@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 
 from rota.domain.errors import LeaseLost
-from rota.domain.job import Job, JobSpec, JobState, Outcome
+from rota.domain.job import Job, JobSpec
+from rota.domain.job_state import JobState, Outcome
 from rota.store import Store, open_store
 from rota.testing import FakeClock
 

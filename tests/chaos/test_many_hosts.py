@@ -38,7 +38,7 @@ import psycopg
 import pytest
 
 from rota.domain.errors import StoreUnavailable
-from rota.domain.job import JobState
+from rota.domain.job_state import JobState
 from rota.store import JobFilter, Store, open_store
 from tests.chaos.conftest import CHAOS_OPTIONS, MARGIN_S
 from tests.support import netns

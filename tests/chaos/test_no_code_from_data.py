@@ -13,7 +13,8 @@ import pytest
 
 from rota.api import ApiSettings, create_app
 from rota.client import Client
-from rota.domain.job import JobSpec, JobState
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState
 from rota.store import Store
 from tests.support.chaosfleet import ChaosFleet
 from tests.support.processes import eventually

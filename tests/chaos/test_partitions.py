@@ -15,7 +15,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from rota.domain.job import JobSpec, JobState
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState
 from rota.store import Store
 from tests.chaos.conftest import CHAOS_OPTIONS, MARGIN_S, LateStop, proxied, through
 from tests.support import netns

@@ -25,7 +25,8 @@ import psycopg
 import pytest
 
 from rota.domain.errors import StoreUnavailable
-from rota.domain.job import JobSpec, JobState
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState
 from rota.domain.retry import RECONNECT_BACKOFF
 from rota.store import JobFilter, Store
 from tests.chaos.conftest import CHAOS_OPTIONS, MARGIN_S

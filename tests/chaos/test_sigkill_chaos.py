@@ -21,7 +21,8 @@ import time
 
 import pytest
 
-from rota.domain.job import JobSpec, JobState
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState
 from rota.store import Store
 from tests.chaos.conftest import CHAOS_OPTIONS, MARGIN_S, POOLED_BACKENDS
 from tests.support.chaosfleet import ChaosFleet, MostSucceeded, all_terminal, sqlite_integrity

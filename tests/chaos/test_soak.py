@@ -28,7 +28,8 @@ import psycopg
 import pytest
 
 from rota.domain.errors import StoreUnavailable
-from rota.domain.job import JobSpec, JobState
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState
 from rota.store import Store
 from tests.chaos.conftest import CHAOS_OPTIONS, IN_CI, MARGIN_S, proxied, through
 from tests.support import faketime

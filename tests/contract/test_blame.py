@@ -12,7 +12,8 @@ import pytest
 from rota.domain import blame
 from rota.domain.errors import LeaseLost
 from rota.domain.flow import Limit, LimitScope
-from rota.domain.job import Job, JobSpec, JobState, Outcome
+from rota.domain.job import Job, JobSpec
+from rota.domain.job_state import JobState, Outcome
 from rota.store import Store
 from rota.testing import FakeClock
 from tests.contract.helpers import LEASE, add, claim_one

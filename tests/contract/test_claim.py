@@ -9,7 +9,8 @@ import pytest
 
 from rota.domain import blame
 from rota.domain.errors import LeaseLost
-from rota.domain.job import JobSpec, JobState, Outcome
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState, Outcome
 from rota.store import Store
 from rota.testing import FakeClock
 from tests.contract.helpers import LEASE, add, claim_one

@@ -10,9 +10,10 @@ import httpx
 
 from rota.api import ApiSettings, create_app
 from rota.client import Client
-from rota.domain.job import JobSpec, JobState
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState
 from rota.store import JobFilter, Store
-from rota.store.base import Counted
+from rota.store.records import Counted
 from tests.contract.helpers import claim_one
 
 

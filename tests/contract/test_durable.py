@@ -10,7 +10,8 @@ import pytest
 
 from rota.domain.durable import StepKind, StepState
 from rota.domain.errors import InvalidInput, LeaseLost
-from rota.domain.job import Job, JobState, Outcome
+from rota.domain.job import Job
+from rota.domain.job_state import JobState, Outcome
 from rota.store import Store, open_store
 from rota.testing import FakeClock
 from tests.contract.helpers import LEASE, claim_one, claimed, reclaimed

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from rota.domain.job import DEFAULT_MAX_ATTEMPTS, JobSpec, JobState
+from rota.domain.job import DEFAULT_MAX_ATTEMPTS, JobSpec
+from rota.domain.job_state import JobState
 from rota.store import Store
 from rota.testing import FakeClock
 from tests.contract.helpers import add, claim_one

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from rota.domain.errors import JobNotFound, StateConflict
-from rota.domain.job import JobState, Outcome
+from rota.domain.job_state import JobState, Outcome
 from rota.store import Store
 from rota.testing import FakeClock
 from tests.contract.helpers import LEASE, add, claim_one

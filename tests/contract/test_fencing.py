@@ -7,7 +7,8 @@ from datetime import timedelta
 import pytest
 
 from rota.domain.errors import LeaseLost
-from rota.domain.job import JobSpec, JobState, Outcome
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState, Outcome
 from rota.domain.lease import Lease
 from rota.store import Beat, Store
 from rota.testing import FakeClock

@@ -6,7 +6,8 @@ import asyncio
 from datetime import timedelta
 
 from rota.domain.flow import EVERY_TENANT, Limit, LimitScope
-from rota.domain.job import JobSpec, JobState
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState
 from rota.store import Store
 from rota.testing import FakeClock
 from tests.contract.helpers import LEASE, claim_one

@@ -8,7 +8,8 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from rota.domain.job import Attempt, Job, Outcome
+from rota.domain.job import Attempt, Job
+from rota.domain.job_state import Outcome
 from rota.store import Store
 from rota.testing import FakeClock
 from tests.contract.helpers import LEASE, add, claim_one, claimed

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from rota.domain.errors import JobNotFound, StateConflict
-from rota.domain.job import JobSpec, JobState
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState
 from rota.domain.workflow import Workflow
 from rota.runtime.context import JobContext
 from rota.runtime.registry import Registry

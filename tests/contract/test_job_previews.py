@@ -14,7 +14,8 @@ from rota.api import ApiSettings, create_app
 from rota.api.schemas import DETAIL_PREVIEW_BYTES, DETAIL_PREVIEW_CHARS
 from rota.client import Client
 from rota.domain.errors import JobNotFound
-from rota.domain.job import JobSpec, Preview
+from rota.domain.job import JobSpec
+from rota.domain.payload import Preview
 from rota.store import Store
 from tests.contract.helpers import claim_one
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from rota.domain.job import JobSpec, JobState
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState
 from rota.store import JobFilter, Store
 
 

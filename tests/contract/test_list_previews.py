@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import tracemalloc
 
-from rota.domain.job import PREVIEW_BYTES, PREVIEW_CHARS, JobSpec, JobState, Preview, preview
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState
+from rota.domain.payload import PREVIEW_BYTES, PREVIEW_CHARS, Preview, preview
 from rota.store import JobFilter, Store
 from tests.contract.helpers import claim_one
 

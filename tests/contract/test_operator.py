@@ -10,7 +10,8 @@ import pytest
 
 from rota.domain.errors import InvalidJob, JobNotFound, JobRunning, StateConflict
 from rota.domain.flow import Limit, LimitScope
-from rota.domain.job import JobEdit, JobSpec, JobState, Outcome
+from rota.domain.job import JobEdit, JobSpec
+from rota.domain.job_state import JobState, Outcome
 from rota.store import JobFilter, Store, open_store
 from rota.testing import FakeClock
 from tests.contract.helpers import add, claim_one

@@ -8,7 +8,8 @@ from datetime import timedelta
 import pytest
 
 from rota.domain.errors import InvalidCursor, JobNotFound
-from rota.domain.job import JobSpec, JobState, Outcome
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState, Outcome
 from rota.store import JobFilter, Store, WorkerInfo
 from rota.testing import FakeClock
 from tests.contract.helpers import LEASE, add, claim_one

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from rota.domain.job import JobSpec, JobState, Outcome
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState, Outcome
 from rota.store import Store
 from rota.testing import FakeClock
 from tests.contract.helpers import LEASE, add, claim_one

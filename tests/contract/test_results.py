@@ -12,7 +12,8 @@ from typing import Any, TypeVar
 import pytest
 
 from rota.domain.errors import JobNotFound
-from rota.domain.job import MAX_RESULT_BYTES, JobState, Progress
+from rota.domain.job_state import JobState
+from rota.domain.payload import MAX_RESULT_BYTES, Progress
 from rota.runtime.context import JobContext
 from rota.runtime.registry import Registry
 from rota.runtime.worker import Worker

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from rota.domain.errors import InvalidInput, InvalidSchedule, ScheduleNotFound, StateConflict
-from rota.domain.job import JobState
+from rota.domain.job_state import JobState
 from rota.domain.schedule import Misfire, Overlap, Rule, ScheduleSpec, jitter_offset
 from rota.domain.schedule_state import Firing
 from rota.store import JobFilter, Store

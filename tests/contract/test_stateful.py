@@ -22,7 +22,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from rota.domain import blame
 from rota.domain.errors import JobNotFound, LeaseLost, StateConflict
-from rota.domain.job import JobSpec, JobState, runs_alone
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState, runs_alone
 from rota.domain.lease import Lease
 from rota.store import Store, open_store
 from rota.testing import FakeClock

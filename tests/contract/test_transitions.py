@@ -11,7 +11,8 @@ from datetime import timedelta
 import pytest
 
 from rota.domain.errors import JobNotFound, StateConflict
-from rota.domain.job import Job, JobEdit, JobSpec, JobState
+from rota.domain.job import Job, JobEdit, JobSpec
+from rota.domain.job_state import JobState
 from rota.domain.transitions import MOVES
 from rota.domain.workflow import Workflow
 from rota.store import JobFilter, Store

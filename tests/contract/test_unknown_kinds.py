@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from rota.domain.job import JobState, unrunnable
+from rota.domain.job_state import JobState, unrunnable
 from rota.runtime.rescuer import Rescuer
 from rota.store import Store, WorkerInfo
 from rota.testing import FakeClock

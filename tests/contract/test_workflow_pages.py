@@ -3,10 +3,11 @@ thousands of parents makes no answer thousands of entries long."""
 
 from __future__ import annotations
 
-from rota.domain.job import JobSpec, JobState
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState
 from rota.domain.workflow import Workflow
 from rota.store import JobFilter, Store
-from rota.store.base import MAX_PAGE_EDGES
+from rota.store.records import MAX_PAGE_EDGES
 
 PARENTS = 1_500
 

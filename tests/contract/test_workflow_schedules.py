@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from rota.domain.errors import InvalidJob, StateConflict
-from rota.domain.job import JobSpec, JobState
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState
 from rota.domain.schedule import Misfire, Overlap, Rule, ScheduleSpec
 from rota.domain.schedule_state import Firing
 from rota.domain.workflow import ScheduledRun, Workflow, chord

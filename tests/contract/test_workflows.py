@@ -12,7 +12,8 @@ import pytest
 
 from rota import workflows
 from rota.domain.errors import InvalidJob, NotFound, StateConflict
-from rota.domain.job import Job, JobSpec, JobState
+from rota.domain.job import Job, JobSpec
+from rota.domain.job_state import JobState
 from rota.domain.workflow import MAX_WORKFLOW_JOBS, Workflow, chain, chord, group
 from rota.runtime.context import JobContext
 from rota.runtime.registry import Registry

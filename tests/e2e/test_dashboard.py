@@ -10,7 +10,8 @@ import pytest
 from playwright.async_api import expect
 
 from rota.api import ApiSettings
-from rota.domain.job import JobSpec, JobState
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState
 from tests.e2e.conftest import (
     AS_ADMIN,
     HOSTILE,

@@ -14,8 +14,8 @@ from playwright.async_api import Browser, expect
 
 from rota.api import ApiSettings
 from rota.domain.job import JobSpec
-from rota.store.base import WorkerInfo
 from rota.store.memory import MemoryStore
+from rota.store.records import WorkerInfo
 from rota.testing import FakeClock
 from tests.e2e.access import LOW_CONTRAST
 from tests.e2e.conftest import (

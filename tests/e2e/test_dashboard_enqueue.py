@@ -16,8 +16,8 @@ from playwright.async_api import Page, expect
 from rota import App, JobContext
 from rota.api import ApiSettings
 from rota.domain.job import JobSpec
-from rota.store.base import JobFilter
 from rota.store.memory import MemoryStore
+from rota.store.records import JobFilter
 from rota.testing import drain
 from tests.e2e.conftest import (
     ADMIN_TOKEN,

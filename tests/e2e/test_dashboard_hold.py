@@ -9,7 +9,8 @@ from datetime import timedelta
 import pytest
 from playwright.async_api import expect
 
-from rota.domain.job import JobSpec, JobState
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState
 from tests.e2e.conftest import AS_ADMIN, Served, Watched, expect_audit, log_in, screenshot
 
 pytestmark = pytest.mark.browser

@@ -14,8 +14,8 @@ from playwright.async_api import expect
 from rota.domain.job import JobSpec
 from rota.domain.schedule import Rule, ScheduleSpec
 from rota.domain.workflow import Workflow
-from rota.store.base import WorkerInfo
 from rota.store.memory import MemoryStore
+from rota.store.records import WorkerInfo
 from tests.e2e.conftest import (
     AS_ADMIN,
     Served,

@@ -15,7 +15,8 @@ from playwright.async_api import Browser, expect
 from rota.api import ApiSettings
 from rota.domain.audit import AuditFilter
 from rota.domain.flow import Limit, LimitScope
-from rota.domain.job import JobSpec, JobState
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState
 from rota.store.memory import MemoryStore
 from tests.e2e.conftest import (
     AS_ADMIN,

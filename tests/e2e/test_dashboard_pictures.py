@@ -12,8 +12,8 @@ from rota.domain.audit import AuditAction, AuditRecord
 from rota.domain.job import JobSpec
 from rota.domain.schedule import Rule, ScheduleSpec
 from rota.domain.workflow import Workflow
-from rota.store.base import WorkerInfo
 from rota.store.memory import MemoryStore
+from rota.store.records import WorkerInfo
 from tests.e2e.conftest import AS_ADMIN, Served, Watched, log_in, screenshot
 
 pytestmark = pytest.mark.browser

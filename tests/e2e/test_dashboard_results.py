@@ -10,7 +10,8 @@ from datetime import timedelta
 import pytest
 from playwright.async_api import expect
 
-from rota.domain.job import JobSpec, Progress
+from rota.domain.job import JobSpec
+from rota.domain.payload import Progress
 from tests.e2e.conftest import HOSTILE, Served, Watched
 
 pytestmark = pytest.mark.browser

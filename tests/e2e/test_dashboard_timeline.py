@@ -9,7 +9,8 @@ from datetime import datetime, timedelta
 import pytest
 from playwright.async_api import Locator, expect
 
-from rota.domain.job import JobSpec, Progress
+from rota.domain.job import JobSpec
+from rota.domain.payload import Progress
 from tests.e2e.conftest import Served, Watched, screenshot
 
 pytestmark = pytest.mark.browser

@@ -13,7 +13,8 @@ import pytest
 from playwright.async_api import Locator, Page, expect
 
 from rota.api import ApiSettings
-from rota.domain.job import JobSpec, JobState
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState
 from rota.domain.workflow import Workflow
 from rota.store.memory import MemoryStore
 from tests.e2e.conftest import (

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from rota.domain.job import JobState
+from rota.domain.job_state import JobState
 from rota.store import JobFilter, Store, open_store
 from tests.support.processes import REPO_ROOT, Fleet, WorkerOptions, eventually
 

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from rota.domain.durable import StepState
-from rota.domain.job import JobSpec, JobState
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState
 from rota.store import Store, open_store
 from tests.support.durablerecord import (
     RECORD_ENV,

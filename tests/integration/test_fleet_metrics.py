@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from rota.domain.job import JobSpec, JobState
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState
 from rota.store import Store, open_store
 from tests.support.processes import Fleet, eventually
 

@@ -17,7 +17,8 @@ import psycopg
 import pytest
 
 import rota
-from rota.domain.job import JobSpec, JobState
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState
 from rota.store import JobFilter, Store, open_store
 from tests.support.pgbouncer import PgBouncer, advisory_locks
 from tests.support.processes import eventually

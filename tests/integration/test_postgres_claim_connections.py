@@ -12,9 +12,10 @@ from datetime import timedelta
 import psycopg
 import pytest
 
-from rota.domain.job import JobSpec, JobState
-from rota.store.base import WorkerInfo
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState
 from rota.store.postgres.store import PostgresStore, _warm_claims
+from rota.store.records import WorkerInfo
 from rota.testing import FakeClock
 
 pytestmark = pytest.mark.postgres

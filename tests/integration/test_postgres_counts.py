@@ -23,10 +23,10 @@ from rota.domain.job import JobEdit, JobSpec
 from rota.domain.lease import Lease
 from rota.domain.workflow import Workflow
 from rota.store import JobFilter, Store, open_store
-from rota.store.base import WorkerInfo
 from rota.store.postgres import enqueue as pg_enqueue
 from rota.store.postgres.queries import migrations
 from rota.store.postgres.store import PostgresStore
+from rota.store.records import WorkerInfo
 from rota.testing import FakeClock
 from tests.support.plans import sent_params
 from tests.support.postgres import Server
@@ -448,7 +448,7 @@ async def test_a_claim_with_more_due_than_its_batch_takes_turns_through_rota_cla
 
 
 async def test_an_attempt_that_runs_alone_among_due_jobs_is_claimed_alone(pg_url: str) -> None:
-    """A crash suspect's attempt runs alone (rota.domain.job.runs_alone): rota_claim_all
+    """A crash suspect's attempt runs alone (rota.domain.job_state.runs_alone): rota_claim_all
     never claims it beside other jobs, and leaves the claim to the walk, which takes it alone
     when it comes first. Alone in its queue, rota_claim_all takes it itself, not yet started
     (its worker says when it begins)."""

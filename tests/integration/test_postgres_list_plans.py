@@ -14,11 +14,11 @@ from typing import Any
 import psycopg
 import pytest
 
-from rota.domain.job import JobState
+from rota.domain.job_state import JobState
 from rota.store import open_store
-from rota.store.base import JobFilter
 from rota.store.postgres import filters
 from rota.store.postgres.queries import LIST_COLUMNS
+from rota.store.records import JobFilter
 from tests.support.plans import nodes
 
 pytestmark = pytest.mark.postgres

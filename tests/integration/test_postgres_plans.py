@@ -14,11 +14,12 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from rota.domain.job import JobSpec, JobState
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState
 from rota.store import open_store
-from rota.store.base import JobFilter
 from rota.store.postgres.filters import guarded, where
 from rota.store.postgres.queries import query
+from rota.store.records import JobFilter
 from tests.support.plans import CLAIM_CALLS, nodes, routine_plan, sent_params
 
 pytestmark = pytest.mark.postgres

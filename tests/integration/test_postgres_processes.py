@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from rota.domain.job import JobSpec, JobState
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState
 from rota.store import JobFilter, open_store
 
 JOBS = 5_000

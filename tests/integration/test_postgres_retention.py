@@ -12,7 +12,8 @@ import psycopg
 import pytest
 
 from rota.domain.errors import JobNotFound, LeaseLost
-from rota.domain.job import JobSpec, JobState
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState
 from rota.domain.workflow import Workflow, chain, chord
 from rota.store.postgres.queries import migrations, queries
 from rota.store.postgres.store import PostgresStore

@@ -11,7 +11,8 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 
-from rota.domain.job import JobSpec, JobState
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState
 from rota.domain.workflow import Workflow, chord
 from rota.store.postgres.store import PostgresStore
 from tests.support.processes import eventually

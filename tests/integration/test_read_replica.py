@@ -26,7 +26,8 @@ import pytest
 
 from rota.api import ApiSettings, create_app
 from rota.client import Client
-from rota.domain.job import JobSpec, JobState
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState
 from rota.store import Store, open_store
 from rota.store.postgres.replica import open_replica
 from tests.support.migrate import migrate_url

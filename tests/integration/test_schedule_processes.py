@@ -24,7 +24,8 @@ from typing import TypeVar
 
 import pytest
 
-from rota.domain.job import Job, JobState
+from rota.domain.job import Job
+from rota.domain.job_state import JobState
 from rota.store import JobFilter, Store
 from tests.support.scheduleapp import SLOW_SECONDS
 

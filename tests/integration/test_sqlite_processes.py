@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from rota.domain.job import JobSpec, JobState
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState
 from rota.store.sqlite import SqliteStore
 
 PROCESSES = 8

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rota.domain.job import JobState
+from rota.domain.job_state import JobState
 from rota.store import open_store
 from tests.support.processes import REPO_ROOT
 

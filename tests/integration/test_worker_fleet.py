@@ -24,7 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from rota.domain.job import JobSpec, JobState
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState
 from rota.store import Store
 from tests.support.processes import REPO_ROOT, eventually
 

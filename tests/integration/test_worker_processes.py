@@ -24,7 +24,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from rota.domain.job import Job, JobSpec, JobState, Outcome
+from rota.domain.job import Job, JobSpec
+from rota.domain.job_state import JobState, Outcome
 from rota.store import JobFilter, Store
 from tests.support.history import (
     CANCELLED,

@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 
 from rota.domain.errors import StoreUnavailable
-from rota.domain.job import JobState
+from rota.domain.job_state import JobState
 from rota.store import Store
 from tests.support.effects import EFFECTS_ENV, PG_EFFECTS_SCHEMA, SQLITE_EFFECTS_SCHEMA
 from tests.support.processes import Fleet, WorkerOptions, WorkerProcess, eventually

@@ -61,7 +61,8 @@ from pathlib import Path
 from typing import Any
 
 from rota import JobContext
-from rota.domain.job import Attempt, Job, JobState, Outcome
+from rota.domain.job import Attempt, Job
+from rota.domain.job_state import JobState, Outcome
 from rota.store import JobFilter, Store
 
 #: The environment variable naming the history file of a worker process.

@@ -21,7 +21,7 @@ from typing import Any
 
 import rota
 from rota import JobContext, Permanent, RetryPolicy, Snooze
-from rota.domain.job import Outcome
+from rota.domain.job_state import Outcome
 from tests.support.history import HISTORY_ENV, START, Recorder, Stopped
 
 app = rota.App(os.environ["ROTA_DATABASE_URL"])

@@ -13,7 +13,8 @@ import pytest
 from rota import App, JobContext
 from rota.api import ApiSettings, create_app
 from rota.domain.errors import InvalidInput
-from rota.domain.job import JobSpec, check_known_kind
+from rota.domain.job import JobSpec
+from rota.domain.names import check_known_kind
 from rota.store import JobFilter
 
 

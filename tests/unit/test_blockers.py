@@ -16,7 +16,8 @@ from rota.domain.blockers import (
     queue_blockers,
 )
 from rota.domain.flow import Limit, LimitScope
-from rota.domain.job import Job, JobState
+from rota.domain.job import Job
+from rota.domain.job_state import JobState
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
 SERVED = FlowSnapshot.of(served_queues=["default", "mail"])

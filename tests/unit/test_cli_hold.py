@@ -6,7 +6,8 @@ from datetime import timedelta
 from pathlib import Path
 
 from rota.domain.audit import AuditFilter
-from rota.domain.job import JobSpec, JobState
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState
 from rota.store import JobFilter, Store
 from tests.support.cli import rota, sqlite_url
 from tests.unit.test_cli_operator import on_store

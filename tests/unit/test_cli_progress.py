@@ -15,7 +15,8 @@ import termios
 from pathlib import Path
 
 from rota.cli.bulk import BATCH
-from rota.domain.job import JobSpec, JobState
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState
 from rota.store import JobFilter, Store, open_store
 from tests.support.cli import Ran, rota, sqlite_url
 

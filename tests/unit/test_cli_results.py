@@ -10,7 +10,8 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from rota.cli import cli
-from rota.domain.job import JobSpec, Progress
+from rota.domain.job import JobSpec
+from rota.domain.payload import Progress
 from rota.store.sqlite import SqliteStore
 
 LEASE = timedelta(seconds=30)

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from rota.cli import cli
 from rota.store import open_store
-from rota.store.base import WorkerInfo
+from rota.store.records import WorkerInfo
 from tests.support.cli import invoke, migrated, sqlite_url
 
 

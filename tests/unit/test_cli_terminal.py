@@ -18,7 +18,7 @@ from rota import App, JobContext, Permanent
 from rota.api import ApiSettings, create_app
 from rota.client import Client
 from rota.store import WorkerInfo, open_store
-from rota.store.base import ALIVE_BEATS
+from rota.store.records import ALIVE_BEATS
 from rota.testing import drain
 from tests.support.cli import invoke, rota, sqlite_url
 

@@ -14,7 +14,8 @@ from django.core.exceptions import ImproperlyConfigured
 
 from rota.contrib import django as backend_module
 from rota.contrib.django import RotaBackend
-from rota.domain.job import Attempt, Outcome
+from rota.domain.job import Attempt
+from rota.domain.job_state import Outcome
 
 
 def backend(**options: object) -> RotaBackend:

@@ -14,7 +14,7 @@ import pytest
 from rota import App, JobContext, JobState, RetryPolicy
 from rota.domain.durable import StepKind, StepState, suspension
 from rota.domain.errors import StepFailed, WaitTimeout
-from rota.domain.job import Outcome
+from rota.domain.job_state import Outcome
 from rota.testing import FakeClock, drain
 
 NO_JITTER = RetryPolicy(base=timedelta(seconds=10), jitter=0)

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from rota.domain.errors import InvalidInput
 from rota.domain.flow import EVERY_TENANT, Budget, Limit, LimitScope, interleave, select
-from rota.domain.job import Job, JobState
+from rota.domain.job import Job
+from rota.domain.job_state import JobState
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
 

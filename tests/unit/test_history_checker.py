@@ -15,7 +15,8 @@ import pytest
 
 from rota import JobContext
 from rota.domain.errors import LeaseLost
-from rota.domain.job import Attempt, Job, JobSpec, JobState, Outcome
+from rota.domain.job import Attempt, Job, JobSpec
+from rota.domain.job_state import JobState, Outcome
 from rota.domain.schedule import Rule, ScheduleSpec
 from rota.store import JobFilter
 from rota.store.memory import MemoryStore

@@ -12,7 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rota.domain.errors import InvalidJob
-from rota.domain.job import MAX_PAYLOAD_BYTES, MAX_PAYLOAD_DEPTH, JobSpec, encode_payload
+from rota.domain.job import JobSpec
+from rota.domain.payload import MAX_PAYLOAD_BYTES, MAX_PAYLOAD_DEPTH, encode_payload
 from rota.domain.retry import RetryPolicy
 
 

@@ -8,7 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from rota.domain.job import Job, JobState
+from rota.domain.job import Job
+from rota.domain.job_state import JobState
 from rota.store.postgres import direct
 from rota.store.postgres.queries import JOB_COLUMNS, queries, query
 from rota.store.postgres.rows import row_to_job

@@ -11,7 +11,7 @@ import pytest
 
 from rota import App, JobContext, JobState, WorkerSettings
 from rota.domain.errors import StoreUnavailable
-from rota.domain.job import MAX_PROGRESS_MESSAGE_LENGTH, Progress
+from rota.domain.payload import MAX_PROGRESS_MESSAGE_LENGTH, Progress
 from rota.testing import FakeClock, drain
 
 

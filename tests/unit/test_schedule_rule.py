@@ -13,14 +13,8 @@ from hypothesis import strategies as st
 
 from rota.domain.errors import InvalidInput, InvalidSchedule
 from rota.domain.job import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, JobSpec
-from rota.domain.schedule import (
-    MAX_CRON_LENGTH,
-    Misfire,
-    Overlap,
-    Rule,
-    ScheduleSpec,
-    first_slot,
-)
+from rota.domain.schedule import Misfire, Overlap, Rule, ScheduleSpec, first_slot
+from rota.domain.schedule_cron import MAX_CRON_LENGTH
 
 BERLIN = ZoneInfo("Europe/Berlin")
 

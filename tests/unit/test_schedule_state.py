@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rota.domain.errors import InvalidSchedule
-from rota.domain.job import JobState
+from rota.domain.job_state import JobState
 from rota.domain.schedule import Misfire, Overlap, Rule, ScheduleSpec
 from rota.domain.schedule_state import (
     Schedule,

@@ -12,7 +12,7 @@ import pytest
 
 import rota
 from rota.domain.errors import InvalidSchedule, StoreUnavailable
-from rota.domain.job import JobState
+from rota.domain.job_state import JobState
 from rota.domain.schedule import Misfire, Overlap, Rule, ScheduleSpec
 from rota.domain.schedule_state import Schedule
 from rota.observability.metrics import Metrics

@@ -9,7 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 from rota.app import App
-from rota.domain.job import JobState
+from rota.domain.job_state import JobState
 from rota.runtime.context import JobContext
 from rota.runtime.crew import WorkerThread
 

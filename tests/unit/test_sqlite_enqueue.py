@@ -13,7 +13,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from rota.domain.job import JobSpec, JobState
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState
 from rota.domain.workflow import chain
 from rota.store.sqlite import SqliteStore, jobs
 from rota.store.sqlite.migrations import known

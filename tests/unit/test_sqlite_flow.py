@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from rota.domain.flow import EVERY_TENANT, Limit, LimitScope
-from rota.domain.job import JobSpec, JobState
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState
 from rota.store.memory import MemoryStore
 from rota.store.sqlite import SqliteStore, claims
 from rota.testing import FakeClock

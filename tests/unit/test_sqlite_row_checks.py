@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from rota.domain.job import JobSpec, JobState
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState
 from rota.store.sqlite import SqliteStore, claims
 from rota.store.sqlite.migrations import known
 from rota.testing import FakeClock

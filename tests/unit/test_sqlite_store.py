@@ -21,7 +21,8 @@ from rota.domain.errors import (
     MigrationsPending,
     StoreUnavailable,
 )
-from rota.domain.job import JobSpec, JobState
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState
 from rota.domain.lease import Lease
 from rota.store import JobFilter, WorkerInfo, open_store
 from rota.store.memory import MemoryStore

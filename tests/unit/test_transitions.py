@@ -4,7 +4,7 @@ tests/contract/test_transitions.py."""
 
 from __future__ import annotations
 
-from rota.domain.job import FINISHED_STATES, HOLDABLE_STATES, RETRYABLE_STATES, JobState
+from rota.domain.job_state import FINISHED_STATES, HOLDABLE_STATES, RETRYABLE_STATES, JobState
 from rota.domain.transitions import MOVES, accepts, in_list, refusal, released_state
 from rota.store.postgres.queries import queries
 

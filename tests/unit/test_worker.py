@@ -12,7 +12,7 @@ import pytest
 
 from rota import App, JobContext, JobState, Permanent, RetryPolicy, Snooze, WorkerSettings
 from rota.domain.errors import StoreUnavailable
-from rota.domain.job import Outcome
+from rota.domain.job_state import Outcome
 from rota.domain.lease import Lease
 from rota.runtime.completions import Completer
 from rota.runtime.execution import Stop

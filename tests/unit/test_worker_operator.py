@@ -12,7 +12,7 @@ import pytest
 
 from rota import App, InvalidInput, JobContext, JobResult, JobState, RetryPolicy
 from rota.domain.errors import StoreUnavailable
-from rota.domain.job import Outcome
+from rota.domain.job_state import Outcome
 from rota.testing import FakeClock
 from tests.unit.conftest import settings
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from rota.domain.errors import InvalidJob, ParentNotFound
-from rota.domain.job import JobSpec, JobState
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState
 from rota.domain.workflow import MAX_PARENTS, Node, Workflow, chain, chord, plan, resolve
 
 

@@ -30,7 +30,7 @@ from rota.api.settings import ApiSettings
 from rota.api.shares import ReadShare
 from rota.client import Client
 from rota.domain.clock import Clock, SystemClock
-from rota.domain.job import validate_name
+from rota.domain.names import validate_name
 from rota.domain.workflow import WorkflowBuilder
 from rota.observability.metrics import Metrics
 from rota.store.replica import ReadReplica

@@ -17,7 +17,7 @@ from rota.api.context import ApiContext
 from rota.api.schemas import BlockerOut
 from rota.domain.blockers import Blocker, FlowSnapshot, LimitUse, blockers, is_held
 from rota.domain.job import Job
-from rota.store.base import kinds_by_queue
+from rota.store.records import kinds_by_queue
 
 
 async def flow_snapshot(ctx: ApiContext, now: datetime) -> FlowSnapshot:

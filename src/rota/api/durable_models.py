@@ -8,7 +8,7 @@ from datetime import datetime
 from pydantic import BaseModel, Field
 
 from rota.domain.durable import SignalResult, Step, StepKind, StepState, Suspension
-from rota.domain.job import payload_text, preview
+from rota.domain.payload import payload_text, preview
 
 
 class StepOut(BaseModel):

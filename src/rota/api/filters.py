@@ -8,8 +8,9 @@ from dataclasses import replace
 
 from rota.api.errors import ApiError, quote_input
 from rota.api.schemas import MAX_SEARCH_LENGTH, JobFilterBody
-from rota.domain.job import JobState, validate_name
-from rota.store.base import JobFilter
+from rota.domain.job_state import JobState
+from rota.domain.names import validate_name
+from rota.store.records import JobFilter
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 #: A search term no job matches: unique keys never contain control characters.

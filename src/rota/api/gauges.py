@@ -11,9 +11,9 @@ from datetime import datetime, timedelta
 
 from rota.api.settings import ApiSettings
 from rota.client import Client
-from rota.domain.job import JobState
+from rota.domain.job_state import JobState
 from rota.observability.metrics import Metrics
-from rota.store.base import Counts
+from rota.store.records import Counts
 
 OTHER_QUEUES = "_other"
 

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import Query
 
 from rota.api.schemas import MAX_CURSOR_LENGTH
-from rota.store.base import JOB_CURSOR_PATTERN, MAX_PAGE_SIZE
+from rota.store.records import JOB_CURSOR_PATTERN, MAX_PAGE_SIZE
 
 #: ``limit``: rows per page.
 PageLimit = Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)]

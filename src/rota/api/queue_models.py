@@ -27,8 +27,9 @@ from rota.domain.flow import (
     Limit,
     LimitScope,
 )
-from rota.domain.job import MAX_NAME_LENGTH, NAME_PATTERN, JobState, validate_name
-from rota.store.base import LimitInfo
+from rota.domain.job_state import JobState
+from rota.domain.names import MAX_NAME_LENGTH, NAME_PATTERN, validate_name
+from rota.store.records import LimitInfo
 
 #: LimitScope's values, spelled out so the schema can enumerate them.
 ScopeName = Literal["queue", "kind", "tenant"]

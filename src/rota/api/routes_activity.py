@@ -24,7 +24,8 @@ from rota.api.context import ApiContext
 from rota.api.schemas import errors
 from rota.domain.activity import MINUTE, TOP_ERRORS, WINDOWS
 from rota.domain.blockers import kind_blockers, queue_blockers
-from rota.domain.job import MAX_NAME_LENGTH, NAME_PATTERN, JobState
+from rota.domain.job_state import JobState
+from rota.domain.names import MAX_NAME_LENGTH, NAME_PATTERN
 
 Name = Annotated[
     str,

@@ -19,12 +19,7 @@ from rota.domain.audit import (
     AuditEntry,
     AuditFilter,
 )
-from rota.domain.job import (
-    INSTANT_PATTERN,
-    MAX_INSTANT_LENGTH,
-    SAFE_YEARS_PATTERN,
-    parse_instant,
-)
+from rota.domain.names import INSTANT_PATTERN, MAX_INSTANT_LENGTH, SAFE_YEARS_PATTERN, parse_instant
 
 _INSTANT_SCHEMA = {
     "format": "date-time",

@@ -43,19 +43,13 @@ from rota.api.schemas import (
 from rota.client import Client
 from rota.domain.durable import Step, suspension
 from rota.domain.errors import InvalidJob
-from rota.domain.job import (
-    MAX_NAME_LENGTH,
-    NAME_PATTERN,
-    Attempt,
-    Job,
-    JobState,
-    check_known_kind,
-    parse_instant,
-    payload_text,
-)
+from rota.domain.job import Attempt, Job
+from rota.domain.job_state import JobState
+from rota.domain.names import MAX_NAME_LENGTH, NAME_PATTERN, check_known_kind, parse_instant
+from rota.domain.payload import payload_text
 from rota.domain.transitions import MOVES
 from rota.operator import Operator
-from rota.store.base import MAX_BULK, JobFilter, decode_cursor, encode_cursor
+from rota.store.records import MAX_BULK, JobFilter, decode_cursor, encode_cursor
 
 #: Job ids are PostgreSQL bigints; anything larger cannot name a job.
 MAX_JOB_ID = 2**63 - 1

@@ -32,8 +32,8 @@ from rota.api.queue_models import (
 from rota.api.routes_jobs import json_body
 from rota.api.schemas import errors
 from rota.domain.flow import EVERY_TENANT, LimitScope
-from rota.domain.job import MAX_NAME_LENGTH, NAME_PATTERN
-from rota.store.base import LimitInfo
+from rota.domain.names import MAX_NAME_LENGTH, NAME_PATTERN
+from rota.store.records import LimitInfo
 
 QueueName = Annotated[
     str,

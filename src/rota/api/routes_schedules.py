@@ -28,7 +28,7 @@ from rota.api.schedule_models import (
 )
 from rota.api.schemas import JobCreated, job_out
 from rota.domain.errors import InvalidJob
-from rota.domain.job import MAX_NAME_LENGTH, NAME_PATTERN, check_known_kind
+from rota.domain.names import MAX_NAME_LENGTH, NAME_PATTERN, check_known_kind
 from rota.domain.schedule import ScheduleSpec
 from rota.domain.schedule_state import Schedule
 

@@ -13,7 +13,9 @@ from rota.api.durable_models import SignalOut, signal_out
 from rota.api.routes_jobs import json_body
 from rota.api.schemas import RequestBody, errors
 from rota.domain.durable import MAX_SIGNAL_KEY_LENGTH
-from rota.domain.job import MAX_DELAY, MAX_RESULT_BYTES, NAME_PATTERN
+from rota.domain.job import MAX_DELAY
+from rota.domain.names import NAME_PATTERN
+from rota.domain.payload import MAX_RESULT_BYTES
 from rota.verbs.signals import counted
 
 

@@ -22,8 +22,10 @@ from rota.api.schemas import (
     job_summary,
 )
 from rota.domain.errors import WorkflowNotFound
-from rota.domain.job import Job, JobState
-from rota.store.base import MAX_PAGE_EDGES, Store, decode_cursor, encode_cursor
+from rota.domain.job import Job
+from rota.domain.job_state import JobState
+from rota.store.base import Store
+from rota.store.records import MAX_PAGE_EDGES, decode_cursor, encode_cursor
 
 #: Workflow ids are job ids: PostgreSQL bigints.
 MAX_WORKFLOW_ID = 2**63 - 1

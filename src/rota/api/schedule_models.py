@@ -26,26 +26,20 @@ from rota.api.schemas import (
 )
 from rota.client import Client
 from rota.domain.errors import InvalidSchedule, StateConflict
-from rota.domain.job import (
-    MAX_ATTEMPTS_LIMIT,
-    MAX_NAME_LENGTH,
-    MAX_PRIORITY,
-    MIN_PRIORITY,
-    NAME_PATTERN,
-)
+from rota.domain.job import MAX_ATTEMPTS_LIMIT, MAX_PRIORITY, MIN_PRIORITY
+from rota.domain.names import MAX_NAME_LENGTH, NAME_PATTERN
 from rota.domain.schedule import (
-    MAX_CRON_LENGTH,
     MAX_GRACE,
     MAX_INTERVAL,
     MAX_JITTER,
     MAX_MISFIRE_LIMIT,
-    MAX_TIMEZONE_LENGTH,
     MIN_INTERVAL,
     Misfire,
     Overlap,
     Rule,
     ScheduleSpec,
 )
+from rota.domain.schedule_cron import MAX_CRON_LENGTH, MAX_TIMEZONE_LENGTH
 from rota.domain.schedule_state import Schedule, schedule_fields
 from rota.operator import Operator
 

@@ -18,28 +18,32 @@ from rota.api.durable_models import StepOut, SuspensionOut
 from rota.api.errors import ApiError
 from rota.domain import blame
 from rota.domain.job import (
-    INSTANT_PATTERN,
     MAX_ATTEMPTS_LIMIT,
     MAX_DELAY,
-    MAX_INSTANT_LENGTH,
-    MAX_NAME_LENGTH,
     MAX_PRIORITY,
-    MAX_PROGRESS_MESSAGE_LENGTH,
-    MAX_RESULT_BYTES,
     MAX_UNIQUE_KEY_LENGTH,
     MIN_PRIORITY,
-    NAME_PATTERN,
-    PREVIEW_BYTES,
-    SAFE_YEARS_PATTERN,
     Attempt,
     Job,
+)
+from rota.domain.names import (
+    INSTANT_PATTERN,
+    MAX_INSTANT_LENGTH,
+    MAX_NAME_LENGTH,
+    NAME_PATTERN,
+    SAFE_YEARS_PATTERN,
+)
+from rota.domain.payload import (
+    MAX_PROGRESS_MESSAGE_LENGTH,
+    MAX_RESULT_BYTES,
+    PREVIEW_BYTES,
     Preview,
     payload_text,
     preview,
 )
 from rota.domain.schedule import MAX_INTERVAL, MIN_INTERVAL
 from rota.domain.workflow import MAX_PARENTS
-from rota.store.base import ThroughputBucket, WorkerInfo
+from rota.store.records import ThroughputBucket, WorkerInfo
 
 #: JobState's values, spelled out so the schema can enumerate them (a test pins the match).
 StateName = Literal["waiting", "pending", "running", "succeeded", "dead", "cancelled", "held"]

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from rota.api.credentials import Credential, TrustedProxy
 from rota.domain.errors import InvalidInput
-from rota.domain.job import MAX_PAYLOAD_BYTES, MAX_PAYLOAD_DEPTH
+from rota.domain.payload import MAX_PAYLOAD_BYTES, MAX_PAYLOAD_DEPTH
 
 #: Room for the fields around a maximal payload in a POST /api/jobs body.
 BODY_OVERHEAD_BYTES = 64 * 1024

@@ -13,7 +13,7 @@ from rota.cli.terminal import console, shown, table
 from rota.config import parse_duration, parse_instant
 from rota.domain.audit import AuditAction, AuditEntry, AuditFilter
 from rota.domain.errors import InvalidInput
-from rota.store.base import AuditPage
+from rota.store.records import AuditPage
 
 
 def _instant(text: str | None, what: str, now: datetime) -> datetime | None:

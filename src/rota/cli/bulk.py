@@ -23,9 +23,9 @@ from rota.cli.terminal import progress
 from rota.client import Client
 from rota.domain.audit import AuditAction
 from rota.domain.errors import InvalidInput
-from rota.domain.job import FINISHED_STATES, JobState
+from rota.domain.job_state import FINISHED_STATES, JobState
 from rota.store import JobFilter
-from rota.store.base import MAX_BULK
+from rota.store.records import MAX_BULK
 
 #: Jobs per statement: small enough that no batch holds its locks for long.
 BATCH = 500

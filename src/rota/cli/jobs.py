@@ -22,8 +22,11 @@ from rota.cli.terminal import console, shown, table
 from rota.config import parse_duration, parse_instant, parse_json
 from rota.domain import blame
 from rota.domain.errors import InvalidInput, InvalidJob
-from rota.domain.job import Attempt, Job, JobState, payload_text, preview, validate_name
-from rota.store.base import WorkerInfo
+from rota.domain.job import Attempt, Job
+from rota.domain.job_state import JobState
+from rota.domain.names import validate_name
+from rota.domain.payload import payload_text, preview
+from rota.store.records import WorkerInfo
 
 # ---------------------------------------------------------------------- enqueue and jobs
 

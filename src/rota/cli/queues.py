@@ -15,9 +15,9 @@ from rota.client import QueueStatus, limit_selected, limit_spec
 from rota.config import parse_duration
 from rota.domain.errors import InvalidInput, NotFound
 from rota.domain.flow import Limit
-from rota.domain.job import JobState
+from rota.domain.job_state import JobState
 from rota.operator import Operator
-from rota.store.base import LimitInfo
+from rota.store.records import LimitInfo
 
 # ---------------------------------------------------------------------- queues
 

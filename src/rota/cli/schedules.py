@@ -13,10 +13,11 @@ from rota.cli.group import Target, cli, json_option, uses_database, with_client,
 from rota.cli.terminal import console, shown, table
 from rota.config import parse_duration, parse_json
 from rota.domain.errors import InvalidInput
-from rota.domain.job import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, EnqueueResult, check_known_kind
+from rota.domain.job import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, EnqueueResult
+from rota.domain.names import check_known_kind
 from rota.domain.schedule import Misfire, Overlap, Rule, ScheduleSpec
 from rota.domain.schedule_state import Schedule, schedule_fields
-from rota.store.base import MAX_PAGE_SIZE, SchedulePage, WorkerInfo, kinds_by_queue
+from rota.store.records import MAX_PAGE_SIZE, SchedulePage, WorkerInfo, kinds_by_queue
 
 if TYPE_CHECKING:
     from rota.operator import Operator

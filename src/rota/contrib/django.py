@@ -53,15 +53,9 @@ from django.utils.module_loading import autodiscover_modules
 
 from rota.app import App
 from rota.domain.errors import InvalidInput, JobCancelled, JobFailed, JobNotFound, Permanent
-from rota.domain.job import (
-    DEFAULT_MAX_ATTEMPTS,
-    MAX_NAME_LENGTH,
-    NAME_PATTERN,
-    Attempt,
-    Job,
-    JobState,
-    Outcome,
-)
+from rota.domain.job import DEFAULT_MAX_ATTEMPTS, Attempt, Job
+from rota.domain.job_state import JobState, Outcome
+from rota.domain.names import MAX_NAME_LENGTH, NAME_PATTERN
 from rota.runtime.context import JobContext
 from rota.runtime.worker import Worker
 from rota.runtime.worker_settings import WorkerSettings

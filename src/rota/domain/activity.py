@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from rota.domain.errors import InvalidInput
-from rota.domain.job import Job, JobState
+from rota.domain.job import Job
+from rota.domain.job_state import JobState
 
 #: The lower bounds of the duration buckets after the first, in microseconds: bucket i holds
 #: durations in [BOUNDS[i-1], BOUNDS[i]) (bucket 0 from zero, the last one everything from

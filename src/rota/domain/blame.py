@@ -11,7 +11,7 @@ crash make a job dead; a job is dead of crashes only once its worker died while 
 - An expired lease counts as an attempt, except that **a shared crash never uses up the last
   attempt**: an ordinary lease that expires on the last attempt gives the attempt back.
 - A suspect's **last attempt runs alone**, and so does every attempt of a job whose worker
-  died twice while running it (``rota.domain.job.runs_alone``): a claim that reaches such a
+  died twice while running it (``rota.domain.job_state.runs_alone``): a claim that reaches such a
   job takes it alone (first in line it is the batch; further back the batch ends before it),
   and its worker starts the handler only once it holds nothing else, and claims nothing more
   until it finishes. A crash then can only be its own doing (or the machine's).
@@ -32,7 +32,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rota.domain.job import Job, JobState, runs_alone
+from rota.domain.job import Job
+from rota.domain.job_state import JobState, runs_alone
 
 #: An expired lease that counted as an attempt, with attempts left.
 LEASE_EXPIRED = "lease expired"

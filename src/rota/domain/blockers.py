@@ -16,7 +16,8 @@ from datetime import datetime
 from enum import StrEnum
 
 from rota.domain.flow import EVERY_TENANT, Key, Limit, LimitScope, counted_keys, limit_for
-from rota.domain.job import Job, JobState
+from rota.domain.job import Job
+from rota.domain.job_state import JobState
 
 
 class Blocked(StrEnum):

@@ -25,7 +25,9 @@ from enum import StrEnum
 from typing import Any
 
 from rota.domain.errors import InvalidInput
-from rota.domain.job import MAX_DELAY, NAME_PATTERN, Job, JobState, Outcome
+from rota.domain.job import MAX_DELAY, Job
+from rota.domain.job_state import JobState, Outcome
+from rota.domain.names import NAME_PATTERN
 
 #: Step names and signal keys share the grammar of kinds and queues (they appear in logs,
 #: URLs and metrics' exemplars), with room for an id or two: ``payment:order-42``.

@@ -17,7 +17,8 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from rota.domain.errors import InvalidInput, InvalidJob
-from rota.domain.job import Job, validate_name
+from rota.domain.job import Job
+from rota.domain.names import validate_name
 
 #: A tenant limit with this key applies to each tenant on its own.
 EVERY_TENANT = "*"

@@ -18,7 +18,7 @@ from cronsim import CronSim
 
 #: Stepped through slot by slot before and after each offset change: past the hour of wall
 #: times a change repeats or skips, and past the 25 hours over which a rule looks back for a
-#: change it may still be inside (``rota.domain.schedule``'s ``_LOOKBACK``).
+#: change it may still be inside (``rota.domain.schedule_cron``'s ``_LOOKBACK``).
 _BEFORE_CHANGE = timedelta(hours=3)
 _AFTER_CHANGE = timedelta(hours=27)
 #: Below this many slots, stepping costs less than setting up the count by days.

@@ -21,7 +21,8 @@ from enum import StrEnum
 from typing import Any, Literal
 
 from rota.domain.errors import InvalidSchedule
-from rota.domain.job import EnqueueResult, JobState
+from rota.domain.job import EnqueueResult
+from rota.domain.job_state import JobState
 from rota.domain.schedule import Overlap, Rule, ScheduleSpec, first_slot
 from rota.domain.schedule_plan import Misfire
 

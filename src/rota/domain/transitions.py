@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from rota.domain.job import JobState
+from rota.domain.job_state import JobState
 
 _W, _P, _R, _H = JobState.WAITING, JobState.PENDING, JobState.RUNNING, JobState.HELD
 _S, _D, _C = JobState.SUCCEEDED, JobState.DEAD, JobState.CANCELLED

@@ -21,7 +21,8 @@ from datetime import datetime
 from typing import Any
 
 from rota.domain.errors import InvalidJob, ParentNotFound
-from rota.domain.job import JobSpec, JobState
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState
 
 #: The most jobs one workflow call may write: a fan-in of MAX_PARENTS and its callback fit
 #: twice over, and the call stays one transaction of bounded size.

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from rota.domain.errors import InvalidInput
-from rota.domain.job import Outcome
+from rota.domain.job_state import Outcome
 from rota.observability.hotpath import Counters, Gauges, Histograms
 
 if TYPE_CHECKING:  # prometheus-client is imported by the first Metrics, not by `import rota`

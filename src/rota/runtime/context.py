@@ -10,8 +10,9 @@ from typing import Any
 
 from rota.domain.durable import check_duration
 from rota.domain.errors import InvalidInput
-from rota.domain.job import Job, Progress
+from rota.domain.job import Job
 from rota.domain.lease import Lease
+from rota.domain.payload import Progress
 from rota.domain.retry import RetryPolicy
 from rota.runtime.durable import DurableRun, DurableRuntime, sleep_until_of
 

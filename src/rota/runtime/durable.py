@@ -35,8 +35,10 @@ from rota.domain.durable import (
     step_key,
 )
 from rota.domain.errors import InvalidInput, InvalidJob, StepFailed, WaitTimeout
-from rota.domain.job import Job, Outcome, encode_result
+from rota.domain.job import Job
+from rota.domain.job_state import Outcome
 from rota.domain.lease import Lease
+from rota.domain.payload import encode_result
 from rota.domain.retry import RetryPolicy
 from rota.observability import tracing
 from rota.observability.metrics import Metrics

@@ -36,7 +36,8 @@ from rota.domain.errors import (
     Snooze,
     StoreUnavailable,
 )
-from rota.domain.job import DEFAULT_MAX_RESULT_BYTES, JobState, Outcome, encode_result
+from rota.domain.job_state import JobState, Outcome
+from rota.domain.payload import DEFAULT_MAX_RESULT_BYTES, encode_result
 from rota.domain.retry import RetryPolicy
 from rota.observability import tracing
 from rota.observability.logging import job_context

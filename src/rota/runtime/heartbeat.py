@@ -23,11 +23,13 @@ from typing import Any
 
 from rota.domain.clock import Clock
 from rota.domain.errors import StoreUnavailable
-from rota.domain.job import Job, Progress
+from rota.domain.job import Job
+from rota.domain.payload import Progress
 from rota.runtime.execution import Execution, Stop
 from rota.runtime.services import bounded
 from rota.runtime.storeclock import StoreClock
-from rota.store.base import Beat, Store
+from rota.store.base import Store
+from rota.store.records import Beat
 
 log = logging.getLogger("rota.worker")
 

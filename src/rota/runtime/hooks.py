@@ -31,7 +31,8 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from rota.domain.errors import InvalidInput
-from rota.domain.job import Job, JobState, Outcome
+from rota.domain.job import Job
+from rota.domain.job_state import JobState, Outcome
 
 if TYPE_CHECKING:
     from rota.runtime.context import JobContext

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 
 from rota.domain.clock import Clock
-from rota.domain.job import Progress
+from rota.domain.payload import Progress
 from rota.runtime.execution import Execution
 from rota.runtime.services import bounded
 from rota.store.base import Store

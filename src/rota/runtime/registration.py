@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from datetime import timedelta
 
 from rota.runtime.registry import Registry
-from rota.store.base import Store, WorkerInfo
+from rota.store.base import Store
+from rota.store.records import WorkerInfo
 
 
 class Registration:

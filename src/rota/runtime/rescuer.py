@@ -9,7 +9,8 @@ import logging
 from dataclasses import replace
 from datetime import timedelta
 
-from rota.store.base import RescueResult, Store
+from rota.store.base import Store
+from rota.store.records import RescueResult
 
 log = logging.getLogger("rota.worker")
 

@@ -49,7 +49,8 @@ from rota.runtime.services import (
 )
 from rota.runtime.storeclock import StoreClock
 from rota.runtime.worker_settings import WorkerSettings, default_worker_name
-from rota.store.base import ALIVE_BEATS, Store
+from rota.store.base import Store
+from rota.store.records import ALIVE_BEATS
 
 log = logging.getLogger("rota.worker")
 

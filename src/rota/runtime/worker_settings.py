@@ -11,7 +11,8 @@ from datetime import timedelta
 
 from rota.domain.audit import DEFAULT_AUDIT_RETENTION
 from rota.domain.errors import InvalidInput, InvalidJob
-from rota.domain.job import DEFAULT_MAX_RESULT_BYTES, MAX_RESULT_CAP, validate_name
+from rota.domain.names import validate_name
+from rota.domain.payload import DEFAULT_MAX_RESULT_BYTES, MAX_RESULT_CAP
 
 
 def default_worker_name() -> str:

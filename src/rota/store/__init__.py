@@ -10,7 +10,8 @@ from urllib.parse import urlsplit
 
 from rota.domain.clock import Clock
 from rota.domain.errors import InvalidInput
-from rota.store.base import Beat, Counts, JobFilter, Page, RescueResult, Store, WorkerInfo
+from rota.store.base import Store
+from rota.store.records import Beat, Counts, JobFilter, Page, RescueResult, WorkerInfo
 
 __all__ = [
     "Beat",

@@ -7,284 +7,40 @@ database's ``now()`` on PostgreSQL), a value means a caller (a test) is driving 
 
 from __future__ import annotations
 
-import math
-import re
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Protocol
 
 from rota.domain.activity import TOP_ERRORS, ActivityBucket, ErrorGroup
 from rota.domain.audit import AuditEntry, AuditFilter, AuditRecord
-from rota.domain.errors import InvalidCursor, InvalidInput
 from rota.domain.flow import Limit, LimitScope
-from rota.domain.job import (
-    Attempt,
-    EnqueueResult,
-    Job,
-    JobEdit,
-    JobSpec,
-    JobState,
-    Progress,
-    validate_name,
-)
+from rota.domain.job import Attempt, EnqueueResult, Job, JobEdit, JobSpec
+from rota.domain.job_state import JobState
 from rota.domain.lease import Lease
-from rota.domain.schedule import ScheduleSpec
-from rota.domain.schedule_state import Firing, Missed, Schedule
-from rota.domain.workflow import Workflow, WorkflowBuilder
+from rota.domain.payload import Progress
+from rota.domain.workflow import Workflow
 from rota.store.durable import DurableVerbs
-
-MAX_PAGE_SIZE = 500
-MAX_BULK = 10_000
-#: How many edges one page of a workflow carries at most (Store.workflow with a limit): the
-#: parents of a job beyond them are paged by Store.related.
-MAX_PAGE_EDGES = 1_000
-#: A worker is alive while its last heartbeat is at most this many heartbeat intervals old.
-ALIVE_BEATS = 3
-
-
-@dataclass(frozen=True, slots=True)
-class JobFilter:
-    """Which jobs a list or bulk action covers; ``None`` fields do not filter."""
-
-    states: frozenset[JobState] | None = None
-    kind: str | None = None
-    queue: str | None = None
-    tenant: str | None = None
-    schedule: str | None = None
-    #: The workflow's id (its first job's): only the jobs of that workflow.
-    workflow: int | None = None
-    #: A job id or an exact unique key.
-    search: str | None = None
-
-    @property
-    def search_id(self) -> int | None:
-        """The search term as a job id, when it is one."""
-        # ASCII only: str.isdigit() also accepts superscripts and other scripts' digits.
-        search = self.search
-        if search is not None and search.isascii() and search.isdigit() and len(search) < 19:
-            return int(search)
-        return None
+from rota.store.records import (
+    MAX_BULK,
+    AuditPage,
+    Beat,
+    Counted,
+    Counts,
+    JobFilter,
+    LimitInfo,
+    Page,
+    QueueInfo,
+    RescueResult,
+    ThroughputBucket,
+    WorkerInfo,
+)
+from rota.store.schedule_verbs import ScheduleVerbs
 
 
-@dataclass(frozen=True, slots=True)
-class Page:
-    """One page of a job list, newest first, and the cursor of the next page (None at the end)."""
-
-    jobs: list[Job]
-    next_cursor: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class AuditPage:
-    """One page of audit entries, newest first, and the cursor of the next (None at the end)."""
-
-    entries: list[AuditEntry]
-    next_cursor: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class SchedulePage:
-    """One page of schedules by name, and the cursor of the next page (None at the end)."""
-
-    schedules: list[Schedule]
-    next_cursor: str | None
-
-
-#: A job list's keyset cursor: the id of the last job on the page, in ASCII digits. Any such
-#: text is a valid position, so the API can describe its cursors exactly.
-JOB_CURSOR_PATTERN = re.compile(r"[0-9]{1,18}")
-
-
-def encode_cursor(last_id: int) -> str:
-    """The keyset cursor after ``last_id``: the id itself."""
-    return str(last_id)
-
-
-def decode_cursor(cursor: str) -> int:
-    """The job id a cursor points after; InvalidCursor for anything else."""
-    if JOB_CURSOR_PATTERN.fullmatch(cursor) is None:
-        raise InvalidCursor("cursor is not valid")
-    return int(cursor)
-
-
-def encode_schedule_cursor(last_name: str) -> str:
-    """The keyset cursor of schedules after ``last_name``: the name itself."""
-    return last_name
-
-
-def decode_schedule_cursor(cursor: str) -> str:
-    """The schedule name a cursor points after (any valid name is a position in the order);
-    InvalidCursor for anything else."""
-    try:
-        validate_name("cursor", cursor)
-    except InvalidInput:
-        raise InvalidCursor("cursor is not valid") from None
-    return cursor
-
-
-def check_schedule_listing(after: str | None, limit: int | None, due_first: bool) -> None:
-    """Refuse (InvalidInput) what ``Store.list_schedules`` cannot answer."""
-    if limit is not None and limit < 1:
-        raise InvalidInput("limit must be at least 1")
-    if due_first and after is not None:
-        raise InvalidInput("schedules due first come in one page: no cursor")
-
-
-@dataclass(frozen=True, slots=True)
-class Counts:
-    """Job counts by state, overall and per queue, and the run_at of the oldest due job.
-
-    ``exact`` is False when a backend answered from estimates (large PostgreSQL tables).
-    """
-
-    by_state: dict[JobState, int]
-    by_queue: dict[str, dict[JobState, int]]
-    oldest_due_at: datetime | None = None
-    exact: bool = True
-
-    def total(self, state: JobState) -> int:
-        return self.by_state.get(state, 0)
-
-
-@dataclass(frozen=True, slots=True)
-class Counted:
-    """How many jobs match a filter: ``n`` exactly, or about ``n`` when ``estimated`` (more
-    jobs matched than the store counts one by one: see ``Store.count_or_estimate``)."""
-
-    n: int
-    estimated: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class ThroughputBucket:
-    """Jobs that reached a terminal state during [start, start + bucket)."""
-
-    start: datetime
-    succeeded: int = 0
-    dead: int = 0
-    cancelled: int = 0
-
-
-MAX_BUCKETS = 1000
-
-
-def bucketize(
-    finished: Iterable[tuple[datetime, JobState, int]],
-    since: datetime,
-    bucket: timedelta,
-    now: datetime,
-) -> list[ThroughputBucket]:
-    """Add up (finished_at, state, count) triples into buckets from ``since`` up to ``now``.
-
-    Raises InvalidInput for a non-positive bucket or more than MAX_BUCKETS buckets.
-    """
-    if bucket <= timedelta(0):
-        raise InvalidInput("bucket must be positive")
-    count = max(0, math.ceil((now - since) / bucket))
-    if count > MAX_BUCKETS:
-        raise InvalidInput(f"at most {MAX_BUCKETS} buckets")
-    tallies = [[0, 0, 0] for _ in range(count)]
-    column = {JobState.SUCCEEDED: 0, JobState.DEAD: 1, JobState.CANCELLED: 2}
-    for finished_at, state, n in finished:
-        if state in column and since <= finished_at < now:
-            tallies[int((finished_at - since) / bucket)][column[state]] += n
-    return [
-        ThroughputBucket(since + i * bucket, succeeded=s, dead=d, cancelled=c)
-        for i, (s, d, c) in enumerate(tallies)
-    ]
-
-
-@dataclass(frozen=True, slots=True)
-class QueueInfo:
-    """A queue's settings (queues without settings are simply not paused)."""
-
-    name: str
-    paused: bool = False
-    updated_at: datetime | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class LimitInfo:
-    """A limit and how much of it is in use: running jobs with a live lease, and starts in
-    the current period (for ``*`` tenant limits, summed over every tenant)."""
-
-    limit: Limit
-    running: int = 0
-    recent_starts: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class RescueResult:
-    """What a rescue pass did: expired leases made dead (see ``Store.rescue``) or pending again."""
-
-    dead: list[int] = field(default_factory=list)
-    requeued: list[int] = field(default_factory=list)
-    #: Pending jobs cancelled as expired (``Store.expire``), by the rescuer that called both.
-    expired: list[int] = field(default_factory=list)
-    #: Pending jobs ended dead because no live worker runs their kind (``Store.end_unrunnable``).
-    unrunnable: list[int] = field(default_factory=list)
-
-
-@dataclass(frozen=True, slots=True)
-class Beat:
-    """What a heartbeat did: the leases it found lost, and the store's clock as it renewed the
-    others (their lease_until is ``now`` + the lease), for a worker to measure its own clock
-    against."""
-
-    lost: list[Lease]
-    now: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerInfo:
-    """A worker's row in the registry."""
-
-    name: str
-    host: str
-    pid: int
-    queues: tuple[str, ...]
-    concurrency: int
-    started_at: datetime | None = None
-    beat_at: datetime | None = None
-    running: int = 0
-    #: The kinds the worker runs; None when it did not say (it may run any kind).
-    kinds: tuple[str, ...] | None = None
-    #: The worker's own heartbeat interval; None for one that did not record it (registered
-    #: before migration 026).
-    heartbeat: timedelta | None = None
-
-    def heartbeat_age(self, now: datetime) -> timedelta | None:
-        """How long ago, by the store's clock ``now``, the worker last beat (None: never)."""
-        return None if self.beat_at is None else now - self.beat_at
-
-    def is_alive(self, now: datetime, heartbeat: timedelta) -> bool:
-        """Whether the worker beat within ALIVE_BEATS of its own heartbeat intervals before
-        ``now`` (the store's clock): one late beat, under load, does not make a worker look
-        gone. ``heartbeat`` stands in for the interval of a worker that did not record one."""
-        age = self.heartbeat_age(now)
-        return age is not None and age <= ALIVE_BEATS * (self.heartbeat or heartbeat)
-
-
-def kinds_by_queue(
-    workers: Iterable[tuple[Iterable[str], Iterable[str] | None]],
-) -> dict[str, set[str] | None]:
-    """The kinds the live ``workers`` (their queues and listed kinds) run, by queue: None for a
-    queue one of whose workers did not list its kinds (it may run any). For end_unrunnable."""
-    served: dict[str, set[str] | None] = {}
-    for queues, kinds in workers:
-        for queue in queues:
-            known = served.setdefault(queue, set())
-            if known is None or kinds is None:
-                served[queue] = None
-            else:
-                known.update(kinds)
-    return served
-
-
-class Store(DurableVerbs, Protocol):
+class Store(DurableVerbs, ScheduleVerbs, Protocol):
     """What every backend guarantees. Fenced verbs raise ``LeaseLost`` instead of writing.
-    The durable verbs (steps, sleeps, waits, signals, effects) are in store/durable.py."""
+    The durable verbs (steps, sleeps, waits, signals, effects) are in store/durable.py, the
+    schedule verbs in store/schedule_verbs.py."""
 
     #: Whether ``watch`` reports schedule changes made by any process (see ``watch``).
     pushes_schedule_changes: bool
@@ -445,7 +201,7 @@ class Store(DurableVerbs, Protocol):
         """Mark each job succeeded that is still held by its lease; return the leases lost.
 
         ``results`` pairs each lease with its handler's result as JSON text (see
-        ``rota.domain.job.encode_result``; None: nothing stored), written in the same
+        ``rota.domain.payload.encode_result``; None: nothing stored), written in the same
         statement and fenced with it: a lost lease's result is never written."""
         ...
 
@@ -628,7 +384,7 @@ class Store(DurableVerbs, Protocol):
 
     async def expire(self, *, now: datetime | None = None, limit: int = 1000) -> list[int]:
         """Cancel up to ``limit`` pending jobs whose ``expires_at`` has come (<= now), with
-        last_error "expired" (rota.domain.job.EXPIRED); return their ids, ascending. Claims
+        last_error "expired" (rota.domain.job_state.EXPIRED); return their ids, ascending. Claims
         never take such a job, whether or not this ran yet."""
         ...
 
@@ -640,7 +396,7 @@ class Store(DurableVerbs, Protocol):
         now: datetime | None = None,
         limit: int = 1000,
     ) -> list[int]:
-        """End dead, with last_error ``rota.domain.job.unrunnable(kind)``, up to ``limit``
+        """End dead, with last_error ``rota.domain.job_state.unrunnable(kind)``, up to ``limit``
         pending jobs due for longer than ``grace`` that no live worker can run: their queue is
         served by at least one worker that beat within ``alive_within``, and every such worker
         listed its kinds, none of them the job's. Return their ids, ascending.
@@ -731,115 +487,6 @@ class Store(DurableVerbs, Protocol):
     async def prune_audit(self, *, older_than: datetime, limit: int = 10_000) -> int:
         """Delete up to ``limit`` entries recorded before ``older_than``, oldest first; return
         how many."""
-        ...
-
-    # ------------------------------------------------------------------ schedules
-    # C5: each (schedule, slot) produces at most one job however many processes fire at once;
-    # the slot's job is inserted in the same transaction that advances next_run_at.
-
-    async def create_schedule(self, spec: ScheduleSpec, *, now: datetime | None = None) -> Schedule:
-        """Add a new schedule, first slot at or after now (an interval without an anchor is
-        anchored at now). StateConflict when a schedule of that name exists; nothing changes.
-        """
-        ...
-
-    async def upsert_schedule(self, spec: ScheduleSpec, *, now: datetime | None = None) -> Schedule:
-        """Create the schedule, or replace its definition: every definition field comes from
-        ``spec``; ``paused`` and the run history are kept; ``next_run_at`` is kept unless the
-        rule changed, and then starts again at the new rule's first slot at or after now
-        (never at or before the last fired slot). See ``schedule_state.upserted``.
-        """
-        ...
-
-    async def replace_schedule(
-        self, spec: ScheduleSpec, *, now: datetime | None = None
-    ) -> Schedule:
-        """Replace an existing schedule's definition as ``upsert_schedule`` does, in one
-        atomic step: ScheduleNotFound when there is none (also when it is deleted while this
-        runs), and then nothing is created."""
-        ...
-
-    async def get_schedule(self, name: str) -> Schedule:
-        """The schedule, with its last job's current state; ScheduleNotFound."""
-        ...
-
-    async def list_schedules(
-        self, *, after: str | None = None, limit: int | None = None, due_first: bool = False
-    ) -> list[Schedule]:
-        """Schedules by name (in code-point order), each with its last job's current state:
-        those named after ``after``, at most ``limit`` (None: all). A keyset,
-        so a page is stable however many schedules are added or removed meanwhile.
-
-        With ``due_first``: only unpaused schedules, the soonest due (``due_at``) first, then
-        by name, one page (``after`` is refused). InvalidInput for a limit out of range.
-        """
-        ...
-
-    async def pause_schedule(
-        self, name: str, *, missed: Missed = Missed.QUEUE, now: datetime | None = None
-    ) -> Schedule:
-        """Stop firing the schedule until resumed (kept across upserts), saying what the
-        resume does with the slots that fall due meanwhile (``missed``; pausing a paused
-        schedule changes only that). ScheduleNotFound."""
-        ...
-
-    async def resume_schedule(self, name: str, *, now: datetime | None = None) -> Schedule:
-        """Fire the schedule again (``schedule_state.resumed``): with ``Missed.QUEUE`` the
-        slots missed while paused fire as its misfire policy allows (``latest``: one run; at
-        most ``misfire_limit``), with ``Missed.DROP`` none does and the first slot due after
-        the resume fires next. Each slot still gets at most one job. ScheduleNotFound."""
-        ...
-
-    async def delete_schedule(self, name: str) -> None:
-        """Remove the schedule; jobs it already enqueued stay. ScheduleNotFound."""
-        ...
-
-    async def trigger_schedule(
-        self,
-        name: str,
-        *,
-        now: datetime | None = None,
-        workflows: Mapping[str, WorkflowBuilder] | None = None,
-    ) -> EnqueueResult:
-        """Run the schedule now, outside its slot grid: a job for it with slot_at = the store's
-        now, recorded as its last job. next_run_at does not move, and a paused schedule can be
-        run too. ScheduleNotFound. A workflow schedule writes its builder's graph (from
-        ``workflows``, by schedule name) and returns its first job: StateConflict when its
-        builder is not given, InvalidJob when the builder fails; nothing is written then.
-        """
-        ...
-
-    async def fire_due(
-        self,
-        *,
-        now: datetime | None = None,
-        limit: int = 100,
-        workflows: Mapping[str, WorkflowBuilder] | None = None,
-    ) -> list[Firing]:
-        """Fire up to ``limit`` unpaused schedules whose next slot is due (slot + jitter offset
-        <= now), earliest first, in one transaction.
-
-        Each due schedule is locked (other callers skip it), its slots are chosen by
-        ``schedule_state.decide`` (misfire policy, then overlap against its last job), each
-        chosen slot's job is inserted with schedule = name and slot_at = slot (the unique
-        (schedule, slot_at) index turns a taken slot into a duplicate result, never an error),
-        and next_run_at, last_run_at and last_job_id advance in the same transaction. Any
-        number of processes may call this at once: each slot gets at most one job, and since
-        next_run_at only moves forward, a clock that goes backwards never fires a slot twice.
-
-        A workflow schedule fires only where its builder is in ``workflows`` (by schedule
-        name; other callers pass it over): each chosen slot's graph is written whole in the same
-        transaction, its first job carrying the slot's unique (schedule, slot_at) key, so a
-        slot gets one graph however many processes fire; last_job_id is that first job (whose
-        id is the workflow's). A slot whose builder fails gets nothing and is reported in
-        ``Firing.failed``; the other slots and schedules fire all the same.
-        """
-        ...
-
-    async def next_fire_at(self, *, workflows: Collection[str] | None = None) -> datetime | None:
-        """The earliest instant an unpaused schedule becomes due (next_run_at plus its jitter
-        offset), by the store's clock; None without unpaused schedules. Workflow schedules
-        count only when named in ``workflows`` (those this caller can fire)."""
         ...
 
     async def pause_queue(self, queue: str, *, now: datetime | None = None) -> QueueInfo:

@@ -32,15 +32,11 @@ from rota.domain.job import (
     EnqueueResult,
     Job,
     JobSpec,
-    JobState,
-    Outcome,
-    Progress,
-    runs_alone,
-    truncate,
 )
+from rota.domain.job_state import JobState, Outcome, runs_alone
 from rota.domain.lease import Lease
+from rota.domain.payload import Progress, truncate
 from rota.domain.schedule_state import Schedule
-from rota.store.base import Beat, QueueInfo, WorkerInfo
 from rota.store.memory_activity import ActivityTallies
 from rota.store.memory_durable import DurableState, MemoryDurable
 from rota.store.memory_maintenance import MemoryMaintenance
@@ -48,6 +44,11 @@ from rota.store.memory_operator import MemoryOperator
 from rota.store.memory_queries import MemoryQueries
 from rota.store.memory_schedules import MemorySchedules
 from rota.store.memory_workflows import MemoryWorkflows, _Dep
+from rota.store.records import (
+    Beat,
+    QueueInfo,
+    WorkerInfo,
+)
 
 
 class MemoryStore(

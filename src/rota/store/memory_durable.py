@@ -16,15 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 from rota.domain.durable import SignalResult, Step, StepKind, StepState, WaitOutcome
 from rota.domain.errors import InvalidInput
-from rota.domain.job import (
-    MAX_ERROR_LENGTH,
-    MAX_TRACEBACK_LENGTH,
-    Job,
-    JobState,
-    Outcome,
-    truncate,
-)
+from rota.domain.job import MAX_ERROR_LENGTH, MAX_TRACEBACK_LENGTH, Job
+from rota.domain.job_state import JobState, Outcome
 from rota.domain.lease import Lease
+from rota.domain.payload import truncate
 from rota.store.durable import Effects
 
 

@@ -14,9 +14,11 @@ from typing import TYPE_CHECKING
 from rota.domain import blame
 from rota.domain.audit import AuditEntry, AuditFilter, AuditRecord, from_json_text, json_text
 from rota.domain.clock import utc
-from rota.domain.job import EXPIRED, Attempt, Job, JobState, Outcome, unrunnable
+from rota.domain.job import Attempt, Job
+from rota.domain.job_state import EXPIRED, JobState, Outcome, unrunnable
 from rota.domain.transitions import MOVES
-from rota.store.base import (
+from rota.store.memory_activity import ActivityTallies
+from rota.store.records import (
     MAX_PAGE_SIZE,
     AuditPage,
     RescueResult,
@@ -25,7 +27,6 @@ from rota.store.base import (
     encode_cursor,
     kinds_by_queue,
 )
-from rota.store.memory_activity import ActivityTallies
 
 
 class MemoryMaintenance:

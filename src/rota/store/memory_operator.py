@@ -15,11 +15,12 @@ from typing import TYPE_CHECKING
 
 from rota.domain.errors import JobRunning, StateConflict
 from rota.domain.flow import EVERY_TENANT, Key, Limit, LimitScope, counted_keys, validate_queue
-from rota.domain.job import Attempt, Job, JobEdit, JobState, Outcome
+from rota.domain.job import Attempt, Job, JobEdit
+from rota.domain.job_state import JobState, Outcome
 from rota.domain.transitions import MOVES, refusal, released_state
-from rota.store.base import MAX_BULK, JobFilter, LimitInfo, QueueInfo
 from rota.store.memory_queries import _matches
 from rota.store.memory_workflows import _Dep
+from rota.store.records import MAX_BULK, JobFilter, LimitInfo, QueueInfo
 
 
 class MemoryOperator:

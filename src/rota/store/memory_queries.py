@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING
 
 from rota.domain.activity import TOP_ERRORS, ActivityBucket, ErrorGroup
 from rota.domain.clock import utc
-from rota.domain.job import Attempt, Job, JobState, Outcome, previewed
-from rota.store.base import (
+from rota.domain.job import Attempt, Job, previewed
+from rota.domain.job_state import JobState, Outcome
+from rota.store.memory_activity import ActivityTallies
+from rota.store.records import (
     MAX_BULK,
     MAX_PAGE_SIZE,
     Counted,
@@ -27,7 +29,6 @@ from rota.store.base import (
     decode_cursor,
     encode_cursor,
 )
-from rota.store.memory_activity import ActivityTallies
 
 
 class MemoryQueries:

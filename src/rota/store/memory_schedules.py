@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 
 from rota.domain.clock import utc
 from rota.domain.errors import InvalidJob, ScheduleNotFound, StateConflict
-from rota.domain.job import EnqueueResult, Job, JobSpec, JobState
+from rota.domain.job import EnqueueResult, Job, JobSpec
+from rota.domain.job_state import JobState
 from rota.domain.schedule import ScheduleSpec
 from rota.domain.schedule_state import Firing, Missed, Schedule, decide, resumed, upserted
 from rota.domain.workflow import (
@@ -24,7 +25,7 @@ from rota.domain.workflow import (
     unknown_workflow,
     workflow_outcome,
 )
-from rota.store.base import WorkerInfo, check_schedule_listing
+from rota.store.records import WorkerInfo, check_schedule_listing
 
 
 class MemorySchedules:

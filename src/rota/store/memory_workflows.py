@@ -12,7 +12,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from rota.domain.job import EnqueueResult, Job, JobSpec, JobState, Outcome, previewed
+from rota.domain.job import EnqueueResult, Job, JobSpec, previewed
+from rota.domain.job_state import JobState, Outcome
 from rota.domain.transitions import HELD_BACK
 from rota.domain.workflow import (
     REOPENED_STATES,
@@ -22,7 +23,7 @@ from rota.domain.workflow import (
     plan,
     resolve,
 )
-from rota.store.base import MAX_PAGE_EDGES
+from rota.store.records import MAX_PAGE_EDGES
 
 
 @dataclass(slots=True)

@@ -15,7 +15,8 @@ from typing import Any, Protocol, TypeAlias, cast
 from rota import workflows
 from rota.client import job_spec
 from rota.domain.errors import InvalidInput
-from rota.domain.job import EnqueueResult, Job, JobSpec, check_known_kind
+from rota.domain.job import EnqueueResult, Job, JobSpec
+from rota.domain.names import check_known_kind
 from rota.domain.workflow import Workflow
 from rota.store import Store
 from rota.verbs.binding import Binding, SyncBridge

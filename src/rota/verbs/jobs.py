@@ -7,7 +7,7 @@ from typing import Literal
 
 from rota.domain.job import Attempt, Job
 from rota.store import JobFilter, Page
-from rota.store.base import MAX_BULK
+from rota.store.records import MAX_BULK
 from rota.verbs.binding import Binding
 
 

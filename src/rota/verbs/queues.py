@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from rota.client import QueueStatus, limit_selected, limit_spec
 from rota.domain.flow import Limit
-from rota.store.base import LimitInfo, QueueInfo
+from rota.store.records import LimitInfo, QueueInfo
 from rota.verbs.binding import Binding
 
 

@@ -12,7 +12,8 @@ from fastapi import FastAPI
 
 from rota.api import ApiSettings, create_app
 from rota.client import Client
-from rota.domain.job import Job, JobSpec, JobState
+from rota.domain.job import Job, JobSpec
+from rota.domain.job_state import JobState
 from rota.observability.metrics import Metrics
 from rota.store.memory import MemoryStore
 from rota.testing import FakeClock

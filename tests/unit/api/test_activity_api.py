@@ -12,8 +12,8 @@ import pytest
 from rota.api import ApiSettings
 from rota.domain.flow import Limit, LimitScope
 from rota.domain.job import JobSpec
-from rota.store.base import WorkerInfo
 from rota.store.memory import MemoryStore
+from rota.store.records import WorkerInfo
 from rota.testing import FakeClock
 from tests.unit.api.conftest import TOKEN, MakeApp, asgi_client
 

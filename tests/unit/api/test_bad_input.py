@@ -11,7 +11,7 @@ import pytest
 
 from rota.api.body import parse_json
 from rota.api.errors import ApiError
-from rota.domain.job import MAX_PAYLOAD_DEPTH
+from rota.domain.payload import MAX_PAYLOAD_DEPTH
 from rota.store.memory import MemoryStore
 from tests.unit.api.conftest import dead_job, total_jobs
 

@@ -13,8 +13,8 @@ import pytest
 from rota import workflows
 from rota.domain.flow import Limit, LimitScope
 from rota.domain.job import JobSpec
-from rota.store.base import WorkerInfo
 from rota.store.memory import MemoryStore
+from rota.store.records import WorkerInfo
 from rota.testing import FakeClock
 
 LEASE = timedelta(seconds=30)

@@ -9,7 +9,8 @@ from typing import Any
 
 import httpx
 
-from rota.domain.job import JobSpec, JobState
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState
 from rota.domain.schedule import Rule, ScheduleSpec
 from rota.store.memory import MemoryStore
 from rota.testing import FakeClock

@@ -8,7 +8,8 @@ from datetime import timedelta
 import httpx
 
 from rota.api import ApiSettings
-from rota.domain.job import JobSpec, JobState
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState
 from rota.store.memory import MemoryStore
 from tests.unit.api.conftest import MakeApp, asgi_client
 

@@ -17,8 +17,8 @@ from rota.client import Client
 from rota.domain.errors import StoreUnavailable
 from rota.domain.job import JobSpec
 from rota.observability.metrics import Metrics
-from rota.store.base import JobFilter, Page, WorkerInfo
 from rota.store.memory import MemoryStore
+from rota.store.records import JobFilter, Page, WorkerInfo
 from rota.testing import FakeClock
 from tests.unit.api.conftest import TOKEN, MakeApp, asgi_client, dead_job
 

@@ -6,7 +6,8 @@ from datetime import timedelta
 
 import httpx
 
-from rota.domain.job import JobSpec, JobState
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState
 from rota.store.memory import MemoryStore
 from rota.testing import FakeClock
 from tests.unit.api.conftest import dead_job, total_jobs

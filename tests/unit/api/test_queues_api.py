@@ -12,7 +12,8 @@ import pytest
 
 from rota.api import ApiSettings
 from rota.domain.flow import Limit, LimitScope
-from rota.domain.job import JobSpec, JobState
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState
 from rota.store.memory import MemoryStore
 from rota.testing import FakeClock
 from tests.unit.api.conftest import TOKEN, MakeApp, asgi_client

@@ -19,7 +19,8 @@ import pytest
 from rota.api import ApiSettings, create_app
 from rota.client import Client
 from rota.domain.flow import Limit, LimitScope
-from rota.domain.job import JobSpec, JobState
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState
 from rota.domain.schedule import Rule, ScheduleSpec
 from rota.store import WorkerInfo
 from rota.store.memory import MemoryStore

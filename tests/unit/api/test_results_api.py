@@ -6,7 +6,8 @@ from datetime import timedelta
 
 import httpx
 
-from rota.domain.job import PREVIEW_BYTES, JobSpec, Progress
+from rota.domain.job import JobSpec
+from rota.domain.payload import PREVIEW_BYTES, Progress
 from rota.store.memory import MemoryStore
 
 LEASE = timedelta(seconds=30)

@@ -8,9 +8,11 @@ import httpx
 import pytest
 
 from rota.domain.errors import InvalidInput
-from rota.domain.job import MAX_PAYLOAD_BYTES, PREVIEW_BYTES, JobSpec, JobState, preview
-from rota.store.base import MAX_BULK, WorkerInfo
+from rota.domain.job import JobSpec
+from rota.domain.job_state import JobState
+from rota.domain.payload import MAX_PAYLOAD_BYTES, PREVIEW_BYTES, preview
 from rota.store.memory import MemoryStore
+from rota.store.records import MAX_BULK, WorkerInfo
 from rota.testing import FakeClock
 from tests.unit.api.conftest import MakeApp, asgi_client, dead_job, total_jobs
 

@@ -7,7 +7,8 @@ from datetime import timedelta
 import httpx
 
 from rota.api import ApiSettings
-from rota.domain.job import Job, JobSpec, JobState
+from rota.domain.job import Job, JobSpec
+from rota.domain.job_state import JobState
 from rota.domain.workflow import Node, Workflow, chain
 from rota.store.memory import MemoryStore
 from tests.unit.api.conftest import TOKEN, MakeApp, asgi_client, total_jobs

@@ -66,7 +66,7 @@ export function absolute(iso) {
   return `${iso.replace("T", " ").replace(/\.\d+/, "").replace("Z", "")} UTC`;
 }
 
-// The job states, as the API names them (rota.domain.job.JobState), in the order a job
+// The job states, as the API names them (rota.domain.job_state.JobState), in the order a job
 // meets them: the state tabs, the overview's and the queues' columns.
 export const STATES = ["waiting", "pending", "held", "running", "succeeded", "dead", "cancelled"];
 

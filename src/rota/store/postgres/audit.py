@@ -7,8 +7,8 @@ from datetime import datetime
 from typing import Any
 
 from rota.domain.audit import AuditEntry, AuditFilter, AuditRecord, json_text
-from rota.store.base import AuditPage, encode_cursor
 from rota.store.postgres.queries import query
+from rota.store.records import AuditPage, encode_cursor
 
 
 async def record(conn: Any, entry: AuditRecord, now: datetime | None) -> AuditEntry:

@@ -18,7 +18,7 @@ from psycopg.types.json import set_json_loads
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from rota.domain.errors import ConnectionFailed, InvalidInput, StoreUnavailable
-from rota.domain.job import decode_json
+from rota.domain.payload import decode_json
 from rota.domain.retry import RECONNECT_BACKOFF
 from rota.store.postgres.direct import Direct, Row
 from rota.store.postgres.failures import address_of, again, connection_failed

@@ -6,10 +6,10 @@ from __future__ import annotations
 from datetime import datetime
 
 from rota.domain.flow import Limit, LimitScope, validate_queue
-from rota.store.base import LimitInfo, QueueInfo
 from rota.store.postgres.limits import limits_in_use
 from rota.store.postgres.part import PostgresPart
 from rota.store.postgres.rows import us
+from rota.store.records import LimitInfo, QueueInfo
 
 
 class PostgresControl(PostgresPart):

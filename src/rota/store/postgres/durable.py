@@ -21,8 +21,10 @@ from psycopg.pq import TransactionStatus
 
 from rota.domain.durable import SignalResult, Step, StepKind, StepState, WaitOutcome
 from rota.domain.errors import LeaseLost, StoreUnavailable
-from rota.domain.job import MAX_ERROR_LENGTH, MAX_TRACEBACK_LENGTH, Outcome, decode_json, truncate
+from rota.domain.job import MAX_ERROR_LENGTH, MAX_TRACEBACK_LENGTH
+from rota.domain.job_state import Outcome
 from rota.domain.lease import Lease
+from rota.domain.payload import decode_json, truncate
 from rota.store.durable import Effects
 from rota.store.postgres.connect import Borrowed, PoolConnection
 from rota.store.postgres.moved import again_if_moved

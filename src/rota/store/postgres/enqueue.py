@@ -20,7 +20,8 @@ import psycopg
 from psycopg.rows import TupleRow
 
 from rota.domain.errors import StoreUnavailable
-from rota.domain.job import EnqueueResult, Job, JobSpec, JobState, state_mask
+from rota.domain.job import EnqueueResult, Job, JobSpec
+from rota.domain.job_state import JobState, state_mask
 from rota.store.postgres.connect import PoolConnection
 from rota.store.postgres.moved import again_if_moved, again_if_moved_sync
 from rota.store.postgres.queries import query

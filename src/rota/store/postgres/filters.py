@@ -25,8 +25,8 @@ from collections.abc import Iterable
 
 from psycopg import sql
 
-from rota.domain.job import JobState
-from rota.store.base import JobFilter
+from rota.domain.job_state import JobState
+from rota.store.records import JobFilter
 
 #: The filter's columns compared for equality, in the order the clauses name them.
 _EQUAL = ("kind", "queue", "tenant", "schedule")

@@ -9,18 +9,13 @@ from typing import Any
 
 from rota.domain.activity import error_fingerprint, error_sample
 from rota.domain.errors import LeaseLost
-from rota.domain.job import (
-    MAX_ERROR_LENGTH,
-    MAX_TRACEBACK_LENGTH,
-    JobState,
-    Outcome,
-    Progress,
-    truncate,
-)
+from rota.domain.job import MAX_ERROR_LENGTH, MAX_TRACEBACK_LENGTH
+from rota.domain.job_state import JobState, Outcome
 from rota.domain.lease import Lease
-from rota.store.base import Beat
+from rota.domain.payload import Progress, truncate
 from rota.store.postgres.part import PostgresPart
 from rota.store.postgres.rows import completion
+from rota.store.records import Beat
 
 
 class PostgresLeases(PostgresPart):

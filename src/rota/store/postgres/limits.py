@@ -12,9 +12,9 @@ from psycopg.rows import TupleRow
 
 from rota.domain.flow import EVERY_TENANT, Budget, Key, Limit, LimitScope, select
 from rota.domain.job import Job
-from rota.store.base import LimitInfo
 from rota.store.postgres.queries import CLAIM_SETTINGS, query
 from rota.store.postgres.rows import candidate_job, counted_keys_of, row_to_job
+from rota.store.records import LimitInfo
 
 #: How long a limited claim's transaction may wait for its client (see ``claim_limited``):
 #: far above the few milliseconds between its statements.

@@ -9,10 +9,10 @@ import psycopg
 
 from rota.domain.audit import AuditEntry, AuditFilter, AuditRecord
 from rota.domain.clock import utc
-from rota.domain.job import EXPIRED, UNRUNNABLE
-from rota.store.base import MAX_PAGE_SIZE, AuditPage, RescueResult, decode_cursor
+from rota.domain.job_state import EXPIRED, UNRUNNABLE
 from rota.store.postgres import audit, retention, upkeep
 from rota.store.postgres.part import PostgresPart
+from rota.store.records import MAX_PAGE_SIZE, AuditPage, RescueResult, decode_cursor
 
 
 class PostgresMaintenance(PostgresPart):

@@ -12,15 +12,16 @@ import psycopg
 from psycopg import sql
 
 from rota.domain.errors import JobNotFound, JobRunning, StateConflict
-from rota.domain.job import Job, JobEdit, JobState
+from rota.domain.job import Job, JobEdit
+from rota.domain.job_state import JobState
 from rota.domain.transitions import MOVES, refusal
 from rota.domain.workflow import Workflow
-from rota.store.base import MAX_BULK, MAX_PAGE_EDGES, JobFilter
 from rota.store.postgres.filters import guarded, where
 from rota.store.postgres.part import PostgresPart
 from rota.store.postgres.queries import JOB_COLUMNS, LIST_COLUMNS, query
 from rota.store.postgres.rows import Row, row_to_job, row_to_listed
 from rota.store.postgres.workflows import enqueue_workflow_flow
+from rota.store.records import MAX_BULK, MAX_PAGE_EDGES, JobFilter
 
 
 class PostgresOperate(PostgresPart):

@@ -10,14 +10,14 @@ from importlib import resources
 
 from rota.domain import blame
 from rota.domain.activity import DURATION_BOUNDS_US
-from rota.domain.job import (
+from rota.domain.job_state import (
     ACTIVE_STATES,
     ALONE_AFTER_CRASHES,
-    PREVIEW_CHARS,
     STATE_BIT_SQL,
     UNFINISHED_STATES,
     JobState,
 )
+from rota.domain.payload import PREVIEW_CHARS
 from rota.domain.transitions import MOVES, accepts, in_list
 
 #: The columns every statement returning a job selects: Job's fields, in their order
@@ -208,7 +208,7 @@ _ATTEMPT_AFTER = f"(j.attempt - CASE WHEN {_GIVEN_BACK} THEN 1 ELSE 0 END)"
 
 
 def _alone(crashes: str, attempt: str) -> str:
-    """rota.domain.job.runs_alone of the row j's next attempt, SQL for its crashes and the
+    """rota.domain.job_state.runs_alone of the row j's next attempt, SQL for its crashes and the
     attempt before it."""
     return (
         f"({crashes} >= {ALONE_AFTER_CRASHES}"

@@ -14,8 +14,14 @@ from psycopg import sql
 from rota.domain.activity import TOP_ERRORS, ActivityBucket, ErrorGroup
 from rota.domain.clock import utc
 from rota.domain.errors import JobNotFound
-from rota.domain.job import Attempt, Job, JobState, Outcome
-from rota.store.base import (
+from rota.domain.job import Attempt, Job
+from rota.domain.job_state import JobState, Outcome
+from rota.store.postgres import activity, filters
+from rota.store.postgres.filters import guarded, where
+from rota.store.postgres.part import PostgresPart
+from rota.store.postgres.queries import JOB_COLUMNS, LIST_COLUMNS, preview_columns, query
+from rota.store.postgres.rows import micros, row_to_job, row_to_listed
+from rota.store.records import (
     MAX_BULK,
     MAX_PAGE_SIZE,
     Counted,
@@ -27,11 +33,6 @@ from rota.store.base import (
     decode_cursor,
     encode_cursor,
 )
-from rota.store.postgres import activity, filters
-from rota.store.postgres.filters import guarded, where
-from rota.store.postgres.part import PostgresPart
-from rota.store.postgres.queries import JOB_COLUMNS, LIST_COLUMNS, preview_columns, query
-from rota.store.postgres.rows import micros, row_to_job, row_to_listed
 
 #: counts() folds the count deltas itself when it finds more than this many (017_counts):
 #: the rescuers fold them every few seconds, but a store may run without workers a while.

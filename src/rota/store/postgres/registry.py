@@ -11,11 +11,11 @@ from rota.domain.job import EnqueueResult
 from rota.domain.schedule import ScheduleSpec
 from rota.domain.schedule_state import Firing, Missed, Schedule
 from rota.domain.workflow import WorkflowBuilder
-from rota.store.base import WorkerInfo, check_schedule_listing
 from rota.store.postgres import schedules
 from rota.store.postgres.enqueue import enqueue_flow
 from rota.store.postgres.part import PostgresPart
 from rota.store.postgres.queries import query
+from rota.store.records import WorkerInfo, check_schedule_listing
 
 
 class PostgresRegistry(PostgresPart):

@@ -8,7 +8,9 @@ from typing import Any, TypeAlias
 import psycopg
 
 from rota.domain.flow import Key, LimitScope
-from rota.domain.job import Job, JobState, Preview, stored_apart
+from rota.domain.job import Job
+from rota.domain.job_state import JobState
+from rota.domain.payload import Preview, stored_apart
 
 Row: TypeAlias = tuple[Any, ...]
 

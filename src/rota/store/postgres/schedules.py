@@ -15,7 +15,8 @@ from datetime import datetime
 from typing import Any, TypeAlias
 
 from rota.domain.errors import InvalidJob, ScheduleNotFound, StateConflict, StoreUnavailable
-from rota.domain.job import EnqueueResult, JobSpec, JobState
+from rota.domain.job import EnqueueResult, JobSpec
+from rota.domain.job_state import JobState
 from rota.domain.schedule import ScheduleSpec
 from rota.domain.schedule_state import (
     Firing,

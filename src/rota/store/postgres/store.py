@@ -22,9 +22,17 @@ from typing import Any
 import psycopg
 
 from rota.domain.clock import Clock, utc
-from rota.domain.errors import StoreUnavailable
-from rota.domain.flow import claim_order
-from rota.domain.job import EnqueueResult, Job, JobSpec
+from rota.domain.errors import (
+    StoreUnavailable,
+)
+from rota.domain.flow import (
+    claim_order,
+)
+from rota.domain.job import (
+    EnqueueResult,
+    Job,
+    JobSpec,
+)
 from rota.domain.workflow import Workflow
 from rota.store.postgres.connect import Borrowed, Connections, PoolConnection
 from rota.store.postgres.control import PostgresControl

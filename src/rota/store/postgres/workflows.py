@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from rota.domain.job import Job, JobState
+from rota.domain.job import Job
+from rota.domain.job_state import JobState
 from rota.domain.workflow import Workflow, plan, resolve
 from rota.store.postgres.enqueue import Flow, trace_context_json
 from rota.store.postgres.queries import query

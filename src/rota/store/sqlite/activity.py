@@ -18,7 +18,7 @@ from rota.domain.activity import (
     error_sample,
     tally,
 )
-from rota.domain.job import JobState
+from rota.domain.job_state import JobState
 from rota.store.sqlite.rows import clamp, duration_us, from_us, to_us
 
 _MINUTE_US = 60_000_000

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from rota.domain.audit import AuditEntry, AuditFilter, AuditRecord, from_json_text, json_text
-from rota.store.base import AuditPage, encode_cursor
+from rota.store.records import AuditPage, encode_cursor
 from rota.store.sqlite.rows import from_us, to_us
 
 _COLUMNS = "id, at, identity, action, target, job_filter, detail, touched"

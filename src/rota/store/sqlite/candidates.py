@@ -23,7 +23,8 @@ from typing import Any, NamedTuple
 
 from rota.domain import blame
 from rota.domain.flow import Budget, select
-from rota.domain.job import ALONE_AFTER_CRASHES, Job, JobState
+from rota.domain.job import Job
+from rota.domain.job_state import ALONE_AFTER_CRASHES, JobState
 from rota.store.sqlite.flow import Usage
 from rota.store.sqlite.rows import EPOCH, chunks, from_us, marks
 

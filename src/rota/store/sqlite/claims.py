@@ -19,19 +19,11 @@ from typing import Any
 from rota.domain import blame
 from rota.domain.errors import LeaseLost
 from rota.domain.flow import LimitScope
-from rota.domain.job import (
-    MAX_ERROR_LENGTH,
-    MAX_TRACEBACK_LENGTH,
-    Job,
-    JobState,
-    Outcome,
-    Progress,
-    decode_json,
-    stored_apart,
-    truncate,
-)
+from rota.domain.job import MAX_ERROR_LENGTH, MAX_TRACEBACK_LENGTH, Job
+from rota.domain.job_state import JobState, Outcome
 from rota.domain.lease import Lease
-from rota.store.base import Beat, RescueResult
+from rota.domain.payload import Progress, decode_json, stored_apart, truncate
+from rota.store.records import Beat, RescueResult
 from rota.store.sqlite import activity, candidates, flow
 from rota.store.sqlite.activity import Ended
 from rota.store.sqlite.counts import count_moved, tally_finished

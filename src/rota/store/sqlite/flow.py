@@ -25,8 +25,9 @@ from rota.domain.flow import (
     limit_for,
     validate_queue,
 )
-from rota.domain.job import Job, JobState
-from rota.store.base import LimitInfo, QueueInfo
+from rota.domain.job import Job
+from rota.domain.job_state import JobState
+from rota.store.records import LimitInfo, QueueInfo
 from rota.store.sqlite.rows import EPOCH, duration_us, from_us, to_us
 
 # ---------------------------------------------------------------------- queues

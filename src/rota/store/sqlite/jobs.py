@@ -15,15 +15,11 @@ from typing import Any
 
 from rota.domain.clock import utc
 from rota.domain.errors import JobNotFound, JobRunning, StateConflict
-from rota.domain.job import (
+from rota.domain.job import Attempt, EnqueueResult, Job, JobEdit, JobSpec
+from rota.domain.job_state import (
     ACTIVE_STATES,
     EXPIRED,
     STATE_BIT_SQL,
-    Attempt,
-    EnqueueResult,
-    Job,
-    JobEdit,
-    JobSpec,
     JobState,
     Outcome,
     state_mask,
@@ -31,7 +27,7 @@ from rota.domain.job import (
 )
 from rota.domain.transitions import HELD_BACK, MOVES, accepts, in_list, refusal
 from rota.domain.workflow import deleted_reason
-from rota.store.base import (
+from rota.store.records import (
     MAX_BULK,
     MAX_PAGE_SIZE,
     Counted,

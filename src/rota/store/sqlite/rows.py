@@ -14,16 +14,10 @@ from functools import cache
 from typing import Any, TypeVar
 
 from rota.domain.clock import utc
-from rota.domain.job import (
-    PREVIEW_CHARS,
-    Attempt,
-    Job,
-    JobState,
-    Outcome,
-    Preview,
-    decode_json,
-)
-from rota.store.base import WorkerInfo
+from rota.domain.job import Attempt, Job
+from rota.domain.job_state import JobState, Outcome
+from rota.domain.payload import PREVIEW_CHARS, Preview, decode_json
+from rota.store.records import WorkerInfo
 
 T = TypeVar("T")
 

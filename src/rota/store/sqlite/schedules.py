@@ -16,7 +16,8 @@ from datetime import datetime
 from typing import Any
 
 from rota.domain.errors import InvalidJob, ScheduleNotFound, StateConflict
-from rota.domain.job import UNFINISHED_STATES, EnqueueResult, JobState
+from rota.domain.job import EnqueueResult
+from rota.domain.job_state import UNFINISHED_STATES, JobState
 from rota.domain.schedule import ScheduleSpec
 from rota.domain.schedule_state import (
     Firing,

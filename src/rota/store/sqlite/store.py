@@ -22,21 +22,14 @@ from rota.domain.audit import AuditEntry, AuditFilter, AuditRecord
 from rota.domain.clock import Clock, SystemClock, utc
 from rota.domain.errors import LeaseLost, RotaError
 from rota.domain.flow import Limit, LimitScope
-from rota.domain.job import (
-    Attempt,
-    EnqueueResult,
-    Job,
-    JobEdit,
-    JobSpec,
-    JobState,
-    Outcome,
-    Progress,
-)
+from rota.domain.job import Attempt, EnqueueResult, Job, JobEdit, JobSpec
+from rota.domain.job_state import JobState, Outcome
 from rota.domain.lease import Lease
+from rota.domain.payload import Progress
 from rota.domain.schedule import ScheduleSpec
 from rota.domain.schedule_state import Firing, Missed, Schedule
 from rota.domain.workflow import Workflow, WorkflowBuilder
-from rota.store.base import (
+from rota.store.records import (
     MAX_BULK,
     MAX_PAGE_SIZE,
     AuditPage,

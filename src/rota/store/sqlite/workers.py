@@ -6,7 +6,7 @@ import json
 import sqlite3
 from datetime import datetime
 
-from rota.store.base import WorkerInfo
+from rota.store.records import WorkerInfo
 from rota.store.sqlite.rows import WORKER_COLUMNS, to_us, worker_from_row
 
 _REGISTER = f"""

@@ -9,10 +9,11 @@ import sqlite3
 from datetime import datetime
 from typing import Any
 
-from rota.domain.job import UNFINISHED_STATES, Job, JobState, Outcome
+from rota.domain.job import Job
+from rota.domain.job_state import UNFINISHED_STATES, JobState, Outcome
 from rota.domain.transitions import in_list
 from rota.domain.workflow import Workflow, plan, resolve
-from rota.store.base import MAX_PAGE_EDGES
+from rota.store.records import MAX_PAGE_EDGES
 from rota.store.sqlite.claims import end_attempts
 from rota.store.sqlite.counts import count_inserted
 from rota.store.sqlite.rows import (
