@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from rota.api import ApiSettings, create_app
-from rota.api.schemas import DETAIL_PREVIEW_BYTES, DETAIL_PREVIEW_CHARS
+from rota.api.job_models import DETAIL_PREVIEW_BYTES, DETAIL_PREVIEW_CHARS
 from rota.client import Client
 from rota.domain.errors import JobNotFound
 from rota.domain.job import JobSpec

@@ -6,7 +6,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import get_args
 
-from rota.api.schemas import BlockedName
+from rota.api.job_models import BlockedName
 from rota.domain.blockers import (
     Blocked,
     FlowSnapshot,

@@ -609,7 +609,7 @@ async def test_a_long_result_is_kept_out_of_its_job_s_row_and_deleted_with_it(
 async def test_an_estimated_count_reads_a_sample_not_every_job(tmp_path: Path) -> None:
     """Past the exact threshold the estimate reads evenly spread windows of ids (about 17,000
     rows), not every job: asked together, min(id) and max(id) alone once scanned them all."""
-    from rota.store.sqlite import jobs
+    from rota.store.sqlite import reads
 
     path = tmp_path / "many.db"
     store = SqliteStore(path)
@@ -635,7 +635,7 @@ async def test_an_estimated_count_reads_a_sample_not_every_job(tmp_path: Path) -
             ).fetchone(),
         )
         kind = JobFilter(kind="k3", states=frozenset({JobState.PENDING}))
-        steps, counted = vm_steps(conn, lambda: jobs.count_or_estimate(conn, kind, 1000))
+        steps, counted = vm_steps(conn, lambda: reads.count_or_estimate(conn, kind, 1000))
     finally:
         conn.close()
     assert counted.estimated and 25_000 <= counted.n <= 35_000, counted

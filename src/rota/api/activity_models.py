@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from rota.api.schemas import BlockerOut
+from rota.api.job_models import BlockerOut
 from rota.domain.activity import DURATION_BUCKETS, ActivityBucket, ErrorGroup
 
 #: rota.domain.activity.WINDOWS' names, spelled out so the schema can enumerate them.

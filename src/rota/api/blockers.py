@@ -14,7 +14,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from rota.api.context import ApiContext
-from rota.api.schemas import BlockerOut
+from rota.api.job_models import BlockerOut
 from rota.domain.blockers import Blocker, FlowSnapshot, LimitUse, blockers, is_held
 from rota.domain.job import Job
 from rota.store.records import kinds_by_queue

@@ -16,30 +16,31 @@ from rota.api.body import read_json_object
 from rota.api.context import ApiContext
 from rota.api.durable_models import step_out, suspension_out
 from rota.api.filters import filter_from_body, filter_from_query, restrict
-from rota.api.paging import IdCursor, PageLimit
-from rota.api.schedule_models import ScheduleOut, create_every_schedule
-from rota.api.schemas import (
+from rota.api.job_models import (
     DETAIL_PREVIEW_CHARS,
-    MAX_SEARCH_LENGTH,
-    SEARCH_PATTERN,
     BulkResult,
     JobCount,
-    JobCreate,
     JobCreated,
     JobDetail,
-    JobFilterBody,
     JobList,
     JobOut,
-    JobReschedule,
-    RelatedOut,
-    RelatedPage,
     StateCounts,
     attempt_out,
     detail_values,
-    errors,
     job_out,
     job_summary,
 )
+from rota.api.paging import IdCursor, PageLimit
+from rota.api.schedule_models import ScheduleOut, create_every_schedule
+from rota.api.schemas import (
+    MAX_SEARCH_LENGTH,
+    SEARCH_PATTERN,
+    JobCreate,
+    JobFilterBody,
+    JobReschedule,
+    errors,
+)
+from rota.api.workflow_models import RelatedOut, RelatedPage
 from rota.client import Client
 from rota.domain.durable import Step, suspension
 from rota.domain.errors import InvalidJob

@@ -9,18 +9,17 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from rota.api.context import ApiContext
 from rota.api.gauges import StoreGauges
-from rota.api.schemas import (
+from rota.api.overview_models import (
     CountsOut,
     DashboardConfig,
-    Health,
     ReplicaOut,
     Stats,
     ThroughputOut,
     WorkerList,
     bucket_out,
-    errors,
     worker_out,
 )
+from rota.api.schemas import Health, errors
 from rota.api.security import principal_of
 
 THROUGHPUT_BUCKET = timedelta(minutes=1)

@@ -15,6 +15,7 @@ from fastapi import APIRouter, Path, Query, Request, Response
 from rota.api.body import read_json_object
 from rota.api.context import ApiContext
 from rota.api.errors import ApiError, job_error_message
+from rota.api.job_models import JobCreated, job_out
 from rota.api.paging import PageLimit
 from rota.api.routes_jobs import json_body
 from rota.api.schedule_models import (
@@ -26,7 +27,6 @@ from rota.api.schedule_models import (
     schedule_out,
     spec_from_body,
 )
-from rota.api.schemas import JobCreated, job_out
 from rota.domain.errors import InvalidJob
 from rota.domain.names import MAX_NAME_LENGTH, NAME_PATTERN, check_known_kind
 from rota.domain.schedule import ScheduleSpec

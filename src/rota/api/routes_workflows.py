@@ -11,16 +11,10 @@ from fastapi import APIRouter, Path, Query, Request
 
 from rota.api.blockers import blocked_by
 from rota.api.context import ApiContext
+from rota.api.job_models import BulkResult, job_summary
 from rota.api.paging import IdCursor, PageLimit
-from rota.api.schemas import (
-    BulkResult,
-    EdgeOut,
-    GraphNode,
-    WorkflowGraph,
-    WorkflowOut,
-    errors,
-    job_summary,
-)
+from rota.api.schemas import errors
+from rota.api.workflow_models import EdgeOut, GraphNode, WorkflowGraph, WorkflowOut
 from rota.domain.errors import WorkflowNotFound
 from rota.domain.job import Job
 from rota.domain.job_state import JobState

@@ -267,8 +267,7 @@ class Worker:
             await self._finish()
 
     async def _service(self, service: Service) -> None:
-        # The first claim goes first: a prune, a rescue or a schedule's firing queued ahead
-        # of it on the store's connection would delay the jobs already due at start.
+        # The first claim goes first: anything queued ahead of it delays jobs due at start.
         await self._first_claim.wait()
         await run_service(service, self._stopped_services, self._clock)
 

@@ -18,45 +18,33 @@ from datetime import datetime, timedelta
 from functools import partial
 
 from rota.domain.activity import TOP_ERRORS, ActivityBucket, ErrorGroup
-from rota.domain.audit import AuditEntry, AuditFilter, AuditRecord
 from rota.domain.clock import Clock, SystemClock, utc
 from rota.domain.errors import LeaseLost, RotaError
-from rota.domain.flow import Limit, LimitScope
 from rota.domain.job import Attempt, EnqueueResult, Job, JobEdit, JobSpec
 from rota.domain.job_state import JobState, Outcome
 from rota.domain.lease import Lease
 from rota.domain.payload import Progress
-from rota.domain.schedule import ScheduleSpec
-from rota.domain.schedule_state import Firing, Missed, Schedule
-from rota.domain.workflow import Workflow, WorkflowBuilder
+from rota.domain.workflow import Workflow
 from rota.store.records import (
     MAX_BULK,
-    MAX_PAGE_SIZE,
-    AuditPage,
     Beat,
     Counted,
     Counts,
     JobFilter,
-    LimitInfo,
     Page,
-    QueueInfo,
     RescueResult,
     ThroughputBucket,
-    WorkerInfo,
-    check_schedule_listing,
     decode_cursor,
 )
 from rota.store.sqlite import (
     activity,
-    audit,
     claims,
-    flow,
     jobs,
     migrations,
-    schedules,
-    workers,
+    reads,
     workflows,
 )
+from rota.store.sqlite.admin import SqliteAdmin
 from rota.store.sqlite.connection import Database
 from rota.store.sqlite.durable import SqliteDurable
 from rota.store.sqlite.rows import fits, to_us
@@ -65,7 +53,7 @@ from rota.store.sqlite.url import DEFAULT_BUSY_TIMEOUT_MS, SqliteOptions, parse_
 logger = logging.getLogger(__name__)
 
 
-class SqliteStore(SqliteDurable):
+class SqliteStore(SqliteAdmin, SqliteDurable):
     """The embedded store: one SQLite file in WAL mode, for one machine and several processes.
 
     Every call runs on a thread owned by this store (one connection, calls in order), so the
@@ -152,10 +140,10 @@ class SqliteStore(SqliteDurable):
         with self._wakeups_lock:
             self._wakeups.append(on_due)
         try:
-            seen: jobs.Seen | None = None
+            seen: reads.Seen | None = None
             while True:
                 try:
-                    seen, earliest = await self._db.read(partial(jobs.arrivals, seen=seen))
+                    seen, earliest = await self._db.read(partial(reads.arrivals, seen=seen))
                 except RotaError as error:
                     if self._db.closed:
                         return
@@ -427,7 +415,7 @@ class SqliteStore(SqliteDurable):
 
     async def get_many(self, job_ids: Sequence[int]) -> list[Job]:
         wanted = list(job_ids)
-        return await self._db.read(lambda conn: jobs.get_many(conn, wanted))
+        return await self._db.read(lambda conn: reads.get_many(conn, wanted))
 
     async def expect_finished(self, job_ids: Sequence[int]) -> None:
         """Nothing to do: nothing is reported (``pushes_finished`` is False)."""
@@ -438,10 +426,10 @@ class SqliteStore(SqliteDurable):
         await asyncio.Event().wait()
 
     async def get(self, job_id: int) -> Job:
-        return await self._db.read(lambda conn: jobs.get(conn, job_id))
+        return await self._db.read(lambda conn: reads.get(conn, job_id))
 
     async def get_preview(self, job_id: int, *, chars: int) -> Job:
-        return await self._db.read(lambda conn: jobs.get_preview(conn, job_id, chars))
+        return await self._db.read(lambda conn: reads.get_preview(conn, job_id, chars))
 
     async def list_jobs(
         self,
@@ -453,23 +441,25 @@ class SqliteStore(SqliteDurable):
     ) -> Page:
         after = decode_cursor(cursor) if cursor is not None else None
         return await self._db.read(
-            lambda conn: jobs.list_jobs(conn, filter, after, limit, previews=previews)
+            lambda conn: reads.list_jobs(conn, filter, after, limit, previews=previews)
         )
 
     async def counts(self, *, now: datetime | None = None) -> Counts:
-        return await self._db.read(lambda conn: jobs.counts(conn, self._at(now)))
+        return await self._db.read(lambda conn: reads.counts(conn, self._at(now)))
 
     async def count_jobs(self, filter: JobFilter, *, limit: int = MAX_BULK) -> int:
-        return await self._db.read(lambda conn: jobs.count_jobs(conn, filter, limit))
+        return await self._db.read(lambda conn: reads.count_jobs(conn, filter, limit))
 
     async def count_or_estimate(self, filter: JobFilter, *, exact_up_to: int) -> Counted:
-        return await self._db.read(lambda conn: jobs.count_or_estimate(conn, filter, exact_up_to))
+        return await self._db.read(lambda conn: reads.count_or_estimate(conn, filter, exact_up_to))
 
     async def throughput(
         self, *, since: datetime, bucket: timedelta, now: datetime | None = None
     ) -> list[ThroughputBucket]:
         start = utc(since)
-        return await self._db.read(lambda conn: jobs.throughput(conn, start, bucket, self._at(now)))
+        return await self._db.read(
+            lambda conn: reads.throughput(conn, start, bucket, self._at(now))
+        )
 
     async def activity(
         self,
@@ -500,7 +490,7 @@ class SqliteStore(SqliteDurable):
         )
 
     async def attempts(self, job_id: int) -> list[Attempt]:
-        return await self._db.read(lambda conn: jobs.attempts(conn, job_id))
+        return await self._db.read(lambda conn: reads.attempts(conn, job_id))
 
     # ------------------------------------------------------------------ maintenance
 
@@ -537,129 +527,3 @@ class SqliteStore(SqliteDurable):
             return gone
 
         return await self._db.write(body)
-
-    # ------------------------------------------------------------------ flow control
-
-    async def pause_queue(self, queue: str, *, now: datetime | None = None) -> QueueInfo:
-        return await self._db.write(lambda conn: flow.set_paused(conn, queue, True, self._at(now)))
-
-    async def resume_queue(self, queue: str, *, now: datetime | None = None) -> QueueInfo:
-        return await self._db.write(lambda conn: flow.set_paused(conn, queue, False, self._at(now)))
-
-    async def list_queues(self) -> list[QueueInfo]:
-        return await self._db.read(flow.list_queues)
-
-    async def set_limit(self, limit: Limit, *, now: datetime | None = None) -> None:
-        await self._db.write(lambda conn: flow.set_limit(conn, limit, self._at(now)))
-
-    async def delete_limit(self, scope: LimitScope, key: str) -> bool:
-        scope = LimitScope(scope)
-        return await self._db.write(lambda conn: flow.delete_limit(conn, scope, key))
-
-    async def list_limits(self, *, now: datetime | None = None) -> list[LimitInfo]:
-        return await self._db.read(lambda conn: flow.list_limits(conn, self._at(now)))
-
-    async def running_by_tenant(self, *, now: datetime | None = None) -> dict[str, int]:
-        return await self._db.read(lambda conn: flow.running_by_tenant(conn, self._at(now)))
-
-    # ------------------------------------------------------------------ workers registry
-
-    async def register_worker(self, info: WorkerInfo, *, now: datetime | None = None) -> None:
-        await self._db.write(lambda conn: workers.register(conn, info, self._at(now)))
-
-    async def beat_worker(self, name: str, *, now: datetime | None = None) -> bool:
-        return await self._db.write(lambda conn: workers.beat(conn, name, self._at(now)))
-
-    async def deregister_worker(self, name: str) -> None:
-        await self._db.write(lambda conn: workers.deregister(conn, name))
-
-    async def list_workers(self) -> list[WorkerInfo]:
-        return await self._db.read(workers.list_all)
-
-    async def prune_workers(self, *, older_than: datetime) -> int:
-        cutoff = utc(older_than)
-        return await self._db.write(lambda conn: workers.prune(conn, cutoff))
-
-    # ------------------------------------------------------------------ audit log
-
-    async def record_audit(self, record: AuditRecord, *, now: datetime | None = None) -> AuditEntry:
-        return await self._db.write(lambda conn: audit.record(conn, record, self._at(now)))
-
-    async def list_audit(
-        self, filter: AuditFilter, *, cursor: str | None = None, limit: int = 50
-    ) -> AuditPage:
-        limit = max(1, min(limit, MAX_PAGE_SIZE))
-        after = decode_cursor(cursor) if cursor is not None else None
-        return await self._db.read(lambda conn: audit.list_page(conn, filter, after, limit))
-
-    async def prune_audit(self, *, older_than: datetime, limit: int = 10_000) -> int:
-        cutoff = utc(older_than)
-        return await self._db.write(lambda conn: audit.prune(conn, cutoff, limit))
-
-    # ------------------------------------------------------------------ schedules
-
-    async def create_schedule(self, spec: ScheduleSpec, *, now: datetime | None = None) -> Schedule:
-        return await self._db.write(
-            lambda conn: schedules.upsert(conn, spec, self._at(now), mode="create")
-        )
-
-    async def upsert_schedule(self, spec: ScheduleSpec, *, now: datetime | None = None) -> Schedule:
-        return await self._db.write(
-            lambda conn: schedules.upsert(conn, spec, self._at(now), mode="upsert")
-        )
-
-    async def replace_schedule(
-        self, spec: ScheduleSpec, *, now: datetime | None = None
-    ) -> Schedule:
-        return await self._db.write(
-            lambda conn: schedules.upsert(conn, spec, self._at(now), mode="replace")
-        )
-
-    async def get_schedule(self, name: str) -> Schedule:
-        return await self._db.read(lambda conn: schedules.get(conn, name))
-
-    async def list_schedules(
-        self, *, after: str | None = None, limit: int | None = None, due_first: bool = False
-    ) -> list[Schedule]:
-        check_schedule_listing(after, limit, due_first)
-        return await self._db.read(lambda conn: schedules.list_page(conn, after, limit, due_first))
-
-    async def pause_schedule(
-        self, name: str, *, missed: Missed = Missed.QUEUE, now: datetime | None = None
-    ) -> Schedule:
-        return await self._db.write(lambda conn: schedules.pause(conn, name, missed, self._at(now)))
-
-    async def resume_schedule(self, name: str, *, now: datetime | None = None) -> Schedule:
-        return await self._db.write(lambda conn: schedules.resume(conn, name, self._at(now)))
-
-    async def delete_schedule(self, name: str) -> None:
-        await self._db.write(lambda conn: schedules.delete(conn, name))
-
-    async def trigger_schedule(
-        self,
-        name: str,
-        *,
-        now: datetime | None = None,
-        workflows: Mapping[str, WorkflowBuilder] | None = None,
-    ) -> EnqueueResult:
-        result, earliest = await self._db.write(
-            lambda conn: schedules.trigger(conn, name, self._at(now), workflows or {})
-        )
-        self._woken(earliest)
-        return result
-
-    async def fire_due(
-        self,
-        *,
-        now: datetime | None = None,
-        limit: int = 100,
-        workflows: Mapping[str, WorkflowBuilder] | None = None,
-    ) -> list[Firing]:
-        firings, earliest = await self._db.write(
-            lambda conn: schedules.fire_due(conn, self._at(now), limit, workflows or {})
-        )
-        self._woken(earliest)
-        return firings
-
-    async def next_fire_at(self, *, workflows: Collection[str] | None = None) -> datetime | None:
-        return await self._db.read(lambda conn: schedules.next_fire_at(conn, workflows or ()))
