@@ -183,10 +183,12 @@ async def _assert_sleepers(
         wake = sleep.wake_at.timestamp()
         woken = [at for at in starts[job_id] if at >= wake - 0.005]
         assert woken, f"job {job_id} never ran after its wake time {sleep.wake_at}"
-        # Due at its wake time, or when the fleet was back if it fell due in the outage.
-        due = wake
-        if outage[0] <= wake - offset_s <= outage[1]:
-            due = outage[1] + offset_s
+        # Due at its wake time; the time no worker ran between then and the end of its slack
+        # does not count (all of the outage for a job that fell due in it, the part of it
+        # that fell in its slack for one that fell due just before the deploy began).
+        woke_at = wake - offset_s
+        down = outage[1] - max(outage[0], woke_at)
+        due = wake + down if woke_at <= outage[1] and woke_at + WAKE_SLACK_S >= outage[0] else wake
         late = woken[0] - due
         assert late <= WAKE_SLACK_S, f"job {job_id} woke {late:.1f}s after its time"
         if len(woken) > 1:  # a woken run cut short by the restart, and only then
