@@ -75,6 +75,30 @@ def heartbeat_option(help: str) -> Callable[[F], F]:
     )
 
 
+def audit_retention_option(func: F) -> F:
+    """--audit-retention: how long the audit log keeps its entries, for `rota worker` and
+    `rota serve` alike (their pruners read the same variable)."""
+    return click.option(
+        "--audit-retention",
+        envvar="ROTA_AUDIT_RETENTION",
+        default="90d",
+        show_default=True,
+        help="Delete audit log entries older than this (e.g. 30d, 365d), or 'off' to keep them.",
+    )(func)
+
+
+def shutdown_option(default: float) -> Callable[[F], F]:
+    """--shutdown-timeout: the grace running jobs get after SIGTERM."""
+    return click.option(
+        "--shutdown-timeout",
+        envvar="ROTA_SHUTDOWN_TIMEOUT",
+        type=click.FloatRange(0),
+        default=default,
+        show_default=True,
+        help="Seconds running jobs get to finish after SIGTERM before being released.",
+    )
+
+
 def listen_option(func: F) -> F:
     return click.option(
         "--listen-database-url",

@@ -13,6 +13,7 @@ import click
 from rota.cli.group import (
     Target,
     announce_new_database_url,
+    audit_retention_option,
     cli,
     database_option,
     heartbeat_option,
@@ -20,6 +21,7 @@ from rota.cli.group import (
     open_target,
     run,
     run_workers,
+    shutdown_option,
     split,
     uses_database,
 )
@@ -93,14 +95,7 @@ from rota.observability.logging import printable
     show_default=True,
     help="Seconds between rescues of expired leases.",
 )
-@click.option(
-    "--shutdown-timeout",
-    envvar="ROTA_SHUTDOWN_TIMEOUT",
-    type=click.FloatRange(0),
-    default=30.0,
-    show_default=True,
-    help="Seconds running jobs get to finish after SIGTERM before being released.",
-)
+@shutdown_option(30.0)
 @click.option(
     "--retention",
     envvar="ROTA_RETENTION",
@@ -116,13 +111,7 @@ from rota.observability.logging import printable
     help="End a due job of a kind no live worker runs after it waited this long (e.g. 30m), "
     "or 'off' to let it wait for ever.",
 )
-@click.option(
-    "--audit-retention",
-    envvar="ROTA_AUDIT_RETENTION",
-    default="90d",
-    show_default=True,
-    help="Delete audit log entries older than this (e.g. 30d, 365d), or 'off' to keep them.",
-)
+@audit_retention_option
 @click.option(
     "--metrics-port",
     envvar="ROTA_METRICS_PORT",

@@ -13,7 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from rota.cli.group import announce_new_database_url, cli, listen_option, run_workers
+from rota.cli.group import (
+    announce_new_database_url,
+    audit_retention_option,
+    cli,
+    listen_option,
+    run_workers,
+    shutdown_option,
+)
 from rota.config import DEFAULT_DATABASE_URL, load_app, parse_retention
 from rota.domain.errors import InvalidInput
 from rota.runtime.crew import WorkerThread
@@ -84,13 +91,7 @@ log = logging.getLogger("rota.serve")
     is_flag=True,
     help="Refuse every change through the API and dashboard.",
 )
-@click.option(
-    "--audit-retention",
-    envvar="ROTA_AUDIT_RETENTION",
-    default="90d",
-    show_default=True,
-    help="Delete audit log entries older than this (e.g. 30d, 365d), or 'off' to keep them.",
-)
+@audit_retention_option
 @click.option(
     "--allowed-host",
     "allowed_hosts",
@@ -98,14 +99,7 @@ log = logging.getLogger("rota.serve")
     multiple=True,
     help="Host names the API answers to (behind a proxy); repeatable.",
 )
-@click.option(
-    "--shutdown-timeout",
-    envvar="ROTA_SHUTDOWN_TIMEOUT",
-    type=click.FloatRange(0),
-    default=10.0,
-    show_default=True,
-    help="Seconds running jobs get to finish after SIGTERM before being released.",
-)
+@shutdown_option(10.0)
 @click.option(
     "--header-timeout",
     envvar="ROTA_HEADER_TIMEOUT",
