@@ -341,8 +341,10 @@ HOW = [
     "- **memory**: RSS of one worker process with 1,000 `asyncio.sleep` jobs running.",
     "- **sqlite**: rota's embedded default, a fresh file per run, WAL mode; polled through its "
     "per-state counters.",
-    "- **dashboard**: one call after a warm-up, then timed calls; the HTTP ones go through the "
-    "whole ASGI app in process (httpx `ASGITransport`).",
+    "- **dashboard**: 10,000,000 jobs (a week of day partitions of finished jobs), every "
+    "statement under its generic plan (`plan_cache_mode = force_generic_plan`); each route "
+    "called twice, then 20 times in a row per run, through the whole ASGI app in process "
+    "(httpx `ASGITransport`).",
     "- **Oban for Python and DBOS** run in a Python 3.12 venv of their own (`make "
     "setup-bench312`; Oban for Python needs 3.12): their workers are that venv's processes "
     "(`bench/peers312.py`), and their enqueues run in a process there that times its own "
