@@ -230,10 +230,21 @@ def server_section(bench: Bench) -> list[str]:
     return lines
 
 
+#: The peers' names in the goals table.
+PEER_NAMES = {
+    "pgqueuer": "PgQueuer",
+    "procrastinate": "Procrastinate",
+    "oban": "Oban for Python",
+    "dbos": "DBOS",
+}
+
+
 def goals(bench: Bench) -> list[str]:
-    """Each goal for the worker's cost, as set, with what this run measured."""
+    """Each goal, as set, with what this run measured. A goal beside the peers is measured
+    against the best peer of this run (the one rota must beat by the factor to beat every
+    one), named in its row."""
     rows = [
-        "| goal | target | rota | PgQueuer (this run) | status |",
+        "| goal | target | rota | best peer (this run) | status |",
         "|---|---|---|---|---|",
     ]
 
@@ -242,42 +253,57 @@ def goals(bench: Bench) -> list[str]:
         return m.median if m else None
 
     def row(
-        label: str, target: str, ours: float | None, theirs: float | None, unit: str, status: str
+        label: str, target: str, ours: float | None, theirs: str, unit: str, status: str
     ) -> None:
-        rows.append(
-            f"| {label} | {target} | {_opt(ours, unit)} | {_opt(theirs, unit)} | {status} |"
-        )
+        rows.append(f"| {label} | {target} | {_opt(ours, unit)} | {theirs} | {status} |")
+
+    def best_peer(scenario: str, metric: str, higher: bool) -> tuple[str, float] | None:
+        found = [
+            (system, value)
+            for system in PEER_NAMES
+            if (value := median(scenario, metric, system)) is not None and value > 0
+        ]
+        if not found:
+            return None
+        return (max if higher else min)(found, key=lambda pair: pair[1])
 
     def versus(label: str, scenario: str, metric: str, factor: float, higher: bool) -> None:
         ours = median(scenario, metric, "rota")
-        theirs = median(scenario, metric, "pgqueuer")
         sign = "≥" if higher else "≤"
-        target = f"{sign} {factor:g}x PgQueuer" if factor != 1 else f"{sign} PgQueuer"
         m = bench.find(scenario, metric, "rota")
         unit = m.unit if m else ""
-        if ours is None or theirs is None or theirs == 0:
-            row(label, target, ours, theirs, unit, "not measured")
+        target = f"{sign} {factor:g}x every peer" if factor != 1 else f"{sign} every peer"
+        best = best_peer(scenario, metric, higher)
+        if ours is None or best is None:
+            row(label, target, ours, "—", unit, "not measured")
             return
+        system, theirs = best
         ratio = ours / theirs
         met = ratio >= factor if higher else ratio <= factor
-        row(label, target, ours, theirs, unit, f"{'met' if met else '**not met**'} ({ratio:.2f}x)")
+        row(
+            label,
+            target,
+            ours,
+            f"{PEER_NAMES[system]}: {_opt(theirs, unit)}",
+            unit,
+            f"{'met' if met else '**not met**'} ({ratio:.2f}x)",
+        )
 
     def absolute(label: str, scenario: str, metric: str, limit: float, higher: bool) -> None:
         ours = median(scenario, metric, "rota")
-        theirs = median(scenario, metric, "pgqueuer")
         m = bench.find(scenario, metric, "rota")
         unit = m.unit if m else ""
         target = f"{'≥' if higher else '≤'} {_num(limit)} {unit}".strip()
         if ours is None:
-            row(label, target, ours, theirs, unit, "not measured")
+            row(label, target, ours, "—", unit, "not measured")
             return
         met = ours >= limit if higher else ours <= limit
-        row(label, target, ours, theirs, unit, "met" if met else "**not met**")
+        row(label, target, ours, "—", unit, "met" if met else "**not met**")
 
     for method in ("burst", "backlog"):
         for processes in ("1 process", "2 processes"):
             metric = f"{method} drain, {processes}"
-            versus(f"{metric} (no-op)", "drain", metric, 1.5, True)
+            versus(f"{metric} (no-op)", "drain", metric, 2.0, True)
     absolute(
         "worker CPU per no-op job (backlog, 1 process)",
         "drain-cpu",
@@ -293,11 +319,11 @@ def goals(bench: Bench) -> list[str]:
         False,
     )
     absolute("bulk enqueue", "enqueue", "bulk enqueue, one call", 100_000.0, True)
-    versus("bulk enqueue beside PgQueuer", "enqueue", "bulk enqueue, one call", 1.5, True)
+    versus("bulk enqueue beside the peers", "enqueue", "bulk enqueue, one call", 1.5, True)
     versus(
         "single enqueue (one job per call)", "enqueue", "single enqueue, 1 job per call", 1, True
     )
-    versus("pickup latency p99, idle worker", "latency", "pickup latency p99", 1, False)
+    versus("pickup latency p99, idle worker", "latency", "pickup latency p99", 0.8, False)
     absolute("SQLite drain, 1 process", "sqlite", "drain, 1 process", 15_000.0, True)
     absolute("SQLite bulk enqueue", "sqlite", "bulk enqueue, one call", 50_000.0, True)
     return rows
@@ -504,8 +530,9 @@ def write(
         "",
         "## Goals",
         "",
-        "As set, not adjusted; PgQueuer's figures are from this run, on this "
-        "server. Fair claims are on (rota's default) in every rota figure."
+        "As set (issue 45: at least 2x every peer's drain, 1.5x its bulk enqueue, 0.8x the "
+        "best peer's pickup p99), not adjusted; the peers' figures are from this run, on this "
+        "server; the durable jobs' goal (2x DBOS) is in the notes. Fair claims are on (rota's default) in every rota figure."
         + (" **Harness check: the statuses below judge nothing.**" if check else ""),
         "",
         *goals(bench),
