@@ -2,7 +2,7 @@
 table, measured the way people call them: the same request 20 times in a row.
 
 ``python -m bench.dashboard_scale [--jobs 1000000] [--backend postgres|sqlite|both]
-[--database-url URL] [--calls 20] [--warmup 2]``
+[--database-url URL] [--calls 20] [--warmup 2] [--http]``
 
 PostgreSQL: a throwaway production-configured cluster (``bench.cluster``; or the given server,
 in a database of its own that it drops), migrated to the current schema, with a table of
@@ -21,7 +21,9 @@ one in a hundred enqueued by one of 10 schedules; ids in the order of their time
 network, no auth), and each request runs ``--warmup`` times, then ``--calls`` times in a row;
 the table is the median and the slowest of those calls in milliseconds, with the machine's
 load average (figures from a busy machine say little). The identity's read share is lifted:
-the bench measures the routes, and 20 fast calls in a row exceed it.
+the bench measures the routes, and 20 fast calls in a row exceed it. ``--http`` calls a real
+``rota serve --workers 0`` instead, over TCP on 127.0.0.1 with a bearer token and every
+other setting at its default, the read share included: what a script calling the API sees.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import signal
+import socket
 import sqlite3
 import statistics
 import sys
@@ -171,6 +175,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--keep", action="store_true", help="keep the loaded database")
     parser.add_argument("--only", help="measure only the requests whose label contains this")
+    parser.add_argument(
+        "--http",
+        action="store_true",
+        help="call a real `rota serve --workers 0` over TCP with its default settings",
+    )
     return parser.parse_args(argv)
 
 
@@ -232,7 +241,8 @@ async def load_sqlite(url: str, jobs: int) -> None:
 async def timings(
     url: str, jobs: int, *, calls: int, warmup: int, only: str | None = None
 ) -> dict[str, list[float]]:
-    """Each request's ``calls`` timed calls after ``warmup`` untimed ones, in ms, by label."""
+    """Each request's ``calls`` timed calls after ``warmup`` untimed ones, in ms, by label:
+    the API in process."""
     store = open_store(url)
     # The routes are measured, not one identity's read share (rota.api.shares), which calls
     # this fast in a row would exceed.
@@ -243,31 +253,89 @@ async def timings(
         read_rate_per_identity=1e9,
     )
     app = create_app(Client(store), settings=settings)
-    found: dict[str, list[float]] = {}
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://bench") as api:
-        for label, path in requests(jobs).items():
-            if only and only not in label:
-                continue
-            if path.startswith("PAGE21 "):
-                path = path.removeprefix("PAGE21 ")
-                for _ in range(20):
-                    page = (await api.get(path)).raise_for_status().json()
-                    path = f"{path.split('&cursor=')[0]}&cursor={page['next_cursor']}"
-            for _ in range(warmup):
-                (await api.get(path)).raise_for_status()
-            times = found[label] = []
-            for _ in range(calls):
-                begun = time.perf_counter()
-                (await api.get(path)).raise_for_status()
-                times.append((time.perf_counter() - begun) * 1000)
-            print(f"{label}: {statistics.median(times):.1f} ({max(times):.1f})", file=sys.stderr)
+        found = await _call_each(api, jobs, calls=calls, warmup=warmup, only=only)
     await store.close()
     return found
 
 
+async def _call_each(
+    api: httpx.AsyncClient, jobs: int, *, calls: int, warmup: int, only: str | None
+) -> dict[str, list[float]]:
+    found: dict[str, list[float]] = {}
+    for label, path in requests(jobs).items():
+        if only and only not in label:
+            continue
+        if path.startswith("PAGE21 "):
+            path = path.removeprefix("PAGE21 ")
+            for _ in range(20):
+                page = (await api.get(path)).raise_for_status().json()
+                path = f"{path.split('&cursor=')[0]}&cursor={page['next_cursor']}"
+        for _ in range(warmup):
+            (await api.get(path)).raise_for_status()
+        times = found[label] = []
+        for _ in range(calls):
+            begun = time.perf_counter()
+            (await api.get(path)).raise_for_status()
+            times.append((time.perf_counter() - begun) * 1000)
+        print(f"{label}: {statistics.median(times):.1f} ({max(times):.1f})", file=sys.stderr)
+    return found
+
+
+async def timings_served(
+    url: str, jobs: int, *, calls: int, warmup: int, only: str | None = None
+) -> dict[str, list[float]]:
+    """``timings`` through a real server, as a script calls it: ``rota serve --workers 0`` on
+    a port of 127.0.0.1 with a bearer token and every other setting at its default (the
+    identity's read share included), one keep-alive connection."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    token = uuid.uuid4().hex
+    server = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "rota",
+        "serve",
+        "--database-url",
+        url,
+        "--workers",
+        "0",
+        "--port",
+        str(port),
+        env={**os.environ, "ROTA_AUTH_TOKEN": token},
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    headers = {"Authorization": f"Bearer {token}"}
+    try:
+        async with httpx.AsyncClient(base_url=base, headers=headers, timeout=60) as api:
+            for _ in range(600):
+                if server.returncode is not None:
+                    raise RuntimeError(f"rota serve exited {server.returncode}")
+                try:
+                    if (await api.get("/healthz")).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                await asyncio.sleep(0.05)
+            else:
+                raise RuntimeError("rota serve did not answer /healthz within 30 s")
+            return await _call_each(api, jobs, calls=calls, warmup=warmup, only=only)
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(server.wait(), 30)
+        except TimeoutError:
+            server.kill()
+            await server.wait()
+
+
 async def measure(url: str, jobs: int, args: argparse.Namespace) -> list[tuple[str, float, float]]:
-    found = await timings(url, jobs, calls=args.calls, warmup=args.warmup, only=args.only)
+    timer = timings_served if args.http else timings
+    found = await timer(url, jobs, calls=args.calls, warmup=args.warmup, only=args.only)
     return [(label, statistics.median(times), max(times)) for label, times in found.items()]
 
 

@@ -6,7 +6,10 @@ an admin's write waited behind all of it. Two things keep a share a share:
 
 - ``ReadShare`` answers a read over its identity's share at once with 429 and ``Retry-After``
   (at most ``concurrent`` in flight, and a token bucket of ``per_second`` refilled every second
-  holding up to ``BURST_SECONDS`` seconds' worth), before it queues for anything;
+  holding up to ``BURST_SECONDS`` seconds' worth), before it queues for anything. A read that
+  finds none of its identity's in flight is never refused (it takes a token if one is left):
+  a client that waits for each answer before it asks again holds at most one turn of the gate,
+  its round trips pace it, and a script reading jobs one by one is not turned away;
 - the request gate (rota.api.gate) lets requests in turn by turn across identities, so another
   identity's request waits for one turn to free, never for a greedy client's whole queue.
 
@@ -106,8 +109,10 @@ class ReadShare:
         if share.inside >= self.concurrent:
             return None, 1
         if share.tokens < 1.0:
-            return None, max(1, math.ceil((1.0 - share.tokens) / self.per_second))
-        share.tokens -= 1.0
+            if share.inside:
+                return None, max(1, math.ceil((1.0 - share.tokens) / self.per_second))
+        else:
+            share.tokens -= 1.0
         share.inside += 1
         return share, 0
 

@@ -137,7 +137,8 @@ log = logging.getLogger("rota.serve")
     type=click.FloatRange(0, 1e9, min_open=True),
     default=100.0,
     show_default=True,
-    help="Reads a second one identity may start (three seconds' worth at once); past it, 429.",
+    help="Reads a second one identity may start beside others of its own in flight (three "
+    "seconds' worth at once); past it, 429. One read at a time is never refused.",
 )
 @click.option(
     "--credentials-file",
