@@ -121,7 +121,7 @@ async def test_a_step_that_used_up_its_attempts_makes_the_job_dead(app: App) -> 
     assert dead.state is JobState.DEAD
     assert (
         dead.last_error
-        == "StepFailed: step 'call' failed 2 time(s); last error: ValueError: bad request"
+        == "StepFailed: step 'call' failed 2 times; last error: ValueError: bad request"
     )
 
 

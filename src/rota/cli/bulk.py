@@ -24,6 +24,7 @@ from rota.client import Client
 from rota.domain.audit import AuditAction
 from rota.domain.errors import InvalidInput
 from rota.domain.job_state import FINISHED_STATES, JobState
+from rota.domain.wording import counted, plural
 from rota.store import JobFilter
 from rota.store.records import MAX_BULK
 
@@ -87,7 +88,8 @@ def filter_options(states: Iterable[JobState], help: str) -> Callable[[Any], Any
 
 @dataclass(frozen=True)
 class BulkVerb:
-    """One bulk command: its name, the states it may touch (its default), its words."""
+    """One bulk command: its name, the states it may touch (its default), its words
+    (``what`` in the singular: "held job"; counts put it in agreement)."""
 
     name: str
     states: frozenset[JobState]
@@ -111,7 +113,7 @@ VERBS = (
         states=FINISHED_STATES,
         state_help="Only finished jobs in this state (repeatable; default: every finished state).",
         summary=f"Delete finished jobs matching the filters, with their history, {_AT_MOST}",
-        what="finished job(s)",
+        what="finished job",
         ask="Delete",
         doing="deleting",
         done="deleted",
@@ -124,7 +126,7 @@ VERBS = (
         state_help="Only jobs in this state (repeatable; default: dead and cancelled).",
         summary="Run again every dead or cancelled job matching the filters, with fresh "
         f"attempts, {_AT_MOST}",
-        what="dead or cancelled job(s)",
+        what="dead or cancelled job",
         ask="Retry",
         doing="retrying",
         done="retried",
@@ -137,7 +139,7 @@ VERBS = (
         state_help="Only jobs in this state (repeatable; default: pending and running).",
         summary="Cancel every pending or running job matching the filters (running handlers "
         f"are stopped at their next heartbeat), {_AT_MOST}",
-        what="pending or running job(s)",
+        what="pending or running job",
         ask="Cancel",
         doing="cancelling",
         done="cancelled",
@@ -173,11 +175,15 @@ def bulk(target: Target, filter: JobFilter, yes: bool, verb: BulkVerb) -> None:
     scope = describe_filter(filter)
     matching = with_client(target, lambda c: c.store.count_jobs(filter, limit=MAX_BULK + 1))
     if matching == 0:
-        click.echo(f"no {what} match {scope}; nothing {done}")
+        click.echo(f"no {plural(what)} match {scope}; nothing {done}")
         return
     total = min(matching, MAX_BULK)
-    amount = f"the first {MAX_BULK} of the" if matching > MAX_BULK else str(matching)
-    scope_text = f"{amount} {what} matching {scope}"
+    amount = (
+        f"the first {MAX_BULK} of the {plural(what)}"
+        if matching > MAX_BULK
+        else counted(matching, what)
+    )
+    scope_text = f"{amount} matching {scope}"
     if not yes:
         if not sys.stdin.isatty():
             verb_word = ask.lower()
@@ -193,7 +199,7 @@ def bulk(target: Target, filter: JobFilter, yes: bool, verb: BulkVerb) -> None:
 
         count = 0
         try:
-            with progress(f"{doing} {what}", total) as advance:
+            with progress(f"{doing} {plural(what)}", total) as advance:
                 while count < total:
                     changed = await verb.call(client, filter, min(BATCH, total - count))
                     if changed == 0:
@@ -206,7 +212,7 @@ def bulk(target: Target, filter: JobFilter, yes: bool, verb: BulkVerb) -> None:
         return count
 
     count = with_client(target, run)
-    click.echo(f"{done} {count} {what} matching {scope}")
+    click.echo(f"{done} {counted(count, what)} matching {scope}")
 
 
 def describe_filter(filter: JobFilter) -> str:

@@ -20,6 +20,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from rota.domain.errors import ConnectionFailed, InvalidInput, StoreUnavailable
 from rota.domain.payload import decode_json
 from rota.domain.retry import RECONNECT_BACKOFF
+from rota.domain.wording import counted
 from rota.store.postgres.direct import Direct, Row
 from rota.store.postgres.failures import address_of, again, connection_failed
 from rota.store.postgres.urls import POOLER_MODES
@@ -118,7 +119,9 @@ class Dialer:
                     await asyncio.wait_for(self._closed.wait(), delay)
                 continue
             if self.last_failure is not None:
-                log.info("%s: connected again after %d failed attempt(s)", self.what, failures)
+                log.info(
+                    "%s: connected again after %s", self.what, counted(failures, "failed attempt")
+                )
             self.last_failure = None
             return conn
 
