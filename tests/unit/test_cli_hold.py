@@ -69,4 +69,8 @@ def test_hold_by_filter_confirms_and_reports_its_count(tmp_path: Path) -> None:
     nothing = rota("jobs", "release", "--yes", url=sqlite_url(db))
     assert nothing.out == "no held jobs match state held; nothing released\n"
     bad = rota("jobs", "hold", "--state", "running", "--yes", url=sqlite_url(db))
-    assert bad.code == 2 and len(bad.err_lines) == 1
+    assert bad.code == 2
+    assert bad.err_lines == [
+        "error: --state running: hold cannot act on a running job; only waiting or pending "
+        "jobs can be held (cancel a running one). It takes pending, waiting"
+    ]

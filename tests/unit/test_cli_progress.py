@@ -123,7 +123,7 @@ def test_bulk_retry_and_cancel_work_through_every_matching_job(tmp_path: Path) -
 
     cancelled = rota("jobs", "bulk-cancel", "--state", "pending", "--yes", url=sqlite_url(db))
     assert cancelled.code == 0 and cancelled.err == ""
-    assert cancelled.out == f"cancelled {JOBS} pending or running jobs matching state pending\n"
+    assert cancelled.out == f"cancelled {JOBS} unfinished jobs matching state pending\n"
     assert counts(db) == {JobState.CANCELLED: JOBS}
 
 
@@ -135,7 +135,7 @@ def test_a_bulk_verb_confirms_its_scope_and_refuses_states_it_cannot_act_on(
     refused = rota("jobs", "bulk-cancel", "--kind", "email", url=sqlite_url(db))
     assert refused.code == 2
     assert refused.err_lines == [
-        "error: would cancel 3 pending or running jobs matching state pending|running, "
+        "error: would cancel 3 unfinished jobs matching state pending|running, "
         "kind email: pass --yes to confirm"
     ]
     wrong = rota("jobs", "bulk-retry", "--state", "pending", "--yes", url=sqlite_url(db))
