@@ -284,6 +284,50 @@ async def test_a_signal_is_not_delivered_to_a_cancelled_waiting_job(
     assert (await store.signal("k", "1", expire_after=DAY)).delivered_to is None
 
 
+async def test_a_signal_to_a_held_waiting_job_is_delivered_once_when_it_is_released(
+    store: Store, clock: FakeClock
+) -> None:
+    job = await claimed(store, max_attempts=1)
+    await store.wait_for(job.lease, "wait-1", "approval:9", timeout=2 * DAY)
+    clock.advance(timedelta(minutes=1))
+    assert (await store.hold(job.id)).state is JobState.HELD
+    sent = await store.signal("approval:9", '{"ok": true}', expire_after=timedelta(hours=1))
+    # The held job's wait began first: the signal is its, not kept for a later wait.
+    assert (sent.delivered_to, sent.expires_at) == (job.id, None)
+    assert await claim_one(store) is None, "a held job is never claimed"
+
+    clock.advance(timedelta(hours=2))  # longer than the signal would have been kept
+    released = await store.release_held(job.id)
+    assert released.state is JobState.PENDING and released.run_at <= clock.now()
+    woken = await claim_one(store)
+    assert woken is not None and woken.id == job.id and woken.attempt == 1
+    outcome = await store.wait_for(woken.lease, "wait-1", "approval:9", timeout=2 * DAY)
+    assert (outcome.state, outcome.data) == (StepState.RECEIVED, {"ok": True})
+    again = await store.wait_for(woken.lease, "wait-1", "approval:9", timeout=2 * DAY)
+    assert (again.state, again.data) == (StepState.RECEIVED, {"ok": True})
+    # Delivered once: nothing of it is left for another wait on the key.
+    other = await claimed(store)
+    later = await store.wait_for(other.lease, "wait-1", "approval:9", timeout=DAY)
+    assert later.state is StepState.WAITING
+    [received] = await store.steps(job.id)
+    assert (received.state, received.result) == (StepState.RECEIVED, {"ok": True})
+
+
+async def test_a_held_waiting_job_released_without_a_signal_waits_on(
+    store: Store, clock: FakeClock
+) -> None:
+    job = await claimed(store)
+    await store.wait_for(job.lease, "wait-1", "approval:10", timeout=DAY)
+    await store.hold(job.id)
+    released = await store.release_held(job.id)
+    assert (released.state, released.run_at) == (JobState.PENDING, clock.now() + DAY)
+    assert await claim_one(store) is None
+    sent = await store.signal("approval:10", "1", expire_after=DAY)
+    assert sent.delivered_to == job.id
+    woken = await claim_one(store)
+    assert woken is not None and woken.id == job.id
+
+
 async def test_a_stale_workers_wait_is_fenced_and_takes_no_signal(
     store: Store, clock: FakeClock
 ) -> None:

@@ -211,3 +211,18 @@ async def test_a_held_job_is_not_expired_while_held_and_never_starts_past_its_ex
     assert await claim_one(store) is None
     assert await store.expire() == [job.id]
     assert (await store.get(job.id)).last_error == "expired"
+
+
+async def test_bulk_cancel_reaches_held_and_waiting_jobs_named_by_state(store: Store) -> None:
+    graph = Workflow()
+    parent = graph.add(JobSpec(kind="a"))
+    graph.add(JobSpec(kind="a"), after=[parent])
+    held, waiting = await store.enqueue_workflow(graph)
+    await store.hold(held.id)
+    pending = await add(store)
+
+    assert await store.bulk_cancel(JobFilter(states=frozenset({JobState.WAITING}))) == 1
+    assert await store.bulk_cancel(JobFilter(states=HELD)) == 1
+    assert (await store.get(waiting.id)).state is JobState.CANCELLED
+    assert (await store.get(held.id)).state is JobState.CANCELLED
+    assert (await store.get(pending.id)).state is JobState.PENDING

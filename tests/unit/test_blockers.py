@@ -63,7 +63,7 @@ def test_not_due_says_whether_it_is_a_delay_or_a_retry_backoff() -> None:
 def test_a_waiting_job_waits_on_its_parents() -> None:
     [waiting] = blockers(job(state=JobState.WAITING, waiting_on=2), NOW, SERVED)
     assert waiting.reason is Blocked.WAITING_ON_PARENTS
-    assert waiting.message == "waiting on 2 parent job(s) to finish"
+    assert waiting.message == "waiting on 2 parent jobs to finish"
 
 
 def test_a_held_job_says_so_first_then_what_would_hold_it_once_released() -> None:

@@ -55,20 +55,22 @@ def test_hold_by_filter_confirms_and_reports_its_count(tmp_path: Path) -> None:
     refused = rota("jobs", "hold", "--kind", "email", url=sqlite_url(db))
     assert refused.code == 2
     assert refused.err_lines == [
-        "error: would hold 3 waiting or pending job(s) matching state pending|waiting, "
+        "error: would hold 3 waiting or pending jobs matching state pending|waiting, "
         "kind email: pass --yes to confirm"
     ]
     assert on_store(db, lambda store: store.counts()).total(JobState.HELD) == 0
     held = rota("jobs", "hold", "--kind", "email", "--yes", url=sqlite_url(db))
     assert held.code == 0
-    assert (
-        held.out == "held 3 waiting or pending job(s) matching state pending|waiting, kind email\n"
-    )
+    assert held.out == "held 3 waiting or pending jobs matching state pending|waiting, kind email\n"
     held_filter = JobFilter(states=frozenset({JobState.HELD}))
     assert on_store(db, lambda store: store.count_jobs(held_filter)) == 3
     released = rota("jobs", "release", "--yes", url=sqlite_url(db))
-    assert released.out == "released 3 held job(s) matching state held\n"
+    assert released.out == "released 3 held jobs matching state held\n"
     nothing = rota("jobs", "release", "--yes", url=sqlite_url(db))
-    assert nothing.out == "no held job(s) match state held; nothing released\n"
+    assert nothing.out == "no held jobs match state held; nothing released\n"
     bad = rota("jobs", "hold", "--state", "running", "--yes", url=sqlite_url(db))
-    assert bad.code == 2 and len(bad.err_lines) == 1
+    assert bad.code == 2
+    assert bad.err_lines == [
+        "error: --state running: hold cannot act on a running job; only waiting or pending "
+        "jobs can be held (cancel a running one). It takes pending, waiting"
+    ]

@@ -66,7 +66,7 @@ def test_purge_confirms_its_scope_and_needs_yes_without_a_terminal(tmp_path: Pat
     refused = rota("jobs", "purge", "--kind", "email", url=sqlite_url(db))
     assert refused.code == 2
     assert refused.err_lines == [
-        "error: would delete 1 finished job(s) matching state cancelled|dead|succeeded, "
+        "error: would delete 1 finished job matching state cancelled|dead|succeeded, "
         "kind email: pass --yes to confirm"
     ]
     assert on_store(db, lambda store: store.counts()).total(JobState.DEAD) == 2
@@ -74,7 +74,7 @@ def test_purge_confirms_its_scope_and_needs_yes_without_a_terminal(tmp_path: Pat
         "jobs", "purge", "--kind", "email", "--state", "dead", "--yes", url=sqlite_url(db)
     )
     assert purged.code == 0
-    assert purged.out == "deleted 1 finished job(s) matching state dead, kind email\n"
+    assert purged.out == "deleted 1 finished job matching state dead, kind email\n"
     assert on_store(db, lambda store: store.counts()).total(JobState.DEAD) == 1
     bad = rota("jobs", "purge", "--state", "pending", "--yes", url=sqlite_url(db))
     assert bad.code == 2 and len(bad.err_lines) == 1

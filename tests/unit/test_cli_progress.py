@@ -95,8 +95,8 @@ def test_purge_shows_its_progress_on_a_terminal_and_its_result_on_stdout(tmp_pat
     ran = rota_on_terminal("jobs", "purge", "--yes", url=sqlite_url(db))
     assert ran.code == 0, ran.err
     scope = "state cancelled|dead|succeeded"
-    assert ran.out == f"deleted {JOBS} finished job(s) matching {scope}\n"
-    assert "deleting finished job(s)" in ran.err
+    assert ran.out == f"deleted {JOBS} finished jobs matching {scope}\n"
+    assert "deleting finished jobs" in ran.err
     assert f"{JOBS}/{JOBS}" in ran.err
     assert counts(db) == {}
 
@@ -106,7 +106,7 @@ def test_piped_stderr_gets_no_progress(tmp_path: Path) -> None:
     with_store(db, jobs=JOBS, cancel=True)
     ran = rota("jobs", "purge", "--yes", url=sqlite_url(db))
     assert ran.code == 0
-    assert ran.out == f"deleted {JOBS} finished job(s) matching state cancelled|dead|succeeded\n"
+    assert ran.out == f"deleted {JOBS} finished jobs matching state cancelled|dead|succeeded\n"
     assert ran.err == ""
 
 
@@ -116,14 +116,14 @@ def test_bulk_retry_and_cancel_work_through_every_matching_job(tmp_path: Path) -
     retried = rota_on_terminal("jobs", "bulk-retry", "--kind", "email", "--yes", url=sqlite_url(db))
     assert retried.code == 0, retried.err
     assert retried.out == (
-        f"retried {JOBS} dead or cancelled job(s) matching state cancelled|dead, kind email\n"
+        f"retried {JOBS} dead or cancelled jobs matching state cancelled|dead, kind email\n"
     )
-    assert "retrying dead or cancelled job(s)" in retried.err and f"{JOBS}/{JOBS}" in retried.err
+    assert "retrying dead or cancelled jobs" in retried.err and f"{JOBS}/{JOBS}" in retried.err
     assert counts(db) == {JobState.PENDING: JOBS}
 
     cancelled = rota("jobs", "bulk-cancel", "--state", "pending", "--yes", url=sqlite_url(db))
     assert cancelled.code == 0 and cancelled.err == ""
-    assert cancelled.out == f"cancelled {JOBS} pending or running job(s) matching state pending\n"
+    assert cancelled.out == f"cancelled {JOBS} unfinished jobs matching state pending\n"
     assert counts(db) == {JobState.CANCELLED: JOBS}
 
 
@@ -135,13 +135,13 @@ def test_a_bulk_verb_confirms_its_scope_and_refuses_states_it_cannot_act_on(
     refused = rota("jobs", "bulk-cancel", "--kind", "email", url=sqlite_url(db))
     assert refused.code == 2
     assert refused.err_lines == [
-        "error: would cancel 3 pending or running job(s) matching state pending|running, "
+        "error: would cancel 3 unfinished jobs matching state pending|running, "
         "kind email: pass --yes to confirm"
     ]
     wrong = rota("jobs", "bulk-retry", "--state", "pending", "--yes", url=sqlite_url(db))
     assert wrong.code == 2 and len(wrong.err_lines) == 1
     none = rota("jobs", "bulk-retry", "--yes", url=sqlite_url(db))
-    assert none.out == ("no dead or cancelled job(s) match state cancelled|dead; nothing retried\n")
+    assert none.out == ("no dead or cancelled jobs match state cancelled|dead; nothing retried\n")
     assert counts(db) == {JobState.PENDING: 3}
 
 
@@ -149,7 +149,7 @@ def test_migrate_shows_progress_on_a_terminal_only(tmp_path: Path) -> None:
     on_terminal = rota_on_terminal("migrate", url=sqlite_url(tmp_path / "a.db"))
     assert on_terminal.code == 0, on_terminal.err
     assert on_terminal.out == ""
-    assert "applying " in on_terminal.err and " migration(s)" in on_terminal.err
+    assert "applying " in on_terminal.err and " migrations" in on_terminal.err
     assert "applied " in on_terminal.err
 
     piped = rota("migrate", url=sqlite_url(tmp_path / "b.db"))

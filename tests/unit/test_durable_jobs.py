@@ -121,7 +121,7 @@ async def test_a_step_that_used_up_its_attempts_makes_the_job_dead(app: App) -> 
     assert dead.state is JobState.DEAD
     assert (
         dead.last_error
-        == "StepFailed: step 'call' failed 2 time(s); last error: ValueError: bad request"
+        == "StepFailed: step 'call' failed 2 times; last error: ValueError: bad request"
     )
 
 
@@ -308,6 +308,29 @@ async def test_a_waiting_job_holds_no_slot_and_wakes_on_its_signal(
     done = await app.jobs.get(job.id)
     assert (done.state, done.result) == (JobState.SUCCEEDED, {"tracking": "1Z999"})
     assert app.metrics.signals.labels("delivered")._value.get() == 1
+
+
+async def test_a_held_waiting_job_runs_once_with_its_signal_when_released(
+    app: App, clock: FakeClock
+) -> None:
+    runs: list[Any] = []
+
+    @app.job("approve")
+    async def approve(ctx: JobContext, payload: Any) -> Any:
+        decision = await ctx.wait_for("approval:3", timeout=timedelta(hours=2))
+        runs.append(decision)
+        return decision
+
+    job = (await app.enqueue("approve")).job
+    await drain(app)
+    await app.jobs.hold(job.id)
+    assert (await app.signal("approval:3", "yes")).delivered_to == job.id
+    assert await drain(app) == 0, "a held job does not run, signal or not"
+    clock.advance(timedelta(hours=3))  # past the wait's deadline: the signal came first
+    await app.jobs.release(job.id)
+    await drain(app)
+    done = await app.jobs.get(job.id)
+    assert (done.state, done.result, runs) == (JobState.SUCCEEDED, "yes", ["yes"])
 
 
 async def test_a_wait_times_out_with_an_error_the_handler_may_catch(

@@ -33,11 +33,25 @@ async def test_the_rescuer_cancels_jobs_that_expired_before_they_started(
     with caplog.at_level(logging.INFO, logger="rota.worker"):
         result = await worker.rescuer.tick()
     assert result.expired == [stale.id]
-    assert "1 job(s) cancelled as expired" in caplog.text
+    assert "1 job cancelled as expired" in caplog.text
     expired = await app.jobs.get(stale.id)
     assert (expired.state, expired.last_error) == (JobState.CANCELLED, "expired")
     await worker.run_until_idle()
     assert ran == [fresh.id]
+
+
+async def test_the_rescuer_counts_several_expired_jobs_in_the_plural(
+    app: App, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    app.job("report")(lambda ctx, payload: None)
+    for _ in range(2):
+        await app.enqueue("report", delay=120, expire_after=60)
+    worker = app.worker(settings())
+    clock.advance(timedelta(seconds=120))
+    with caplog.at_level(logging.INFO, logger="rota.worker"):
+        result = await worker.rescuer.tick()
+    assert len(result.expired) == 2
+    assert "2 jobs cancelled as expired" in caplog.text
 
 
 # ---------------------------------------------------------------------- middleware and hooks

@@ -11,7 +11,7 @@ A run that touched any job leaves one audit entry, as ``cli:<os user>``, with th
 from __future__ import annotations
 
 import sys
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +23,9 @@ from rota.cli.terminal import progress
 from rota.client import Client
 from rota.domain.audit import AuditAction
 from rota.domain.errors import InvalidInput
-from rota.domain.job_state import FINISHED_STATES, JobState
+from rota.domain.job_state import JobState
+from rota.domain.transitions import MOVES
+from rota.domain.wording import counted, plural
 from rota.store import JobFilter
 from rota.store.records import MAX_BULK
 
@@ -33,10 +35,25 @@ BATCH = 500
 Verb = Callable[[Client, JobFilter, int], Awaitable[int]]
 
 
-def filter_options(states: Iterable[JobState], help: str) -> Callable[[Any], Any]:
-    """--state (among ``states``), --kind, --queue, --tenant, --schedule, --workflow and
-    --yes."""
-    choices = sorted(state.value for state in states)
+def filter_options(verb: BulkVerb) -> Callable[[Any], Any]:
+    """--state (among the states ``verb`` acts on), --kind, --queue, --tenant, --schedule,
+    --workflow and --yes. A --state the verb cannot act on is refused with the state
+    machine's reason (exit 2)."""
+    choices = sorted(state.value for state in verb.states)
+
+    def states(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> Any:
+        for value in values:
+            if value in choices:
+                continue
+            among = ", ".join(choices)
+            if value in {state.value for state in JobState}:
+                reason = MOVES[verb.move].refusal
+                raise InvalidInput(
+                    f"--state {value}: {verb.name} cannot act on a {value} job; {reason}. "
+                    f"It takes {among}"
+                )
+            raise InvalidInput(f"--state {value}: not a job state. {verb.name} takes {among}")
+        return values
 
     def decorate(command: Any) -> Any:
         for option in reversed(
@@ -44,9 +61,10 @@ def filter_options(states: Iterable[JobState], help: str) -> Callable[[Any], Any
                 click.option(
                     "--state",
                     envvar="ROTA_STATE",
-                    type=click.Choice(choices),
+                    metavar=f"[{'|'.join(choices)}]",
+                    callback=states,
                     multiple=True,
-                    help=help,
+                    help=verb.state_help,
                 ),
                 click.option(
                     "--kind", envvar="ROTA_KIND", callback=name_filter, help="Only this kind."
@@ -87,10 +105,13 @@ def filter_options(states: Iterable[JobState], help: str) -> Callable[[Any], Any
 
 @dataclass(frozen=True)
 class BulkVerb:
-    """One bulk command: its name, the states it may touch (its default), its words."""
+    """One bulk command: its name, its verb in the state machine (``MOVES[move]``: the
+    states it may touch), the states it touches unless --state names others (``default``,
+    else all of them), its words (``what`` in the singular: "held job"; counts put it in
+    agreement)."""
 
     name: str
-    states: frozenset[JobState]
+    move: str
     state_help: str
     summary: str
     what: str
@@ -99,19 +120,28 @@ class BulkVerb:
     done: str
     call: Verb
     action: AuditAction
+    default: frozenset[JobState] | None = None
+
+    @property
+    def states(self) -> frozenset[JobState]:
+        """Every state this verb may touch: what --state may name."""
+        return MOVES[self.move].sources
+
+    @property
+    def default_states(self) -> frozenset[JobState]:
+        """The states it touches when --state is not given."""
+        return self.default if self.default is not None else self.states
 
 
-RETRYABLE = frozenset({JobState.DEAD, JobState.CANCELLED})
-CANCELLABLE = frozenset({JobState.PENDING, JobState.RUNNING})
 _AT_MOST = "after confirming how many (at most 10,000 per run)."
 
 VERBS = (
     BulkVerb(
         name="purge",
-        states=FINISHED_STATES,
+        move="purge",
         state_help="Only finished jobs in this state (repeatable; default: every finished state).",
         summary=f"Delete finished jobs matching the filters, with their history, {_AT_MOST}",
-        what="finished job(s)",
+        what="finished job",
         ask="Delete",
         doing="deleting",
         done="deleted",
@@ -120,11 +150,11 @@ VERBS = (
     ),
     BulkVerb(
         name="bulk-retry",
-        states=RETRYABLE,
+        move="retry",
         state_help="Only jobs in this state (repeatable; default: dead and cancelled).",
         summary="Run again every dead or cancelled job matching the filters, with fresh "
         f"attempts, {_AT_MOST}",
-        what="dead or cancelled job(s)",
+        what="dead or cancelled job",
         ask="Retry",
         doing="retrying",
         done="retried",
@@ -133,16 +163,19 @@ VERBS = (
     ),
     BulkVerb(
         name="bulk-cancel",
-        states=CANCELLABLE,
-        state_help="Only jobs in this state (repeatable; default: pending and running).",
+        move="cancel",
+        state_help="Only jobs in this state (repeatable; default: pending and running; "
+        "name waiting or held to cancel those too).",
         summary="Cancel every pending or running job matching the filters (running handlers "
-        f"are stopped at their next heartbeat), {_AT_MOST}",
-        what="pending or running job(s)",
+        "are stopped at their next heartbeat; --state waiting or --state held cancels those "
+        f"too), {_AT_MOST}",
+        what="unfinished job",
         ask="Cancel",
         doing="cancelling",
         done="cancelled",
         call=lambda client, filter, limit: client.bulk_cancel(filter, limit=limit),
         action=AuditAction.JOBS_CANCEL,
+        default=frozenset({JobState.PENDING, JobState.RUNNING}),
     ),
 )
 
@@ -152,7 +185,7 @@ def _command(verb: BulkVerb) -> None:
 
     @jobs.command(verb.name, help=verb.summary)
     @uses_database(creates=False)
-    @filter_options(verb.states, verb.state_help)
+    @filter_options(verb)
     def command(target: Target, state: tuple[str, ...], yes: bool, **names: Any) -> None:
         bulk(target, chosen_filter(verb, state, names), yes, verb)
 
@@ -162,8 +195,8 @@ for _verb in VERBS:
 
 
 def chosen_filter(verb: BulkVerb, state: tuple[str, ...], names: dict[str, Any]) -> JobFilter:
-    """The filter the options name: the verb's states unless --state narrows them."""
-    states = frozenset(JobState(value) for value in state) if state else verb.states
+    """The filter the options name: the verb's default states unless --state names others."""
+    states = frozenset(JobState(value) for value in state) if state else verb.default_states
     return JobFilter(states=states, **names)
 
 
@@ -173,11 +206,15 @@ def bulk(target: Target, filter: JobFilter, yes: bool, verb: BulkVerb) -> None:
     scope = describe_filter(filter)
     matching = with_client(target, lambda c: c.store.count_jobs(filter, limit=MAX_BULK + 1))
     if matching == 0:
-        click.echo(f"no {what} match {scope}; nothing {done}")
+        click.echo(f"no {plural(what)} match {scope}; nothing {done}")
         return
     total = min(matching, MAX_BULK)
-    amount = f"the first {MAX_BULK} of the" if matching > MAX_BULK else str(matching)
-    scope_text = f"{amount} {what} matching {scope}"
+    amount = (
+        f"the first {MAX_BULK} of the {plural(what)}"
+        if matching > MAX_BULK
+        else counted(matching, what)
+    )
+    scope_text = f"{amount} matching {scope}"
     if not yes:
         if not sys.stdin.isatty():
             verb_word = ask.lower()
@@ -193,7 +230,7 @@ def bulk(target: Target, filter: JobFilter, yes: bool, verb: BulkVerb) -> None:
 
         count = 0
         try:
-            with progress(f"{doing} {what}", total) as advance:
+            with progress(f"{doing} {plural(what)}", total) as advance:
                 while count < total:
                     changed = await verb.call(client, filter, min(BATCH, total - count))
                     if changed == 0:
@@ -206,7 +243,7 @@ def bulk(target: Target, filter: JobFilter, yes: bool, verb: BulkVerb) -> None:
         return count
 
     count = with_client(target, run)
-    click.echo(f"{done} {count} {what} matching {scope}")
+    click.echo(f"{done} {counted(count, what)} matching {scope}")
 
 
 def describe_filter(filter: JobFilter) -> str:

@@ -16,14 +16,13 @@ from rota.cli.group import Target, uses_database, with_operator
 from rota.cli.jobs import jobs
 from rota.domain.audit import AuditAction
 from rota.domain.errors import InvalidInput
-from rota.domain.transitions import MOVES
 
 HOLD = BulkVerb(
     name="hold",
-    states=MOVES["hold"].sources,
+    move="hold",
     state_help="Only jobs in this state (repeatable; default: waiting and pending).",
     summary="",
-    what="waiting or pending job(s)",
+    what="waiting or pending job",
     ask="Hold",
     doing="holding",
     done="held",
@@ -32,10 +31,10 @@ HOLD = BulkVerb(
 )
 RELEASE = BulkVerb(
     name="release",
-    states=MOVES["release_held"].sources,
+    move="release_held",
     state_help="Only held jobs (the only state a release acts on).",
     summary="",
-    what="held job(s)",
+    what="held job",
     ask="Release",
     doing="releasing",
     done="released",
@@ -68,7 +67,7 @@ def _one_or_many(
 @jobs.command("hold")
 @click.argument("job_id", type=click.IntRange(1, 2**63 - 1), required=False)
 @uses_database(creates=False)
-@filter_options(HOLD.states, HOLD.state_help)
+@filter_options(HOLD)
 def jobs_hold(
     target: Target, job_id: int | None, state: tuple[str, ...], yes: bool, **names: Any
 ) -> None:
@@ -81,7 +80,7 @@ def jobs_hold(
 @jobs.command("release")
 @click.argument("job_id", type=click.IntRange(1, 2**63 - 1), required=False)
 @uses_database(creates=False)
-@filter_options(RELEASE.states, RELEASE.state_help)
+@filter_options(RELEASE)
 def jobs_release(
     target: Target, job_id: int | None, state: tuple[str, ...], yes: bool, **names: Any
 ) -> None:

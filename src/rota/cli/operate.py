@@ -28,6 +28,7 @@ from rota.cli.group import (
 from rota.cli.terminal import progress
 from rota.config import load_app, parse_grace, parse_retention
 from rota.domain.errors import MigrationsPending
+from rota.domain.wording import counted
 from rota.observability.logging import printable
 
 # ---------------------------------------------------------------------- worker
@@ -284,7 +285,9 @@ def migrate(target: Target, check: bool) -> None:
             pending = await store.pending_migrations()
             if check or not pending:
                 return pending
-            with progress(f"applying {len(pending)} migration(s)", len(pending)) as advance:
+            with progress(
+                f"applying {counted(len(pending), 'migration')}", len(pending)
+            ) as advance:
                 applied = await store.migrate()
                 advance(len(applied))
             return applied

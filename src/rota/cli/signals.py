@@ -13,6 +13,7 @@ from rota.cli.group import Target, cli, json_option, uses_database, with_operato
 from rota.cli.terminal import shown
 from rota.config import parse_duration, parse_json
 from rota.domain.durable import SignalResult, Step, Suspension
+from rota.domain.wording import counted
 
 
 @cli.command()
@@ -100,7 +101,7 @@ def step_line(index: int, step: Step) -> str:
     """One record as `rota jobs show` prints it."""
     parts = [f"step {index} {shown(step.name)}: {step.kind.value} {step.state.value}"]
     if step.kind.value == "step":
-        parts.append(f"{step.attempts} attempt(s)")
+        parts.append(counted(step.attempts, "attempt"))
     duration = step.duration
     if duration is not None and step.kind.value == "step":
         parts.append(f"took {duration.total_seconds():.3g}s")

@@ -9,6 +9,7 @@ import click
 from rota.cli.group import Target, cli, json_option, uses_database, with_client, with_operator
 from rota.cli.jobs import job_json
 from rota.cli.terminal import console, table
+from rota.domain.wording import counted
 
 
 @cli.group()
@@ -64,4 +65,4 @@ def workflows_show(workflow_id: int, target: Target, as_json: bool) -> None:
 def workflows_cancel(workflow_id: int, target: Target) -> None:
     """Cancel every job of the workflow that has not finished."""
     count = with_operator(target, lambda op: op.cancel_workflow(workflow_id))
-    click.echo(f"workflow {workflow_id}: {count} job{'s' if count != 1 else ''} cancelled")
+    click.echo(f"workflow {workflow_id}: {counted(count, 'job')} cancelled")

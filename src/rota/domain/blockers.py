@@ -18,6 +18,7 @@ from enum import StrEnum
 from rota.domain.flow import EVERY_TENANT, Key, Limit, LimitScope, counted_keys, limit_for
 from rota.domain.job import Job
 from rota.domain.job_state import JobState
+from rota.domain.wording import counted
 
 
 class Blocked(StrEnum):
@@ -119,7 +120,7 @@ def blockers(job: Job, now: datetime, flow: FlowSnapshot) -> list[Blocker]:
         found.append(
             Blocker(
                 Blocked.WAITING_ON_PARENTS,
-                f"waiting on {job.waiting_on} parent job(s) to finish",
+                f"waiting on {counted(job.waiting_on, 'parent job')} to finish",
             )
         )
     elif job.run_at > now:

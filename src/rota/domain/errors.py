@@ -36,6 +36,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from rota.domain.wording import counted, plural
+
 
 class RotaError(Exception):
     """Base of every error rota raises."""
@@ -136,7 +138,8 @@ class ResultTimeout(RotaError, TimeoutError):
     def __init__(self, job_ids: list[int], timeout_s: float) -> None:
         listed = ", ".join(str(job_id) for job_id in job_ids[:10])
         more = f" and {len(job_ids) - 10} more" if len(job_ids) > 10 else ""
-        super().__init__(f"job(s) {listed}{more} not finished after {timeout_s:g}s")
+        jobs = plural("job", len(job_ids))
+        super().__init__(f"{jobs} {listed}{more} not finished after {timeout_s:g}s")
         self.job_ids = job_ids
         self.timeout_s = timeout_s
 
@@ -207,7 +210,7 @@ class StepFailed(Permanent):
     error."""
 
     def __init__(self, name: str, attempts: int, error: str) -> None:
-        super().__init__(f"step {name!r} failed {attempts} time(s); last error: {error}")
+        super().__init__(f"step {name!r} failed {counted(attempts, 'time')}; last error: {error}")
         self.name = name
         self.attempts = attempts
 

@@ -39,6 +39,7 @@ from rota.domain.errors import (
 from rota.domain.job_state import JobState, Outcome
 from rota.domain.payload import DEFAULT_MAX_RESULT_BYTES, encode_result
 from rota.domain.retry import RetryPolicy
+from rota.domain.wording import counted
 from rota.observability import tracing
 from rota.observability.logging import job_context
 from rota.observability.metrics import KindMetrics, Metrics
@@ -313,8 +314,8 @@ class Executor:
         """Record the start of an attempt that runs alone before its handler runs; False if
         it must not run."""
         log.warning(
-            "running a crash suspect alone: its worker died %d time(s) while running it",
-            execution.job.crashes,
+            "running a crash suspect alone: its worker died %s while running it",
+            counted(execution.job.crashes, "time"),
         )
 
         async def begin() -> bool:

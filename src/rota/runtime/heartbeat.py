@@ -25,6 +25,7 @@ from rota.domain.clock import Clock
 from rota.domain.errors import StoreUnavailable
 from rota.domain.job import Job
 from rota.domain.payload import Progress
+from rota.domain.wording import counted, plural
 from rota.runtime.execution import Execution, Stop
 from rota.runtime.services import bounded
 from rota.runtime.storeclock import StoreClock
@@ -160,10 +161,11 @@ class Heartbeater:
             execution.interrupt(Stop.LEASE_LOST)
         if overdue:
             log.warning(
-                "lease may have run out for %d job(s) (%s): no successful heartbeat within the "
-                "lease; stopping their handlers",
-                len(overdue),
+                "lease may have run out for %s (%s): no successful heartbeat within the "
+                "lease; stopping the %s",
+                counted(len(overdue), "job"),
                 ", ".join(str(execution.job.id) for execution in overdue),
+                plural("handler", len(overdue)),
             )
         return [execution.job for execution in overdue]
 
@@ -214,9 +216,10 @@ class Heartbeater:
                 execution.interrupt(Stop.LEASE_LOST)
         if attempt.lost:
             log.warning(
-                "lease lost for %d job(s) (%s): stopping their handlers",
-                len(attempt.lost),
+                "lease lost for %s (%s): stopping the %s",
+                counted(len(attempt.lost), "job"),
                 ", ".join(str(job.id) for job in attempt.lost),
+                plural("handler", len(attempt.lost)),
             )
 
     def _expire_overdue(self, held: list[Execution]) -> list[Job]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
+from rota.domain.wording import counted
 from rota.store.base import Store
 
 log = logging.getLogger("rota.worker")
@@ -50,7 +51,7 @@ class Pruner:
                 if deleted < self._batch:
                     break
             if jobs:
-                log.info("pruned %d finished job(s) older than %s", jobs, self._retention)
+                log.info("pruned %s older than %s", counted(jobs, "finished job"), self._retention)
             total += jobs
         if self._audit_retention is not None:
             cutoff = now - self._audit_retention

@@ -9,6 +9,7 @@ import logging
 from dataclasses import replace
 from datetime import timedelta
 
+from rota.domain.wording import counted
 from rota.store.base import Store
 from rota.store.records import RescueResult
 
@@ -55,8 +56,8 @@ class Rescuer:
         if expired:
             result = replace(result, expired=expired)
             log.info(
-                "%d job(s) cancelled as expired: not started by their expires_at (ids %s)",
-                len(expired),
+                "%s cancelled as expired: not started before expires_at (ids %s)",
+                counted(len(expired), "job"),
                 ", ".join(map(str, expired[:20])),
             )
         self._ticks += 1
@@ -67,23 +68,21 @@ class Rescuer:
             if unrunnable:
                 result = replace(result, unrunnable=unrunnable)
                 log.warning(
-                    "%d job(s) dead: no live worker of their queue runs their kind, for longer "
-                    "than %s (ids %s)",
-                    len(unrunnable),
+                    "%s dead: no live worker of the queue runs the kind, for longer than %s "
+                    "(ids %s)",
+                    counted(len(unrunnable), "job"),
                     self._unrunnable_grace,
                     ", ".join(map(str, unrunnable[:20])),
                 )
         if result.dead:
             log.warning(
-                "%d job(s) dead: their worker died while each ran alone on its last attempt "
-                "(ids %s)",
-                len(result.dead),
+                "%s dead: worker died during the last attempt, run alone (ids %s)",
+                counted(len(result.dead), "job"),
                 ", ".join(map(str, result.dead[:20])),
             )
         if result.requeued:
             log.info(
-                "%d expired lease(s) returned to pending (crash suspects where their handler had "
-                "started)",
-                len(result.requeued),
+                "%s returned to pending, as crash suspect (the handler had started)",
+                counted(len(result.requeued), "expired lease"),
             )
         return result

@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 
 from rota.domain.schedule import ScheduleSpec
 from rota.domain.schedule_state import Firing
+from rota.domain.wording import plural
 from rota.domain.workflow import WorkflowBuilder
 from rota.observability.metrics import Metrics
 from rota.store.base import Store
@@ -122,13 +123,19 @@ class Scheduler:
         if duplicates:
             # A run-now took the very instant of a slot: the slot has its job already.
             counted.labels("duplicate").inc(duplicates)
-            log.debug("schedule %s: %d slot(s) already had a job", firing.schedule, duplicates)
+            log.debug(
+                "schedule %s: %d %s already had a job",
+                firing.schedule,
+                duplicates,
+                plural("slot", duplicates),
+            )
         if firing.skipped_overlap:
             counted.labels("skipped_overlap").inc(len(firing.skipped_overlap))
             log.debug(
-                "schedule %s: %d slot(s) skipped, the previous run is still active (%s)",
+                "schedule %s: %d %s skipped, the previous run is still active (%s)",
                 firing.schedule,
                 len(firing.skipped_overlap),
+                plural("slot", len(firing.skipped_overlap)),
                 firing.skipped_overlap[-1].isoformat(),
             )
         for slot, why in firing.failed:
@@ -137,9 +144,10 @@ class Scheduler:
         if firing.missed:
             counted.labels("skipped_misfire").inc(firing.missed)
             log.debug(
-                "schedule %s: %d missed slot(s) dropped by its misfire policy",
+                "schedule %s: %d missed %s dropped by its misfire policy",
                 firing.schedule,
                 firing.missed,
+                plural("slot", firing.missed),
             )
 
 

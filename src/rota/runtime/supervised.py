@@ -20,6 +20,8 @@ import resource
 import sys
 from typing import TYPE_CHECKING, Any
 
+from rota.domain.wording import counted
+
 if TYPE_CHECKING:
     from rota.runtime.hooks import Hooks, JobResult
     from rota.runtime.worker import Worker
@@ -71,7 +73,7 @@ class Link:
 
     def recycle_reason(self) -> str | None:
         if self.max_jobs is not None and self.jobs >= self.max_jobs:
-            return f"ran {self.jobs} job(s), the most a process runs"
+            return f"ran {counted(self.jobs, 'job')}, the most a process runs"
         if self.max_memory_mb is not None:
             rss = resident_mb()
             if rss >= self.max_memory_mb:

@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 from rota.domain.clock import Clock, SystemClock
 from rota.domain.job import Job
 from rota.domain.retry import RECONNECT_BACKOFF
+from rota.domain.wording import counted
 from rota.observability import tracing
 from rota.observability.logging import current_worker
 from rota.observability.metrics import Metrics
@@ -217,7 +218,9 @@ class Worker:
             for execution in list(self._held.values()):
                 execution.interrupt(Stop.HALT)
         else:
-            log.info("stopping: no new claims; waiting for %d running job(s)", len(self._held))
+            log.info(
+                "stopping: no new claims; waiting for %s", counted(len(self._held), "running job")
+            )
             self._stop_claiming.set()
         self.wake()
 
@@ -572,7 +575,9 @@ class Worker:
         remaining = list(self._held.values())
         aborted = self._aborted.is_set()
         if remaining and not aborted:
-            log.info("shutdown timeout: releasing %d job(s) for other workers", len(remaining))
+            log.info(
+                "shutdown timeout: releasing %s for other workers", counted(len(remaining), "job")
+            )
         for execution in remaining:
             if execution.stop is None:  # one already stopping (a hard stop) is left to finish
                 execution.interrupt(Stop.HALT if aborted else Stop.RELEASE)

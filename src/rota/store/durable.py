@@ -129,9 +129,10 @@ class DurableVerbs(Protocol):
         now: datetime | None = None,
     ) -> SignalResult:
         """Send ``data`` (JSON text; None for null) to ``key``: delivered to the wait for it
-        that began first among those still waiting (of a pending or running job), which
+        that began first among those still waiting (of a pending, held or running job), which
         records it as received and, when pending, becomes due now (on PostgreSQL, workers are
-        woken by NOTIFY at once); each signal reaches one wait, once. With no wait, it is
+        woken by NOTIFY at once); a held job is due now too, so it runs with the signal as soon
+        as it is released, and wakes no worker before. Each signal reaches one wait, once. With no wait, it is
         kept until now + ``expire_after`` for the next wait on ``key``, then dropped."""
         ...
 

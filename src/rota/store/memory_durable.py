@@ -22,6 +22,10 @@ from rota.domain.lease import Lease
 from rota.domain.payload import truncate
 from rota.store.durable import Effects
 
+#: The states of a job whose wait a signal reaches: a held job's wait still waits (it takes
+#: its signal now and is due once released), a cancelled or finished job's does not.
+_SIGNALLED = (JobState.PENDING, JobState.RUNNING, JobState.HELD)
+
 
 @dataclass(eq=False)
 class _Signal:
@@ -296,8 +300,7 @@ class MemoryDurable:
             waits = [
                 step
                 for job_id, records in self._durable.steps.items()
-                if (job := self._jobs.get(job_id)) is not None
-                and job.state in (JobState.PENDING, JobState.RUNNING)
+                if (job := self._jobs.get(job_id)) is not None and job.state in _SIGNALLED
                 for step in records.values()
                 if step.state is StepState.WAITING and step.key == key
             ]
@@ -310,7 +313,8 @@ class MemoryDurable:
                 wait, state=StepState.RECEIVED, result=_parsed(data), finished_at=at
             )
             job = self._jobs[wait.job_id]
-            if job.state is JobState.PENDING and job.run_at > at:
+            if job.state is not JobState.RUNNING and job.run_at > at:
+                # A held job is due once released; it wakes no worker before.
                 self._jobs[job.id] = replace(job, run_at=at)
             if job.state is JobState.PENDING:
                 self._announce(min(job.run_at, at))

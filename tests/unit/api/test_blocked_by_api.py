@@ -118,7 +118,7 @@ async def test_a_workflow_job_waits_on_its_parents_on_the_job_and_the_workflow(
 ) -> None:
     [parent] = await store.enqueue([JobSpec(kind="email")])
     child = await workflows.enqueue_after(store, JobSpec(kind="report"), [parent.job.id])
-    waiting = [("waiting_on_parents", "waiting on 1 parent job(s) to finish")]
+    waiting = [("waiting_on_parents", "waiting on 1 parent job to finish")]
     assert why((await api.get(f"/api/jobs/{child.job.id}")).json())[:1] == waiting
     shown = (await api.get(f"/api/workflows/{child.job.workflow}")).json()["jobs"]
     assert [why(job)[:1] for job in shown if job["id"] == child.job.id] == [waiting]

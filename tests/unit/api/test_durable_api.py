@@ -124,7 +124,7 @@ async def test_rota_signal_and_jobs_show_from_the_command_line(tmp_path: Path) -
 
     shown = rota("jobs", "show", str(result.job.id), url=url)
     assert "suspended: sleeping until " in shown.out
-    assert "step 1 charge: step succeeded, 1 attempt(s)" in shown.out
+    assert "step 1 charge: step succeeded, 1 attempt" in shown.out
     assert "step 2 cool-off: sleep sleeping" in shown.out
     detail = json.loads(rota("jobs", "show", str(result.job.id), "--json", url=url).out)
     assert [step["name"] for step in detail["steps"]] == ["charge", "cool-off"]

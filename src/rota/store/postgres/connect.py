@@ -17,9 +17,11 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.json import set_json_loads
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
+from rota.domain.clock import Clock, SystemClock
 from rota.domain.errors import ConnectionFailed, InvalidInput, StoreUnavailable
 from rota.domain.payload import decode_json
 from rota.domain.retry import RECONNECT_BACKOFF
+from rota.domain.wording import counted
 from rota.store.postgres.direct import Direct, Row
 from rota.store.postgres.failures import address_of, again, connection_failed
 from rota.store.postgres.urls import POOLER_MODES
@@ -33,12 +35,34 @@ C = TypeVar("C", bound=psycopg.AsyncConnection[Any])
 #: How long opening a store keeps trying a refused (or otherwise transient) connection before
 #: saying why it failed; also how long a caller waits for a pooled connection in an outage.
 CONNECT_WAIT_S = 10.0
+#: libpq's least ``connect_timeout``: a smaller one counts as 2 s (psycopg follows it).
+LEAST_CONNECT_TIMEOUT_S = 2
 
 #: psycopg's adapters with JSON read by ``decode_json`` (a claim decodes a payload per job:
 #: json.loads of the bytes took ~2.6 µs of a no-op job's worker CPU, this ~0.2 µs). Every
 #: connection of a store copies them; the process's other psycopg connections keep theirs.
 ADAPTERS = AdaptersMap(psycopg.adapters)
 set_json_loads(decode_json, ADAPTERS)
+
+
+def attempt_timeout_s(configured_s: int | None, left_s: float) -> int:
+    """The ``connect_timeout`` of one attempt made with ``left_s`` of a wait left: half of
+    it, so that an address that does not answer (a host that drops packets) is tried again
+    before the wait ends, rather than one attempt spending the whole wait; at least libpq's
+    least, at most the configured one (None: no limit)."""
+    share = max(LEAST_CONNECT_TIMEOUT_S, int(left_s / 2))
+    return share if configured_s is None else min(configured_s, share)
+
+
+def configured_timeout_s(conninfo: str, kwargs: Mapping[str, Any]) -> int | None:
+    """The ``connect_timeout`` connections are made with (the keyword arguments' over the
+    URL's, as psycopg reads them); None where there is none or it means "wait forever"."""
+    value = kwargs.get("connect_timeout", conninfo_to_dict(conninfo).get("connect_timeout"))
+    try:
+        seconds = int(float(value)) if value is not None else 0
+    except (TypeError, ValueError):
+        return None  # psycopg refuses it on the attempt, saying why
+    return seconds if seconds > 0 else None
 
 
 def connection_defaults(conninfo: str) -> dict[str, Any]:
@@ -62,13 +86,18 @@ class Dialer:
     delays (never longer than its cap), and remembers the failure of the outage in progress so
     that a caller who waited in vain learns its real cause."""
 
-    def __init__(self, conninfo: str, kwargs: dict[str, Any], *, what: str) -> None:
+    def __init__(
+        self, conninfo: str, kwargs: dict[str, Any], *, what: str, clock: Clock | None = None
+    ) -> None:
         self.conninfo = conninfo
         self.kwargs = kwargs
         self.what = what
         #: The failure of the outage in progress; None while connections succeed.
         self.last_failure: ConnectionFailed | None = None
         self._closed = asyncio.Event()
+        #: Real time, never a store's test clock: a fake one would stall every reconnect.
+        self._clock: Clock = clock or SystemClock()
+        self._timeout_s = configured_timeout_s(conninfo, kwargs)
 
     def close(self) -> None:
         """Stop retrying: attempts in progress give up at their next pause."""
@@ -82,48 +111,93 @@ class Dialer:
 
     async def connect(
         self,
-        attempt: Callable[[], Awaitable[C]],
+        attempt: Callable[[int | None], Awaitable[C]],
         *,
         give_up_after_s: float | None = None,
         fail_fast: bool = False,
     ) -> C:
-        """A new connection, made by ``attempt``.
+        """A new connection, made by ``attempt`` (given a ``connect_timeout`` for it, or None
+        for the configured one).
 
         Failures are retried until one attempt succeeds; ConnectionFailed says why once
         ``give_up_after_s`` has passed or, with ``fail_fast``, at once for a failure that
-        waiting cannot heal. Without ``give_up_after_s`` (a background reconnect), an outage
+        waiting cannot heal. Within such a wait each attempt may take half of what is left
+        of it (``attempt_timeout_s``) and is cut off at its end, so an address that does not
+        answer is tried several times, and the wait is never overrun; an attempt cut off
+        says the cause of the failure before it. A wait of 0 makes one attempt, on the
+        configured timeout. Without ``give_up_after_s`` (a background reconnect), an outage
         is logged once as a warning and its recovery once; each attempt at debug level.
         """
-        loop = asyncio.get_running_loop()
-        deadline = None if give_up_after_s is None else loop.time() + give_up_after_s
+        clock = self._clock
+        deadline = None if give_up_after_s is None else clock.monotonic() + give_up_after_s
+        bounded = give_up_after_s is not None and give_up_after_s > 0
         failures = 0
         while True:
             if self._closed.is_set():
                 raise StoreUnavailable(f"{self.what}: closed while connecting")
             try:
-                conn = await attempt()
-            except (psycopg.Error, OSError) as error:
-                failure = connection_failed(error, self.conninfo)
+                if deadline is not None and bounded:
+                    left = deadline - clock.monotonic()
+                    conn = await self._within(
+                        attempt(attempt_timeout_s(self._timeout_s, left)), left
+                    )
+                else:
+                    conn = await attempt(None)
+            except (psycopg.Error, OSError, _CutOff) as error:
+                if isinstance(error, _CutOff):
+                    failure = self.last_failure or connection_failed(_NO_ANSWER, self.conninfo)
+                else:
+                    failure = connection_failed(error, self.conninfo)
                 failures += 1
                 giving_up = (fail_fast and failure.permanent) or (
-                    deadline is not None and loop.time() >= deadline
+                    deadline is not None and clock.monotonic() >= deadline
                 )
                 self._note_failure(failure, failures, background=deadline is None)
                 if giving_up:
                     raise failure from error
                 delay = RECONNECT_BACKOFF.delay(failures).total_seconds()
                 if deadline is not None:
-                    delay = min(delay, max(0.0, deadline - loop.time()))
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._closed.wait(), delay)
+                    delay = min(delay, max(0.0, deadline - clock.monotonic()))
+                await self._pause(delay)
                 continue
             if self.last_failure is not None:
-                log.info("%s: connected again after %d failed attempt(s)", self.what, failures)
+                log.info(
+                    "%s: connected again after %s", self.what, counted(failures, "failed attempt")
+                )
             self.last_failure = None
             return conn
 
-    async def _plain(self) -> psycopg.AsyncConnection[Any]:
-        return await psycopg.AsyncConnection.connect(self.conninfo, **self.kwargs)
+    async def _within(self, attempt: Awaitable[C], left_s: float) -> C:
+        """``attempt``'s connection, or _CutOff once ``left_s`` has passed (the attempt is
+        cancelled then, and awaited: nothing is left connecting in the background)."""
+        task = asyncio.ensure_future(attempt)
+        timer = asyncio.ensure_future(self._clock.sleep(left_s))
+        try:
+            await asyncio.wait((task, timer), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            timer.cancel()
+            if not task.done():
+                task.cancel()
+                await asyncio.wait((task,))
+        if task.cancelled():
+            raise _CutOff
+        return task.result()
+
+    async def _pause(self, delay_s: float) -> None:
+        """Wait ``delay_s``, or until the dialer is closed."""
+        closed = asyncio.ensure_future(self._closed.wait())
+        timer = asyncio.ensure_future(self._clock.sleep(delay_s))
+        try:
+            await asyncio.wait((closed, timer), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            closed.cancel()
+            timer.cancel()
+
+    async def _plain(self, connect_timeout: int | None) -> psycopg.AsyncConnection[Any]:
+        kwargs = self.kwargs
+        if connect_timeout is not None:
+            kwargs = {**kwargs, "connect_timeout": connect_timeout}
+        return await psycopg.AsyncConnection.connect(self.conninfo, **kwargs)
 
     def _note_failure(self, failure: ConnectionFailed, failures: int, *, background: bool) -> None:
         first = self.last_failure is None
@@ -135,6 +209,14 @@ class Dialer:
             log.info("%s: still cannot connect, now: %s", self.what, failure)
         else:
             log.debug("%s: connection attempt %d failed: %s", self.what, failures, failure)
+
+
+class _CutOff(Exception):
+    """An attempt still connecting when its wait ended."""
+
+
+#: What an attempt cut off at the end of its wait says when no failure came before it.
+_NO_ANSWER = psycopg.errors.ConnectionTimeout("connection timeout expired")
 
 
 class PoolConnection(psycopg.AsyncConnection[Any]):
@@ -180,8 +262,13 @@ def pool_connection_class(dialer: Dialer) -> type[PoolConnection]:
         async def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
             parent = super().connect
 
-            async def attempt() -> Self:
-                conn = await parent(conninfo, **kwargs)
+            async def attempt(connect_timeout: int | None) -> Self:
+                given = (
+                    kwargs
+                    if connect_timeout is None
+                    else {**kwargs, "connect_timeout": connect_timeout}
+                )
+                conn = await parent(conninfo, **given)
                 try:
                     await in_utc(conn)
                 except BaseException:

@@ -103,11 +103,12 @@ DELETE FROM rota_signals WHERE id = (
 RETURNING data::text;
 
 -- name: first_wait
--- The wait for the key that began first, of a job still waiting or running, its job's row
--- locked (in the same order as a wait's own transaction: the key, then the job).
+-- The wait for the key that began first, of a job still waiting (pending, or held by an
+-- operator) or running, its job's row locked (in the same order as a wait's own
+-- transaction: the key, then the job).
 SELECT s.job_id, s.name
 FROM rota_steps s JOIN rota_jobs j ON j.id = s.job_id
-WHERE s.key = %(key)s AND s.state = 'waiting' AND j.state IN ('pending', 'running')
+WHERE s.key = %(key)s AND s.state = 'waiting' AND j.state IN ('pending', 'running', 'held')
 ORDER BY s.started_at, s.job_id
 LIMIT 1
 FOR UPDATE OF j;
@@ -120,10 +121,10 @@ RETURNING job_id;
 
 -- name: wake_waiting
 -- The job whose wait got its signal is due now (if it waits, rather than runs), and the
--- workers of its queue are woken on commit.
+-- workers of its queue are woken on commit; a held one is due once released, waking none now.
 WITH done AS (
     UPDATE rota_jobs SET run_at = least(run_at, coalesce(%(now)s::timestamptz, now()))
-    WHERE id = %(id)s AND state = 'pending'
+    WHERE id = %(id)s AND state IN ('pending', 'held')
     RETURNING id, state, queue, run_at
 ), {wake}
 SELECT count(*) FROM done, woke;

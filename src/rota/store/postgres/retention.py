@@ -19,6 +19,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from rota.domain.wording import counted
 from rota.store.postgres.queries import query
 
 log = logging.getLogger("rota.store.postgres")
@@ -104,5 +105,5 @@ async def drop(conn: psycopg.AsyncConnection[Any], leaf: Leaf, older_than: datet
     if gone is None:
         log.info("finished jobs of %s not dropped yet: their table is in use", leaf.name)
         return 0
-    log.info("dropped %s: %d finished job(s)", leaf.name, gone)
+    log.info("dropped %s: %s", leaf.name, counted(gone, "finished job"))
     return int(gone)

@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import NoReturn, TypeVar
 
 from rota.domain.errors import MigrationsPending, StoreUnavailable
+from rota.domain.wording import counted
 from rota.store.sqlite.url import SqliteOptions
 
 T = TypeVar("T")
@@ -153,7 +154,7 @@ class Database:
                 if attempt == MAX_TRIES or time.monotonic() >= deadline:
                     raise StoreUnavailable(
                         f"SQLite database {self.options.path} stayed locked by another "
-                        f"connection through {attempt} attempts"
+                        f"connection through {counted(attempt, 'attempt')}"
                     ) from exc
                 logger.debug("SQLite busy (attempt %d of %d): %s", attempt, MAX_TRIES, exc)
             except sqlite3.DatabaseError as exc:

@@ -286,7 +286,7 @@ def wait_for(
 _FIRST_WAIT = """
 SELECT s.job_id, s.name, j.state FROM rota_steps s INDEXED BY rota_steps_waiting
 JOIN rota_jobs j ON j.id = s.job_id
-WHERE s.key = ? AND s.state = 'waiting' AND j.state IN ('pending', 'running')
+WHERE s.key = ? AND s.state = 'waiting' AND j.state IN ('pending', 'running', 'held')
 ORDER BY s.started_at, s.job_id LIMIT 1
 """
 
@@ -310,7 +310,7 @@ def signal(
         (data, at_us, job_id, name),
     )
     conn.execute(
-        "UPDATE rota_jobs SET run_at = min(run_at, ?) WHERE id = ? AND state = 'pending'",
+        "UPDATE rota_jobs SET run_at = min(run_at, ?) WHERE id = ? AND state IN ('pending', 'held')",
         (at_us, job_id),
     )
     return SignalResult(key, delivered_to=job_id)
