@@ -327,10 +327,10 @@ class Store(DurableVerbs, ScheduleVerbs, Protocol):
         where the store holds the number already (the maintained counts of a state, queue
         and kind). Otherwise an estimate flagged ``estimated``, never below
         ``exact_up_to + 1``: PostgreSQL's planner's row estimate for the filter (from each
-        table's statistics of the tenant, state, kind and queue together, and of the schedule
-        and state), SQLite's share of matches in evenly spread windows of ids times the jobs
-        counted. Its cost does not grow with the number of matches. The memory store always
-        counts exactly."""
+        table's statistics of the columns filters combine: tenant and state; tenant, state,
+        kind and queue; schedule and state), SQLite's share of matches in evenly spread
+        windows of ids times the jobs counted. Its cost does not grow with the number of
+        matches. The memory store always counts exactly."""
         ...
 
     async def throughput(
