@@ -72,6 +72,7 @@ CORRELATED = [
     JobFilter(tenant="t80", states=only(JobState.DEAD)),
     JobFilter(tenant="t10", states=only(JobState.PENDING)),
     JobFilter(tenant="t22", states=only(JobState.RUNNING)),
+    JobFilter(tenant="t22", states=frozenset({JobState.PENDING, JobState.RUNNING})),
     JobFilter(tenant="t42", kind="k2"),
     JobFilter(tenant="t42", kind="k2", states=only(JobState.SUCCEEDED)),
     JobFilter(tenant="t10", queue="q0", states=only(JobState.PENDING)),
@@ -83,6 +84,7 @@ CORRELATED = [
 UNMATCHED = [
     JobFilter(tenant="t42", states=only(JobState.DEAD)),
     JobFilter(tenant="t10", states=only(JobState.RUNNING)),
+    JobFilter(tenant="t42", states=frozenset({JobState.DEAD, JobState.CANCELLED})),
     JobFilter(tenant="t42", kind="k3"),
     JobFilter(tenant="t42", kind="k2", states=only(JobState.DEAD)),
     JobFilter(schedule="every-5", states=only(JobState.DEAD)),
