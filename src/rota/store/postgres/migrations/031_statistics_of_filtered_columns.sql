@@ -68,7 +68,8 @@ $$;
 -- The tables there are now: the active one, the default, an upgraded table's, every day.
 -- Each is analysed once, for the statistics' columns only: a day past will not change enough
 -- for autovacuum to analyse it again. That reads a sample of each table (up to 30,000 rows),
--- under a lock that holds no read or write of jobs, only another ANALYZE or VACUUM of it.
+-- under a lock, kept until the migration commits, that holds no read or write of jobs: only
+-- another ANALYZE or VACUUM of the table waits, and the drop of a day gives up and comes again.
 DO $$
 DECLARE
     leaf text;
