@@ -326,9 +326,11 @@ class Store(DurableVerbs, ScheduleVerbs, Protocol):
         count that stops after ``exact_up_to + 1`` rows decides), and exactly beyond that
         where the store holds the number already (the maintained counts of a state, queue
         and kind). Otherwise an estimate flagged ``estimated``, never below
-        ``exact_up_to + 1``: PostgreSQL's planner's row estimate for the filter, SQLite's
-        share of matches in evenly spread windows of ids times the jobs counted. Its cost does
-        not grow with the number of matches. The memory store always counts exactly."""
+        ``exact_up_to + 1``: PostgreSQL's planner's row estimate for the filter (from each
+        table's statistics of the columns filters combine: tenant and state; tenant, state,
+        kind and queue; schedule and state), SQLite's share of matches in evenly spread
+        windows of ids times the jobs counted. Its cost does not grow with the number of
+        matches. The memory store always counts exactly."""
         ...
 
     async def throughput(

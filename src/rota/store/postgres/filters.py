@@ -167,7 +167,11 @@ def page(filter: JobFilter, columns: str, *, after: int | None, limit: int) -> s
 
 def estimate(filter: JobFilter) -> sql.Composable:
     """The plan (EXPLAIN, JSON) of selecting ``filter``'s jobs: its top node's ``Plan Rows``
-    is the planner's estimate of how many match."""
+    is the planner's estimate of how many match, from the statistics of each table the
+    filter's states leave in the plan: of each column, and of the columns filters combine
+    together (031: the common combinations of tenant and state; of tenant, state, kind and
+    queue; of schedule and state), without which it takes a tenant's share of a state for its
+    share of all jobs."""
     return sql.SQL("EXPLAIN (FORMAT JSON) SELECT 1 FROM rota_jobs WHERE {}").format(where(filter))
 
 
