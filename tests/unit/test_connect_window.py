@@ -8,7 +8,6 @@ their connect_timeout of that clock and then fail as libpq does."""
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import Awaitable
 from typing import TypeVar
 
@@ -114,15 +113,25 @@ async def test_a_wait_of_nothing_makes_one_attempt_on_the_configured_timeout() -
     assert server.attempts == [(0.0, None)]
 
 
-def _closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+class RefusedThenSilent(Unreachable):
+    """An address that refuses the first attempt; the next one never ends on its own, so it
+    is still connecting when the wait ends."""
+
+    async def __call__(self, connect_timeout: int | None) -> str:
+        self.attempts.append((self.clock.monotonic(), connect_timeout))
+        if len(self.attempts) == 1:
+            raise psycopg.OperationalError(
+                'connection to server at "db.example", port 6543 failed: Connection refused'
+            )
+        await asyncio.Event().wait()
+        raise AssertionError("never set")
 
 
 async def test_a_refused_connection_cut_off_at_the_end_of_the_wait_still_says_refused() -> None:
-    url = f"postgresql://app@127.0.0.1:{_closed_port()}/jobs"
-    dialer = Dialer(url, connection_defaults(url), what="PostgreSQL")
+    clock = FakeClock()
+    server = RefusedThenSilent(clock)
+    dialer = Dialer(URL, connection_defaults(URL), what="PostgreSQL", clock=clock)
     with pytest.raises(ConnectionFailed) as failed:
-        await dialer.dial(give_up_after_s=0.2, fail_fast=True)
-    assert str(failed.value).startswith("connection refused at 127.0.0.1:")
+        await driven(clock, dialer.connect(server, give_up_after_s=3.0, fail_fast=True))
+    assert str(failed.value).startswith("connection refused at db.example:6543")
+    assert len(server.attempts) >= 2, "the wait ended during an attempt after the refusal"
