@@ -128,7 +128,7 @@ setup-bench312: ## The Python 3.12 venv of the peers Oban for Python and DBOS (m
 		|| echo "setup-bench312: the install failed: make bench skips Oban for Python and DBOS" >&2
 
 .PHONY: bench
-bench: setup-bench setup-bench312 ## Benchmarks on a throwaway production-configured PostgreSQL (~30 min); rewrites docs/benchmarks.md
+bench: setup-bench setup-bench312 ## Benchmarks on a throwaway production-configured PostgreSQL (~45 min); rewrites docs/benchmarks.md
 	$(PY) -m bench.run $(BENCH_ARGS)
 
 .PHONY: bench-quick

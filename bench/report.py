@@ -230,15 +230,6 @@ def server_section(bench: Bench) -> list[str]:
     return lines
 
 
-#: The peers' names in the goals table.
-PEER_NAMES = {
-    "pgqueuer": "PgQueuer",
-    "procrastinate": "Procrastinate",
-    "oban": "Oban for Python",
-    "dbos": "DBOS",
-}
-
-
 def goals(bench: Bench) -> list[str]:
     """Each goal, as set, with what this run measured. A goal beside the peers is measured
     against the best peer of this run (the one rota must beat by the factor to beat every
@@ -260,8 +251,10 @@ def goals(bench: Bench) -> list[str]:
     def best_peer(scenario: str, metric: str, higher: bool) -> tuple[str, float] | None:
         found = [
             (system, value)
-            for system in PEER_NAMES
-            if (value := median(scenario, metric, system)) is not None and value > 0
+            for system in SYSTEMS
+            if system != "rota"
+            and (value := median(scenario, metric, system)) is not None
+            and value > 0
         ]
         if not found:
             return None
@@ -284,7 +277,7 @@ def goals(bench: Bench) -> list[str]:
             label,
             target,
             ours,
-            f"{PEER_NAMES[system]}: {_opt(theirs, unit)}",
+            f"{NAMES[system]}: {_opt(theirs, unit)}",
             unit,
             f"{'met' if met else '**not met**'} ({ratio:.2f}x)",
         )
@@ -399,10 +392,10 @@ GUIDE = [
     "PostgreSQL's CPU per job, pickup latency of an idle worker, drains beside 1,000,000 jobs "
     "not yet due or finished, schedule lag, a worker's memory, SQLite, fairness, the "
     "dashboard's reads, durable jobs; every system of the run, median (min-max) of its runs "
-    "| `make bench` (about 30 min; rewrites this page), `make bench-quick` to check the "
+    "| `make bench` (about 45 min; rewrites this page), `make bench-quick` to check the "
     "harness |",
-    "| Goals | rota's figures of the Results against the goals set, and against PgQueuer's "
-    "of the same run | `make bench` |",
+    "| Goals | rota's figures of the Results against the goals set, and against the best "
+    "peer's of the same run | `make bench` |",
     "| How each figure is taken | the method of each scenario of the Results | |",
     "| Reading the run above | what the published run shows against the goals, pair by pair | |",
     "| The dashboard and the API at 1,000,000 and 10,000,000 jobs | the dashboard's and the "

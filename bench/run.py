@@ -1,6 +1,6 @@
 """Run the benchmarks and rewrite docs/benchmarks.md and docs/benchmarks.png.
 
-    python -m bench.run                       # everything, 3 runs each (about half an hour)
+    python -m bench.run                       # everything, 3 runs each (about 45 minutes)
     python -m bench.run --only drain,latency  # a subset
     python -m bench.run --quick --runs 1      # a check of the harness with small loads
     python -m bench.run --systems rota        # rota alone

@@ -132,8 +132,9 @@ class DurableVerbs(Protocol):
         that began first among those still waiting (of a pending, held or running job), which
         records it as received and, when pending, becomes due now (on PostgreSQL, workers are
         woken by NOTIFY at once); a held job is due now too, so it runs with the signal as soon
-        as it is released, and wakes no worker before. Each signal reaches one wait, once. With no wait, it is
-        kept until now + ``expire_after`` for the next wait on ``key``, then dropped."""
+        as it is released, and wakes no worker before. Each signal reaches one wait, once.
+        With no wait, it is kept until now + ``expire_after`` for the next wait on ``key``,
+        then dropped."""
         ...
 
     async def prune_durable(self, *, older_than: datetime, now: datetime | None = None) -> int:
