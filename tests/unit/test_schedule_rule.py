@@ -291,6 +291,14 @@ def test_a_bad_cron_field_is_named_in_the_message() -> None:
         Rule.cron("61 * * * *")
 
 
+def test_a_remembered_expression_is_still_checked_and_a_refused_one_refused_again() -> None:
+    # Expressions' normal forms are remembered; a refusal must not be, nor leak into a rule.
+    for _ in range(3):
+        assert Rule.cron("  0   0 29 2 *", "Europe/Berlin").expression == "0 0 29 2 *"
+        with pytest.raises(InvalidSchedule, match="minute"):
+            Rule.cron("61 * * * *")
+
+
 def test_rules_are_values() -> None:
     assert Rule.cron("@daily", "Europe/Berlin") == Rule.cron("0 0 * * *", "Europe/Berlin")
     assert Rule.cron("@daily") != Rule.cron("@daily", "Europe/Berlin")

@@ -30,6 +30,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("rota.serve")
 
+#: How long a thread of the server may hold the interpreter before another running thread
+#: takes it (Python's default is 5 ms). The loop answers requests while the store's thread
+#: reads rows and another renders schedules; each time the loop waits for the interpreter it
+#: waits up to this long per busy thread, several times per request. At 5 ms an admin's write
+#: beside one client reading 500-row pages took up to 237 ms; at 1 ms, at most 162 ms
+#: (bench/serve_load.md).
+SERVER_SWITCH_INTERVAL_S = 0.001
+
 
 @cli.command()
 @click.option(
@@ -345,6 +353,8 @@ async def _serve(
 
     for signum in stop_signals():
         loop.add_signal_handler(signum, on_signal)
+    switch_interval = sys.getswitchinterval()
+    sys.setswitchinterval(SERVER_SWITCH_INTERVAL_S)
     crew.start()
     try:
         shown = f"[{host}]" if ":" in host else host
@@ -361,6 +371,7 @@ async def _serve(
         if replica is not None:
             await replica.close()
         await app.close()
+        sys.setswitchinterval(switch_interval)
 
 
 def _listen(host: str, port: int) -> socket.socket:

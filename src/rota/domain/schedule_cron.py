@@ -239,6 +239,18 @@ def normalise_cron(value: object) -> str:
         raise InvalidSchedule("cron", "must be a string")
     if len(value) > MAX_CRON_LENGTH:
         raise InvalidSchedule("cron", f"must be at most {MAX_CRON_LENGTH} characters")
+    return _normalised(value)
+
+
+#: How many cron expressions' normal forms are remembered. Every schedule row read is turned
+#: back into a rule, and checking an expression with cronsim costs tens of microseconds: a
+#: page of 500 schedules would spend most of its time re-checking the same few rules.
+RULE_MEMO_SIZE = 4_096
+
+
+@functools.lru_cache(maxsize=RULE_MEMO_SIZE)
+def _normalised(value: str) -> str:
+    """The canonical 5-field form of ``value`` (a refusal raises and is not remembered)."""
     text = " ".join(value.split())
     if text.startswith("@"):
         if text.lower() not in _NICKNAMES:

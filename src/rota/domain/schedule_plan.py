@@ -8,6 +8,7 @@ its work however long the schedule was stopped.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections import deque
 from dataclasses import dataclass
@@ -198,6 +199,7 @@ _DASH = "\u2013"  # an en dash: ranges read "Monday to Friday" typographically
 _MONTH_CODES = {name[:3].upper(): index + 1 for index, name in enumerate(_MONTHS)}
 
 
+@functools.lru_cache(maxsize=4_096)  # a list describes the same few rules on every page
 def describe_rule(interval: timedelta | None, expression: str | None, timezone: str) -> str:
     """A short English description of a rule; falls back to the expression, never raises."""
     try:
