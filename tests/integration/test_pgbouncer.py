@@ -65,6 +65,24 @@ async def test_a_store_notices_pgbouncer_and_prepares_nothing_there(
         await direct.close()
 
 
+async def test_a_store_behind_pgbouncer_leaves_the_server_sessions_settings_alone(
+    pg_url: str, pgbouncer: PgBouncer
+) -> None:
+    # A session setting sent through a transaction pooler would stay on whichever server
+    # session ran it, for other clients: rota turns JIT off only on sessions of its own.
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        default = conn.execute("SHOW jit").fetchone()
+    pooled = open_store(pgbouncer.route(pg_url))
+    try:
+        for _ in range(4):
+            await _round(pooled)
+        with psycopg.connect(pgbouncer.route(pg_url), autocommit=True) as conn:
+            seen = {conn.execute("SHOW jit").fetchone() for _ in range(10)}
+        assert seen == {default}
+    finally:
+        await pooled.close()
+
+
 async def _round(store: Store) -> None:
     await store.enqueue([JobSpec(kind="k") for _ in range(3)])
     await store.pending_migrations()

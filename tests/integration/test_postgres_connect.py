@@ -324,6 +324,30 @@ async def test_a_caller_after_another_gets_the_connection_just_returned(pg_url: 
         await store.close()
 
 
+async def test_every_connection_of_a_store_runs_without_jit(pg_url: str) -> None:
+    """JIT compiling costs a statement about 0.1 s, and large tables' estimates pass its
+    threshold for statements that run in a millisecond: every session the pool opens, the
+    ones a burst adds included, has it off."""
+    store = open_store(f"{pg_url}?pool_min=1&pool_max=3")
+    try:
+        pool = store._connections  # type: ignore[attr-defined]
+        all_in = asyncio.Event()
+        held: list[str] = []
+
+        async def jit() -> str:
+            async with pool.connection() as conn:
+                row = await (await conn.execute("SHOW jit")).fetchone()
+                held.append(row[0])
+                if len(held) == 3:
+                    all_in.set()
+                await all_in.wait()
+                return str(row[0])
+
+        assert await asyncio.gather(*(jit() for _ in range(3))) == ["off"] * 3
+    finally:
+        await store.close()
+
+
 async def test_a_pool_connection_keeps_one_cursor_for_the_steps_of_a_flow(pg_url: str) -> None:
     """The steps of the store's flows share their connection's kept cursor (no new cursor and
     adaptation cache per statement), and a closed kept cursor is replaced, not reused."""

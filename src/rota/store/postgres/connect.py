@@ -250,8 +250,10 @@ class PoolConnection(psycopg.AsyncConnection[Any]):
         return kept
 
 
-def pool_connection_class(dialer: Dialer) -> type[PoolConnection]:
-    """The connection class of a pool whose new connections come through ``dialer``."""
+def pool_connection_class(dialer: Dialer, *, own_sessions: bool) -> type[PoolConnection]:
+    """The connection class of a pool whose new connections come through ``dialer``;
+    ``own_sessions``: each is a server session of its own (no transaction pooler between),
+    which ``set_up_session`` may configure."""
 
     class DialedConnection(PoolConnection):
         """A pool connection made through a Dialer: the pool's own retries double their delay
@@ -270,7 +272,7 @@ def pool_connection_class(dialer: Dialer) -> type[PoolConnection]:
                 )
                 conn = await parent(conninfo, **given)
                 try:
-                    await in_utc(conn)
+                    await set_up_session(conn, own_session=own_sessions)
                 except BaseException:
                     await conn.close()
                     raise
@@ -281,14 +283,29 @@ def pool_connection_class(dialer: Dialer) -> type[PoolConnection]:
     return DialedConnection
 
 
-async def in_utc(conn: psycopg.AsyncConnection[Any]) -> None:
-    """Put the session in the time zone ``UTC`` unless it is already: psycopg reads a
-    timestamptz in the session's zone, and for any other name than ``UTC`` (Debian's servers
-    say ``Etc/UTC``) converts each value through a ZoneInfo, about half a µs a value where
-    ``UTC`` is datetime's own (a claimed job has four). Nothing rota stores or compares depends
-    on the zone; PgBouncer keeps a client's TimeZone across transaction pooling."""
+async def set_up_session(conn: psycopg.AsyncConnection[Any], *, own_session: bool) -> None:
+    """Settings of a new connection, in one round trip at most.
+
+    The time zone ``UTC``, unless it is already: psycopg reads a timestamptz in the session's
+    zone, and for any other name than ``UTC`` (Debian's servers say ``Etc/UTC``) converts each
+    value through a ZoneInfo, about half a µs a value where ``UTC`` is datetime's own (a
+    claimed job has four). Nothing rota stores or compares depends on the zone; PgBouncer
+    keeps a client's TimeZone across transaction pooling.
+
+    JIT off, in a session of its own (``own_session``; behind a transaction pooler the setting
+    would go to whichever server session ran it, another client's next). rota's statements run
+    for microseconds to milliseconds, but a planner's estimate over large tables passes
+    ``jit_above_cost`` easily, and compiling then costs about 0.1 s of the server's CPU per
+    execution: at 11,500 jobs a second the firer's statement was compiled on every call,
+    100-160 ms each for 0.1 ms of work (bench/day.md). Behind a transaction pooler, turn it off
+    for rota's role (docs/operations.md)."""
+    settings = []
     if conn.info.parameter_status("TimeZone") != "UTC":
-        await conn.execute("SET TIME ZONE 'UTC'", prepare=False)
+        settings.append("SET TIME ZONE 'UTC'")
+    if own_session:
+        settings.append("SET jit = off")
+    if settings:
+        await conn.execute("; ".join(settings), prepare=False)
 
 
 def open_pool(
@@ -298,11 +315,12 @@ def open_pool(
     *,
     min_size: int,
     max_size: int,
+    own_sessions: bool,
     configure: Callable[[Any], Awaitable[None]] | None = None,
 ) -> AsyncConnectionPool[Any]:
     """An unopened pool for ``conninfo`` that connects through ``dialer``, runs ``configure``
     on each new connection before anyone borrows it, and never hands out a connection the
-    server already closed."""
+    server already closed. ``own_sessions``: see ``pool_connection_class``."""
     pool: AsyncConnectionPool[Any]
 
     async def check(conn: psycopg.AsyncConnection[Any]) -> None:
@@ -318,7 +336,7 @@ def open_pool(
 
     pool = HotFirstPool(
         conninfo,
-        connection_class=pool_connection_class(dialer),
+        connection_class=pool_connection_class(dialer, own_sessions=own_sessions),
         min_size=min_size,
         max_size=max_size,
         kwargs=kwargs,
@@ -483,6 +501,7 @@ class Connections:
             self._dialer,
             min_size=self._pool_min,
             max_size=self._pool_max,
+            own_sessions=not self.pooled,
             configure=self._configure,
         )
         await pool.open(wait=False)
