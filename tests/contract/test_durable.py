@@ -12,7 +12,7 @@ from rota.domain.durable import StepKind, StepState
 from rota.domain.errors import InvalidInput, LeaseLost
 from rota.domain.job import Job
 from rota.domain.job_state import JobState, Outcome
-from rota.store import Store, open_store
+from rota.store import JobFilter, Store, open_store
 from rota.testing import FakeClock
 from tests.contract.helpers import LEASE, claim_one, claimed, reclaimed
 
@@ -282,6 +282,68 @@ async def test_a_signal_is_not_delivered_to_a_cancelled_waiting_job(
     await store.wait_for(job.lease, "wait-1", "k", timeout=DAY)
     await store.cancel(job.id)
     assert (await store.signal("k", "1", expire_after=DAY)).delivered_to is None
+
+
+async def test_a_cancelled_runs_wait_takes_no_signal_once_the_job_is_retried(
+    store: Store, clock: FakeClock
+) -> None:
+    job = await claimed(store, max_attempts=1)
+    await store.wait_for(job.lease, "wait-1", "approval:5", timeout=DAY)
+    await store.cancel(job.id)
+    await store.retry(job.id)
+    # The cancel ended that wait: a signal now is kept for the retried run's own wait.
+    sent = await store.signal("approval:5", '{"ok": true}', expire_after=DAY)
+    assert sent.delivered_to is None
+    retried = await claim_one(store)
+    assert retried is not None and retried.id == job.id
+    outcome = await store.wait_for(retried.lease, "approval", "approval:5", timeout=DAY)
+    assert (outcome.state, outcome.data) == (StepState.RECEIVED, {"ok": True})
+    assert [(s.name, s.state) for s in await store.steps(job.id)] == [
+        ("approval", StepState.RECEIVED)
+    ]
+    # Reached once: nothing of it is left for another wait on the key.
+    other = await claimed(store)
+    later = await store.wait_for(other.lease, "wait-1", "approval:5", timeout=DAY)
+    assert later.state is StepState.WAITING
+
+
+async def test_a_retried_jobs_wait_waits_anew_past_its_cancelled_runs_deadline(
+    store: Store, clock: FakeClock
+) -> None:
+    job = await claimed(store, max_attempts=1)
+    await store.wait_for(job.lease, "wait-1", "approval:6", timeout=DAY)
+    await store.cancel(job.id)
+    clock.advance(2 * DAY)
+    assert await store.bulk_retry(JobFilter(kind=job.kind)) == 1
+    retried = await claim_one(store)
+    assert retried is not None and retried.id == job.id
+    waiting = await store.wait_for(retried.lease, "wait-1", "approval:6", timeout=DAY)
+    assert (waiting.state, waiting.deadline) == (StepState.WAITING, clock.now() + DAY)
+    sent = await store.signal("approval:6", "1", expire_after=DAY)
+    assert sent.delivered_to == job.id
+    woken = await claim_one(store)
+    assert woken is not None and woken.id == job.id
+    outcome = await store.wait_for(woken.lease, "wait-1", "approval:6", timeout=DAY)
+    assert (outcome.state, outcome.data) == (StepState.RECEIVED, 1)
+    assert (await store.signal("approval:6", "2", expire_after=DAY)).delivered_to is None
+
+
+async def test_a_rerun_jobs_wait_left_waiting_by_its_earlier_run_takes_no_signal(
+    store: Store, clock: FakeClock
+) -> None:
+    job = await claimed(store)
+    await store.wait_for(job.lease, "wait-1", "approval:7", timeout=DAY)
+    clock.advance(DAY)
+    # Woken at its deadline, the run no longer reaches that wait (its code changed) and ends.
+    woken = await claim_one(store)
+    assert woken is not None and woken.id == job.id
+    await store.complete(woken.lease)
+    await store.rerun(job.id)
+    assert (await store.signal("approval:7", "1", expire_after=DAY)).delivered_to is None
+    rerun = await claim_one(store)
+    assert rerun is not None and rerun.id == job.id
+    outcome = await store.wait_for(rerun.lease, "approval", "approval:7", timeout=DAY)
+    assert (outcome.state, outcome.data) == (StepState.RECEIVED, 1)
 
 
 async def test_a_signal_to_a_held_waiting_job_is_delivered_once_when_it_is_released(

@@ -155,9 +155,28 @@ def test_check_with_app_checks_the_apps_database(app_ref: str, tmp_path: Path) -
     migrated(tmp_path / "app.db")
     ran = rota("check", "--app", app_ref, cwd=tmp_path)
     assert ran.code == 0, ran.err
-    assert "kinds email, invoice" in ran.out
+    assert "app: 2 kinds (email, invoice)" in ran.out
     assert f"database sqlite:///{tmp_path / 'app.db'}: reachable" in ran.out
     assert not (tmp_path / "rota.db").exists()
+
+
+def test_check_counts_an_apps_one_kind_in_the_singular(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module = f"reports_{uuid.uuid4().hex[:8]}"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    url = sqlite_url(migrated(tmp_path / "app.db"))
+    (tmp_path / f"{module}.py").write_text(
+        f"import rota\n\napp = rota.App({url!r})\n\n\n"
+        '@app.job("report")\ndef report(ctx, payload):\n    return None\n'
+    )
+    try:
+        ran = invoke("check", "--app", f"{module}:app")
+    finally:
+        sys.modules.pop(module, None)
+    assert ran.code == 0, ran.err
+    assert ran.out.splitlines()[0] == "app: 1 kind (report)"
 
 
 @pytest.mark.postgres

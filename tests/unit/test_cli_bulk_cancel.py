@@ -1,5 +1,6 @@
 """`rota jobs bulk-cancel` names every state a cancel acts on (waiting and held besides
-pending and running) and refuses, with the state machine's reason, one it does not."""
+pending and running), takes them all unless --state names some, as the API's bulk cancel
+does, and refuses, with the state machine's reason, a state it does not act on."""
 
 from __future__ import annotations
 
@@ -58,20 +59,17 @@ def test_bulk_cancel_cancels_held_and_waiting_jobs_when_named(tmp_path: Path) ->
     }
 
 
-def test_bulk_cancel_without_a_state_still_takes_pending_and_running_only(
+def test_bulk_cancel_without_a_state_cancels_every_unfinished_state_as_the_api_does(
     tmp_path: Path,
 ) -> None:
     db = tmp_path / "ops.db"
     ids = on_store(db, _one_in_each_unfinished_state)
     env = {"ROTA_DATABASE_URL": sqlite_url(db)}
     cancelled = invoke("jobs", "bulk-cancel", "--yes", env=env)
-    assert cancelled.out == "cancelled 2 unfinished jobs matching state pending|running\n"
-    assert _states(db, ids) == {
-        JobState.RUNNING: JobState.CANCELLED,
-        JobState.WAITING: JobState.WAITING,
-        JobState.HELD: JobState.HELD,
-        JobState.PENDING: JobState.CANCELLED,
-    }
+    assert cancelled.out == (
+        "cancelled 4 unfinished jobs matching state held|pending|running|waiting\n"
+    )
+    assert _states(db, ids) == dict.fromkeys(ids, JobState.CANCELLED)
 
 
 def test_bulk_cancel_refuses_a_state_it_cannot_cancel_and_changes_nothing(
@@ -105,3 +103,5 @@ def test_bulk_cancel_refuses_a_state_it_cannot_cancel_and_changes_nothing(
 def test_bulk_cancel_help_names_every_state_it_can_cancel() -> None:
     shown = invoke("jobs", "bulk-cancel", "--help")
     assert "--state [held|pending|running|waiting]" in shown.out
+    words = " ".join(shown.out.split())
+    assert "default: waiting, pending, held and running, as the API's bulk cancel" in words

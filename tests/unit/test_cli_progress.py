@@ -135,7 +135,7 @@ def test_a_bulk_verb_confirms_its_scope_and_refuses_states_it_cannot_act_on(
     refused = rota("jobs", "bulk-cancel", "--kind", "email", url=sqlite_url(db))
     assert refused.code == 2
     assert refused.err_lines == [
-        "error: would cancel 3 unfinished jobs matching state pending|running, "
+        "error: would cancel 3 unfinished jobs matching state held|pending|running|waiting, "
         "kind email: pass --yes to confirm"
     ]
     wrong = rota("jobs", "bulk-retry", "--state", "pending", "--yes", url=sqlite_url(db))

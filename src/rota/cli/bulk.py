@@ -106,8 +106,8 @@ def filter_options(verb: BulkVerb) -> Callable[[Any], Any]:
 @dataclass(frozen=True)
 class BulkVerb:
     """One bulk command: its name, its verb in the state machine (``MOVES[move]``: the
-    states it may touch), the states it touches unless --state names others (``default``,
-    else all of them), its words (``what`` in the singular: "held job"; counts put it in
+    states it may touch, and touches unless --state names some of them, as the API's bulk
+    verb does), its words (``what`` in the singular: "held job"; counts put it in
     agreement)."""
 
     name: str
@@ -120,17 +120,12 @@ class BulkVerb:
     done: str
     call: Verb
     action: AuditAction
-    default: frozenset[JobState] | None = None
 
     @property
     def states(self) -> frozenset[JobState]:
-        """Every state this verb may touch: what --state may name."""
+        """Every state this verb may touch: what --state may name, and what it touches
+        when --state is not given."""
         return MOVES[self.move].sources
-
-    @property
-    def default_states(self) -> frozenset[JobState]:
-        """The states it touches when --state is not given."""
-        return self.default if self.default is not None else self.states
 
 
 _AT_MOST = "after confirming how many (at most 10,000 per run)."
@@ -164,18 +159,16 @@ VERBS = (
     BulkVerb(
         name="bulk-cancel",
         move="cancel",
-        state_help="Only jobs in this state (repeatable; default: pending and running; "
-        "name waiting or held to cancel those too).",
-        summary="Cancel every pending or running job matching the filters (running handlers "
-        "are stopped at their next heartbeat; --state waiting or --state held cancels those "
-        f"too), {_AT_MOST}",
+        state_help="Only jobs in this state (repeatable; default: waiting, pending, held and "
+        "running, as the API's bulk cancel).",
+        summary="Cancel every waiting, pending, held or running job matching the filters "
+        f"(running handlers are stopped at their next heartbeat), {_AT_MOST}",
         what="unfinished job",
         ask="Cancel",
         doing="cancelling",
         done="cancelled",
         call=lambda client, filter, limit: client.bulk_cancel(filter, limit=limit),
         action=AuditAction.JOBS_CANCEL,
-        default=frozenset({JobState.PENDING, JobState.RUNNING}),
     ),
 )
 
@@ -195,8 +188,8 @@ for _verb in VERBS:
 
 
 def chosen_filter(verb: BulkVerb, state: tuple[str, ...], names: dict[str, Any]) -> JobFilter:
-    """The filter the options name: the verb's default states unless --state names others."""
-    states = frozenset(JobState(value) for value in state) if state else verb.default_states
+    """The filter the options name: every state the verb acts on unless --state names some."""
+    states = frozenset(JobState(value) for value in state) if state else verb.states
     return JobFilter(states=states, **names)
 
 

@@ -313,8 +313,9 @@ def check(target: Target) -> None:
     from rota.store import redact_url
 
     if target.app is not None:
-        kinds = ", ".join(target.app.registry.kinds()) or "(none)"
-        click.echo(f"app: kinds {printable(kinds)}")
+        kinds = target.app.registry.kinds()
+        listed = f" ({printable(', '.join(kinds))})" if kinds else ""
+        click.echo(f"app: {counted(len(kinds), 'kind')}{listed}")
 
     async def go() -> tuple[datetime, list[str], bool | None]:
         store = open_target(target)

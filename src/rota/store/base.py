@@ -236,14 +236,18 @@ class Store(DurableVerbs, ScheduleVerbs, Protocol):
         raises (never lowers) the limit. JobNotFound; StateConflict in any other state.
         The edges its end settled wait again for its new outcome, to each child that has not
         started since or may be retried (``rota.domain.workflow.REOPENED_STATES``).
+        The durable waits its earlier run left waiting are forgotten in the same write: the
+        new run waits afresh (a new deadline), and no signal reaches the old waits meanwhile
+        (a signal finding no wait is kept, for the new run's wait among others).
         """
         ...
 
     async def rerun(self, job_id: int, *, now: datetime | None = None) -> Job:
         """A succeeded job runs again: pending now, a new attempt series (attempt back to 0,
         so it has its whole max_attempts; last_error cleared), every earlier attempt kept in
-        its history. JobNotFound; StateConflict in any other state, or while another active
-        job holds its unique key (nothing changes)."""
+        its history; durable waits left waiting are forgotten, as by ``retry``. JobNotFound;
+        StateConflict in any other state, or while another active job holds its unique key
+        (nothing changes)."""
         ...
 
     async def cancel(self, job_id: int, *, now: datetime | None = None) -> Job:

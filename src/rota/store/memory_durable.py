@@ -90,6 +90,15 @@ class MemoryDurable:
             self._durable.next_seq += 1
         records[step.name] = step
 
+    def _end_open_waits(self, job_id: int) -> None:
+        """Forget the waits ``job_id``'s earlier run left waiting (the lock held): the job is
+        made to run again, and its new run waits afresh for whatever it waits for."""
+        records = self._durable.steps.get(job_id)
+        if records is None:
+            return
+        for name in [n for n, step in records.items() if step.state is StepState.WAITING]:
+            del records[name]
+
     def _existing(self, job_id: int, name: str) -> Step | None:
         return self._durable.steps.get(job_id, {}).get(name)
 

@@ -40,6 +40,7 @@ class MemoryOperator:
     if TYPE_CHECKING:
 
         def _announce(self, run_at: datetime) -> None: ...
+        def _end_open_waits(self, job_id: int) -> None: ...
         def _finish(
             self,
             job: Job,
@@ -140,6 +141,7 @@ class MemoryOperator:
             lease_until=None,
             finished_at=None,
         )
+        self._end_open_waits(job.id)
         if job.unique_key is not None:
             self._active_keys[job.unique_key] = job.id
         self._announce(at)
@@ -165,6 +167,7 @@ class MemoryOperator:
                 last_error=None,
             )
             self._jobs[job_id] = rerun
+            self._end_open_waits(job_id)
             if job.unique_key is not None:
                 self._active_keys[job.unique_key] = job_id
             self._announce(at)

@@ -703,6 +703,8 @@ RETURNING id, state, queue, run_at
 SELECT id FROM done, woke;
 
 -- name: retry
+-- The waits an earlier run left waiting are forgotten with the move: the new run waits afresh,
+-- and no signal is delivered meanwhile to a wait nobody will read.
 WITH done AS (
 UPDATE rota_jobs SET state = CASE WHEN waiting_on > 0 THEN 'waiting' ELSE 'pending' END,
     run_at = coalesce(%(now)s::timestamptz, now()),
@@ -710,12 +712,15 @@ UPDATE rota_jobs SET state = CASE WHEN waiting_on > 0 THEN 'waiting' ELSE 'pendi
     lease_until = NULL, finished_at = NULL
 WHERE id = ANY(%(ids)b::bigint[]) AND {accepts:retry}
 RETURNING {job_columns}
+), reopened AS (
+    DELETE FROM rota_steps WHERE job_id IN (SELECT id FROM done) AND state = 'waiting'
 ), {wake}
 SELECT done.* FROM done, woke;
 
 -- name: rerun
 -- The succeeded attempt was described by the row itself: it joins the history before the
--- row starts a new attempt series, so every earlier attempt is kept.
+-- row starts a new attempt series, so every earlier attempt is kept. Waits left waiting are
+-- forgotten, as by retry.
 WITH done AS (
 UPDATE rota_jobs SET state = 'pending', run_at = coalesce(%(now)s::timestamptz, now()),
     attempt = 0, lease_until = NULL, finished_at = NULL, last_error = NULL,
@@ -726,6 +731,8 @@ UPDATE rota_jobs SET state = 'pending', run_at = coalesce(%(now)s::timestamptz, 
         {_beats}, 'outcome', 'succeeded'))
 WHERE id = %(id)s AND {accepts:rerun}
 RETURNING {job_columns}
+), reopened AS (
+    DELETE FROM rota_steps WHERE job_id IN (SELECT id FROM done) AND state = 'waiting'
 ), {wake}
 SELECT done.* FROM done, woke;
 

@@ -27,7 +27,7 @@ from rota.domain.lease import Lease
 from rota.domain.payload import decode_json, truncate
 from rota.store.durable import Effects
 from rota.store.sqlite import claims
-from rota.store.sqlite.rows import fits, from_us, to_us
+from rota.store.sqlite.rows import chunks, fits, from_us, marks, to_us
 
 if TYPE_CHECKING:
     from rota.store.sqlite.connection import Database
@@ -314,6 +314,16 @@ def signal(
         (at_us, job_id),
     )
     return SignalResult(key, delivered_to=job_id)
+
+
+def end_open_waits(conn: sqlite3.Connection, job_ids: Sequence[int]) -> None:
+    """Forget the waits the earlier runs of ``job_ids`` left waiting: the jobs are made to run
+    again (retry, rerun), and each new run waits afresh for whatever it waits for."""
+    for part in chunks(job_ids):
+        conn.execute(
+            f"DELETE FROM rota_steps WHERE job_id IN ({marks(len(part))}) AND state = 'waiting'",
+            part,
+        )
 
 
 def prune(conn: sqlite3.Connection, at: datetime) -> int:

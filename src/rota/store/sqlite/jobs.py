@@ -33,6 +33,7 @@ from rota.store.records import (
 )
 from rota.store.sqlite.claims import end_attempts
 from rota.store.sqlite.counts import count_inserted
+from rota.store.sqlite.durable import end_open_waits
 from rota.store.sqlite.reads import job_row, where_of
 from rota.store.sqlite.rows import (
     FINISHED,
@@ -243,6 +244,7 @@ def retry(conn: sqlite3.Connection, job_id: int, max_attempts: int | None, at: d
         f"WHERE id = ? RETURNING {JOB_COLUMNS}",
         (to_us(at), max_attempts or 0, job_id),
     ).fetchone()
+    end_open_waits(conn, [job_id])
     return job_from_row(row)
 
 
@@ -258,6 +260,7 @@ def rerun(conn: sqlite3.Connection, job_id: int, at: datetime) -> Job:
         f"finished_at = NULL, last_error = NULL WHERE id = ? RETURNING {JOB_COLUMNS}",
         (to_us(at), job_id),
     ).fetchone()
+    end_open_waits(conn, [job_id])
     return job_from_row(row)
 
 
@@ -293,8 +296,13 @@ def bulk_retry(conn: sqlite3.Connection, filter: JobFilter, limit: int, at: date
     """Retry up to ``limit`` matching dead or cancelled jobs, oldest id first."""
     chosen = _matching(conn, filter, MOVES["retry"].sources, limit, "id")
     at_us = to_us(at)
-    cursor = conn.executemany(_RETRY_IF_KEY_FREE, [(at_us, job_id) for (job_id,) in chosen])
-    return max(0, cursor.rowcount)
+    retried = [
+        job_id
+        for (job_id,) in chosen
+        if conn.execute(_RETRY_IF_KEY_FREE, (at_us, job_id)).rowcount > 0
+    ]
+    end_open_waits(conn, retried)
+    return len(retried)
 
 
 def bulk_cancel(conn: sqlite3.Connection, filter: JobFilter, limit: int, at: datetime) -> int:
