@@ -140,6 +140,26 @@ async def sample(
         await asyncio.sleep(every_s)
 
 
+#: The longest wait after the end for the slots due before it to be fired and claimed.
+SETTLE_S = 10.0
+
+
+async def settle(conn: psycopg.AsyncConnection[Any], params: dict[str, Any]) -> None:
+    """Wait until the store's clock has passed the end by a second and no schedule run due
+    before the end waits for its claim, or SETTLE_S (what is left is reported unclaimed)."""
+    deadline = time.monotonic() + SETTLE_S
+    while time.monotonic() < deadline:
+        row = await (
+            await conn.execute(
+                f"SELECT now() > %(end)s::timestamptz + interval '1 second', ({_UNCLAIMED})",
+                params,
+            )
+        ).fetchone()
+        if row is not None and row[0] and row[1] == 0:
+            return
+        await asyncio.sleep(0.1)
+
+
 async def schedules_defined(dsn: str, count: int, *, timeout_s: float) -> Any:
     """Wait until the workers have upserted all ``count`` schedules (a ready worker may
     still be writing them); the store's clock then, the start of the first simulated hour."""
@@ -198,6 +218,9 @@ async def measure(args: argparse.Namespace, cluster: Cluster) -> Day:
             end = await (await conn.execute("SELECT now()")).fetchone()
             assert end is not None
             params = {"start": start_at, "hour_s": hour_s, "end": end[0]}
+            # Slots due in the last moments are fired and claimed just after the end: wait for
+            # them (at most SETTLE_S), or the last hour would count fewer runs than it had.
+            await settle(conn, params)
             for name, slot_at, jitter_us, created_at, started_at in await (
                 await conn.execute(_RUNS, params)
             ).fetchall():

@@ -471,6 +471,43 @@ async def test_a_burst_into_an_idle_table_has_its_statistics_by_the_next_rescue(
         await store.close()
 
 
+async def test_a_rescue_vacuums_the_active_jobs_once_their_dead_rows_outnumber_the_live(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Autovacuum comes by once a minute at most, and a busy queue leaves millions of dead
+    rows in that time: a rescue vacuums the active jobs' table once its dead rows reach a floor
+    and outnumber the live ones, and not again until they do."""
+    from rota.store.postgres import upkeep
+    from rota.store.postgres.store import PostgresStore
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        # Only the rescues vacuum here: an autovacuum between them would take the dead rows.
+        conn.execute("ALTER TABLE rota_jobs_active SET (autovacuum_enabled = off)")
+    store = PostgresStore(pg_url, pool_min=1, pool_max=1)
+
+    async def rescue_and_count() -> int:
+        async with store._connection() as conn:  # its statistics now, not within a second
+            await conn.execute("SELECT pg_stat_force_next_flush()")
+        await store.rescue()
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            [(count,)] = conn.execute(
+                "SELECT vacuum_count FROM pg_stat_user_tables"
+                " WHERE relid = 'rota_jobs_active'::regclass"
+            ).fetchall()
+        return int(count)
+
+    try:
+        await drained(store, 2_000)  # a claim and an end each: 4,000 dead row versions
+        await store.enqueue([JobSpec(kind="k", delay=timedelta(hours=1)) for _ in range(100)])
+        before = await rescue_and_count()  # below the default floor: a busy few seconds' worth
+        monkeypatch.setattr(upkeep, "VACUUM_FLOOR", 1_000)
+        await drained(store, 2_000)
+        assert await rescue_and_count() == before + 1
+        assert await rescue_and_count() == before + 1  # nothing dead since
+    finally:
+        await store.close()
+
+
 async def test_a_vacuum_of_the_active_jobs_cleans_the_due_index_however_few_rows_died(
     pg_url: str,
 ) -> None:

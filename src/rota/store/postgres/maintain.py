@@ -32,11 +32,12 @@ class PostgresMaintenance(PostgresPart):
         return RescueResult(dead=dead, requeued=requeued)
 
     async def _upkeep(self) -> None:
-        """The days ahead and the active table's statistics (upkeep.py)."""
+        """The days ahead, the active table's statistics and its dead rows (upkeep.py)."""
         try:
             async with self._connection() as conn:
                 await upkeep.add_days(conn)
                 await upkeep.refresh_statistics(conn)
+                await upkeep.vacuum_active(conn)
         except (psycopg.errors.ReadOnlySqlTransaction, psycopg.errors.LockNotAvailable):
             # A replica keeps none; a day whose lock was busy is made on a later pass (a day
             # not made in time only sends its jobs to the default partition).

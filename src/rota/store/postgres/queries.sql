@@ -915,6 +915,11 @@ SELECT CASE WHEN pg_try_advisory_xact_lock(hashtextextended('rota_jobs_add_days'
             THEN rota_jobs_add_days(%(ahead)s) END
 FROM (SELECT set_config('lock_timeout', '1s', true)) AS limited;
 
+-- name: active_dead_rows
+-- The active jobs' dead and live row versions, as the server's statistics count them.
+SELECT n_dead_tup, n_live_tup FROM pg_stat_user_tables
+WHERE relid = 'rota_jobs_active'::regclass;
+
 -- name: analyze_active
 -- The active jobs' statistics, analysed if stale (019's rota_jobs_analyze_active).
 SELECT rota_jobs_analyze_active(%(floor)s, %(factor)s);
