@@ -75,6 +75,12 @@ _UNCLAIMED = """
 SELECT count(*) FROM rota_jobs WHERE schedule IS NOT NULL AND started_at IS NULL
   AND run_at < %(end)s::timestamptz
 """
+# The same while the workers run: only active jobs can wait for a claim, and reading the
+# finished ones too (millions) would load the machine while the last runs are claimed.
+_WAITING = """
+SELECT count(*) FROM rota_jobs_active WHERE schedule IS NOT NULL AND started_at IS NULL
+  AND run_at < %(end)s::timestamptz
+"""
 
 
 @dataclass
@@ -151,13 +157,13 @@ async def settle(conn: psycopg.AsyncConnection[Any], params: dict[str, Any]) -> 
     while time.monotonic() < deadline:
         row = await (
             await conn.execute(
-                f"SELECT now() > %(end)s::timestamptz + interval '1 second', ({_UNCLAIMED})",
+                f"SELECT now() > %(end)s::timestamptz + interval '1 second', ({_WAITING})",
                 params,
             )
         ).fetchone()
         if row is not None and row[0] and row[1] == 0:
             return
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.25)
 
 
 async def schedules_defined(dsn: str, count: int, *, timeout_s: float) -> Any:
