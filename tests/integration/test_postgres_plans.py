@@ -504,6 +504,18 @@ async def test_a_rescue_vacuums_the_active_jobs_once_their_dead_rows_outnumber_t
         await drained(store, 2_000)
         assert await rescue_and_count() == before + 1
         assert await rescue_and_count() == before + 1  # nothing dead since
+
+        # Rows an open snapshot still sees cannot be removed: one vacuum finds them, and the
+        # next waits until as many more have died, not the next rescue.
+        with psycopg.connect(pg_url) as holder:
+            holder.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            holder.execute("SELECT count(*) FROM rota_schedules").fetchone()
+            await drained(store, 2_000)
+            assert await rescue_and_count() == before + 2
+            await drained(store, 100)
+            assert await rescue_and_count() == before + 2
+            await drained(store, 1_000)
+            assert await rescue_and_count() == before + 3
     finally:
         await store.close()
 

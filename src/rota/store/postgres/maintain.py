@@ -18,6 +18,10 @@ from rota.store.records import MAX_PAGE_SIZE, AuditPage, RescueResult, decode_cu
 class PostgresMaintenance(PostgresPart):
     """The verbs the rescuers and pruners call, and the audit log's."""
 
+    #: The dead rows of the active jobs' table that this store's last vacuum of it could not
+    #: remove (upkeep.vacuum_active).
+    _dead_left: int = 0
+
     # ------------------------------------------------------------------ maintenance
 
     async def rescue(self, *, now: datetime | None = None, limit: int = 1000) -> RescueResult:
@@ -37,7 +41,9 @@ class PostgresMaintenance(PostgresPart):
             async with self._connection() as conn:
                 await upkeep.add_days(conn)
                 await upkeep.refresh_statistics(conn)
-                await upkeep.vacuum_active(conn)
+                left = await upkeep.vacuum_active(conn, left=self._dead_left)
+                if left is not None:
+                    self._dead_left = left
         except (psycopg.errors.ReadOnlySqlTransaction, psycopg.errors.LockNotAvailable):
             # A replica keeps none; a day whose lock was busy is made on a later pass (a day
             # not made in time only sends its jobs to the default partition).

@@ -16,7 +16,8 @@ at 10,000 jobs a second a minute leaves over a million dead rows: the table grew
 its indexes to 150 MB around 10,000 live jobs, every claim walked the dead entries, and the
 server's dirty pages outgrew its buffers (bench/day.md). The rescuer vacuums the table itself
 once its dead rows reach ``VACUUM_FLOOR`` and outnumber the live ones, skipping it when
-another vacuum (autovacuum's, another rescuer's) holds it: it stays a few MB.
+another vacuum (autovacuum's, another rescuer's) holds it: it stays tens of MB. Rows an open
+transaction still sees cannot be removed: the next vacuum waits for VACUUM_FLOOR more to die.
 """
 
 from __future__ import annotations
@@ -59,20 +60,32 @@ async def refresh_statistics(conn: psycopg.AsyncConnection[Any]) -> bool:
     return bool(analysed)
 
 
-async def vacuum_active(conn: psycopg.AsyncConnection[Any]) -> bool:
-    """Vacuum rota_jobs_active if at least ``VACUUM_FLOOR`` of its row versions are dead and
-    they outnumber the live ones (the server's statistics, up to a second behind), unless
-    another vacuum of it is running. Whether it did. Not within a transaction: ``conn``
-    autocommits."""
-    row = await (await conn.execute(query("active_dead_rows"))).fetchone()
-    dead, live = row if row is not None else (0, 0)
-    if dead < VACUUM_FLOOR or dead <= live:
-        return False
+async def vacuum_active(conn: psycopg.AsyncConnection[Any], *, left: int = 0) -> int | None:
+    """Vacuum rota_jobs_active if at least ``VACUUM_FLOOR`` of its row versions died since
+    the last vacuum, which left ``left`` dead, and the dead outnumber the live (the server's
+    statistics, up to a second behind), unless another vacuum of it is running. The dead rows
+    this vacuum could not remove (an old snapshot still sees them), or None if it did not run:
+    pass them as ``left`` next time, so that rows an open transaction holds back are not
+    vacuumed again and again. Not within a transaction: ``conn`` autocommits."""
+    dead, live = await _dead_and_live(conn)
+    if dead - left < VACUUM_FLOOR or dead <= live:
+        return None
     try:
         # Never prepared: VACUUM is not a statement a session keeps a plan of.
         await conn.execute("VACUUM (SKIP_LOCKED) rota_jobs_active", prepare=False)
     except (psycopg.errors.QueryCanceled, psycopg.errors.InsufficientPrivilege) as error:
         log.debug("could not vacuum the active jobs' table: %s", error)
-        return False
-    log.debug("vacuumed the active jobs' table: %d dead rows beside %d live", dead, live)
-    return True
+        return None
+    remaining, _ = await _dead_and_live(conn)
+    log.debug(
+        "vacuumed the active jobs' table: %d dead rows beside %d live, %d left",
+        dead,
+        live,
+        remaining,
+    )
+    return remaining
+
+
+async def _dead_and_live(conn: psycopg.AsyncConnection[Any]) -> tuple[int, int]:
+    row = await (await conn.execute(query("active_dead_rows"))).fetchone()
+    return (int(row[0]), int(row[1])) if row is not None else (0, 0)
