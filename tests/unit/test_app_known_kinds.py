@@ -78,6 +78,22 @@ def test_the_unknown_kind_message_lists_a_bounded_number_of_kinds() -> None:
     assert check_known_kind("anything", None) == "anything"
 
 
+@pytest.mark.parametrize(
+    ("known", "said"),
+    [
+        (set(), "(no kind is known)"),
+        ({"email"}, "(known kind: email)"),
+        ({"email", "invoice"}, "(known kinds: email, invoice)"),
+    ],
+)
+def test_the_unknown_kind_message_counts_the_known_kinds_in_agreement(
+    known: set[str], said: str
+) -> None:
+    with pytest.raises(InvalidInput) as refused:
+        check_known_kind("nope", known)
+    assert str(refused.value) == f"kind: unknown kind 'nope' {said}"
+
+
 async def test_the_api_refuses_with_the_same_rule_and_message() -> None:
     async with billing_app() as app:
         api = create_app(

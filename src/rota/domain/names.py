@@ -9,6 +9,7 @@ from collections.abc import Collection, Mapping
 from datetime import UTC, datetime
 
 from rota.domain.errors import InvalidJob
+from rota.domain.wording import plural
 
 MAX_NAME_LENGTH = 128
 #: A job's trace context: a few propagation headers (W3C traceparent and tracestate, or what
@@ -83,10 +84,14 @@ def check_known_kind(kind: str, known: Collection[str] | None) -> str:
     if known is None or kind in known:
         return kind
     names = sorted(known)
-    listed = ", ".join(names[:_KINDS_LISTED]) or "(none)"
+    if not names:
+        raise InvalidJob("kind", f"unknown kind {kind!r} (no kind is known)")
+    listed = ", ".join(names[:_KINDS_LISTED])
     if len(names) > _KINDS_LISTED:
         listed += f" and {len(names) - _KINDS_LISTED} more"
-    raise InvalidJob("kind", f"unknown kind {kind!r} (known kinds: {listed})")
+    raise InvalidJob(
+        "kind", f"unknown kind {kind!r} ({plural('known kind', len(names))}: {listed})"
+    )
 
 
 def check_text(field_name: str, text: str) -> None:

@@ -75,7 +75,7 @@ async def test_kind_allow_list(make_app: MakeApp, store: MemoryStore) -> None:
         assert (await api.post("/api/jobs", json={"kind": "email"})).status_code == 201
         refused = await api.post("/api/jobs", json={"kind": "nope"})
     assert refused.status_code == 400
-    assert refused.json()["error"] == "kind: unknown kind 'nope' (known kinds: email)"
+    assert refused.json()["error"] == "kind: unknown kind 'nope' (known kind: email)"
     assert await total_jobs(store) == 1
 
 
