@@ -33,9 +33,9 @@ log = logging.getLogger("rota.serve")
 #: How long a thread of the server may hold the interpreter before another running thread
 #: takes it (Python's default is 5 ms). The loop answers requests while the store's thread
 #: reads rows and another renders schedules; each time the loop waits for the interpreter it
-#: waits up to this long per busy thread, several times per request. At 5 ms an admin's write
-#: beside one client reading 500-row pages took up to 237 ms; at 1 ms, at most 162 ms
-#: (bench/serve_load.md).
+#: waits up to this long per busy thread, several times per request. With 1 ms (and schedule
+#: pages made cheaper), every admin write beside one client reading 500-row pages answered
+#: within 200 ms (bench/serve_load.md).
 SERVER_SWITCH_INTERVAL_S = 0.001
 
 

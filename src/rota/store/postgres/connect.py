@@ -298,7 +298,7 @@ async def set_up_session(conn: psycopg.AsyncConnection[Any], *, own_session: boo
     ``jit_above_cost`` easily, and compiling then costs about 0.1 s of the server's CPU per
     execution: at 11,500 jobs a second the firer's statement was compiled on every call,
     100-160 ms each for 0.1 ms of work (bench/day.md). Behind a transaction pooler, turn it off
-    for rota's role (docs/operations.md)."""
+    for rota's role (docs/guides/pgbouncer.md)."""
     settings = []
     if conn.info.parameter_status("TimeZone") != "UTC":
         settings.append("SET TIME ZONE 'UTC'")
