@@ -158,7 +158,8 @@ class Rota(System):
     #: claim of 500 into 1,000 slots. Against 250 into 500 (the settings until 2026-12-06), in
     #: alternated 100,000-job bursts on the bench's cluster, it cut PostgreSQL's CPU per job by
     #: a tenth and drained about 5% faster with two processes, as fast with one. 500 into 500
-    #: was faster with two processes and a fifth slower with one (``bench.drain_settings``).
+    #: was faster with two processes and a fifth slower with one (``bench.drain_settings``;
+    #: bench/reading.md, "The bench's drain settings", has a run of it).
     drain_env = {"BENCH_CONCURRENCY": "1000", "BENCH_CLAIM_BATCH": "500"}
     running_sql = "SELECT count(*) FROM rota_jobs WHERE state = 'running'"
     table = "rota_jobs"
