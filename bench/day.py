@@ -26,8 +26,10 @@ p50, p99 and max, and the part of it that is the firer's (the job enqueued after
 due; the rest is the wait in the queue); the backlog (pending jobs, from the
 counts the writes keep) at its largest and at the hour's end; the steady jobs enqueued and
 all jobs succeeded so far; the schedules' jobs enqueued before the end and never claimed. The
-schedules' first runs, at their creation before the first hour, are left out. Load average at
-the start is printed: a busy machine's figures are checks of this program, not measurements.
+schedules' first runs (the slots at their creation, before the first hour, however far each
+one's jitter puts its run into that hour) are left out of the hours and the day, and shown on a
+line of their own. Load average at the start is printed: a busy machine's figures are checks
+of this program, not measurements.
 
 ``--schedule-priority N`` defines the schedules with a priority of their own (the steady jobs
 have 0), so that where the workers cannot drain the steady load a schedule's run is claimed
@@ -106,6 +108,10 @@ class Day:
     #: schedule's jitter offset) to its job's claim, and to its job's enqueue by the firer.
     lags: dict[int, list[float]] = field(default_factory=dict)
     firing: dict[int, list[float]] = field(default_factory=dict)
+    #: The same for the schedules' first runs (slots before the start: at their creation),
+    #: which the hours leave out, however far their jitter put them into the first hour.
+    first_lags: list[float] = field(default_factory=list)
+    first_firing: list[float] = field(default_factory=list)
     unclaimed: int = 0
     load: float = 0.0
     #: The schedules' own priority, or None: the kind's (0, as the steady jobs').
@@ -231,9 +237,17 @@ async def measure(args: argparse.Namespace, cluster: Cluster) -> Day:
                 await conn.execute(_RUNS, params)
             ).fetchall():
                 due = slot_at + jitter_offset(name, timedelta(microseconds=jitter_us))
+                lag = (started_at - due).total_seconds() * 1000
+                firing = (created_at - due).total_seconds() * 1000
+                if slot_at < start_at:
+                    # A first run, fired as its schedule was defined: told apart by its slot,
+                    # not by its due instant, which its jitter may put into the first hour.
+                    day.first_lags.append(lag)
+                    day.first_firing.append(firing)
+                    continue
                 hour = math.floor((due - start_at).total_seconds() / hour_s)
-                day.lags.setdefault(hour, []).append((started_at - due).total_seconds() * 1000)
-                day.firing.setdefault(hour, []).append((created_at - due).total_seconds() * 1000)
+                day.lags.setdefault(hour, []).append(lag)
+                day.firing.setdefault(hour, []).append(firing)
             [unclaimed] = await (await conn.execute(_UNCLAIMED, params)).fetchone() or (0,)
             day.unclaimed = int(unclaimed)
     finally:
@@ -274,7 +288,8 @@ def report(day: Day) -> str:
             f" {max(s.pending for s in samples):,} / {samples[-1].pending:,} |"
             f" {samples[-1].enqueued:,} | {samples[-1].succeeded:,} |"
         )
-    # Slots before the first hour (the schedules' first, at their creation) are left out.
+    # Slots before the first hour (the schedules' first, at their creation) are left out:
+    # measure() keeps them apart.
     every = [lag for hour, lags in day.lags.items() if 0 <= hour < day.hours for lag in lags]
     fired = [ms for hour, values in day.firing.items() if 0 <= hour < day.hours for ms in values]
     if every:
@@ -282,6 +297,12 @@ def report(day: Day) -> str:
             f"| day | {_spread(every)} | {_spread(fired)} | {len(every):,} |"
             f" {max(s.pending for s in day.samples):,} / {day.samples[-1].pending:,} |"
             f" {day.samples[-1].enqueued:,} | {day.samples[-1].succeeded:,} |"
+        )
+    if day.first_lags:
+        lines.append(
+            f"the schedules' first runs, at their definition (left out above):"
+            f" {len(day.first_lags):,}; lag p50 / p99 / max {_spread(day.first_lags)} ms,"
+            f" of which firing {_spread(day.first_firing)} ms"
         )
     lines.append(f"schedule runs enqueued before the end and never claimed: {day.unclaimed:,}")
     return "\n".join(lines)
@@ -337,6 +358,8 @@ def main(argv: list[str]) -> int:
                     "samples": [vars(s) for s in day.samples],
                     "lags_ms": {str(h): v for h, v in day.lags.items()},
                     "firing_ms": {str(h): v for h, v in day.firing.items()},
+                    "first_lags_ms": day.first_lags,
+                    "first_firing_ms": day.first_firing,
                     "unclaimed": day.unclaimed,
                 }
             )
