@@ -107,6 +107,21 @@ async def test_a_full_batch_makes_the_firer_come_back_at_once(store: MemoryStore
     assert scheduler.interval_s() == MAX_WAIT.total_seconds()
 
 
+async def test_code_schedules_are_upserted_a_batch_a_tick_each_batch_firing_before_the_next(
+    store: MemoryStore,
+) -> None:
+    specs = [every_minute(f"s{index}") for index in range(3)]
+    scheduler = Scheduler(store, specs=specs, sync_batch=2)
+
+    # The first two fire before the third is defined: thousands of definitions do not hold
+    # back the first ones' runs.
+    assert [firing.schedule for firing in await scheduler.tick()] == ["s0", "s1"]
+    assert [schedule.name for schedule in await store.list_schedules()] == ["s0", "s1"]
+    assert scheduler.interval_s() == MIN_WAIT.total_seconds()
+    assert [firing.schedule for firing in await scheduler.tick()] == ["s2"]
+    assert scheduler.interval_s() == MAX_WAIT.total_seconds()
+
+
 async def test_skips_are_counted_and_logged_at_debug(
     store: MemoryStore, clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
