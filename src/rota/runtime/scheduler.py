@@ -31,8 +31,8 @@ MIN_WAIT = timedelta(milliseconds=10)
 MAX_WAIT = timedelta(seconds=1)
 #: The longest wait where changes are pushed: only a safety net for a lost notification.
 PUSHED_MAX_WAIT = timedelta(seconds=30)
-#: Schedules defined in code upserted per tick: the due slots of those upserted fire before
-#: the next ones are, so a first run is not held back by thousands of definitions after it.
+#: Schedules defined in code upserted per tick, each tick then firing what is due: a first
+#: run is not held back by thousands of definitions after it.
 SYNC_BATCH = 100
 #: Up to this many slots of one firing are logged one by one; more are summed up in one line.
 LOGGED_SLOTS = 5
@@ -41,9 +41,11 @@ LOGGED_SLOTS = 5
 class Scheduler:
     """Fires due schedules (``tick``); first upserts the schedules defined in code.
 
-    ``specs`` are upserted in the first ticks, ``sync_batch`` a tick, each tick firing what is
-    due among those upserted so far (definition fields from code win; a pause set at run time
-    is kept); a failing upsert is retried on the next tick, before any firing.
+    ``specs`` are upserted in the first ticks, ``sync_batch`` a tick (definition fields from
+    code win; a pause set at run time is kept); a failing upsert is retried on the next tick,
+    before that tick fires anything. Each tick fires whatever the store holds due, so while
+    more than ``sync_batch`` specs are being upserted, a due schedule whose new definition is
+    still to come fires under the definition stored, as a worker of the code before it would.
     ``workflows`` are the builders of the workflow schedules this firer can fire, by schedule
     name; others' workflow schedules are left to the processes that define them.
     """
