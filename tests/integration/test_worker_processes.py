@@ -597,11 +597,20 @@ async def test_four_workers_run_two_thousand_jobs_each_exactly_once(
         store, fleet.history, enqueued=ids, expected=dict.fromkeys(ids, JobState.SUCCEEDED)
     )
     report.assert_clean()
-    # No faults: each job ran once, and each failing one exactly twice (attempts 1 and 2).
+    # No faults: each job ran once, and each failing one exactly twice (attempts 1 and 2),
+    # unless its worker lost a lease. With the fleet's 2 s lease on a busy machine a worker
+    # can fail to heartbeat in time (SQLite's writers wait for one another): it stops its
+    # handlers, and the store records the attempt as lease_expired before another worker
+    # runs the job again. Only such a recorded expiry explains a run more.
     runs = {job_id: len(report.executed(job_id)) for job_id in ids}
     failing = {job_id for job_id, spec in zip(ids, specs, strict=True) if spec.kind == "fail_once"}
-    assert {job_id for job_id, n in runs.items() if n != 1} == failing
-    assert {runs[job_id] for job_id in failing} == {2}
+    unexpected = {job_id for job_id, n in runs.items() if n != (2 if job_id in failing else 1)}
+    for job_id in sorted(unexpected):
+        attempts = await store.attempts(job_id)
+        assert Outcome.LEASE_EXPIRED in {attempt.outcome for attempt in attempts}, (
+            f"job {job_id} ran {runs[job_id]} times with no lease expired: {attempts}"
+        )
+        assert runs[job_id] == len(attempts)
     assert len({run.worker for runs in report.runs.values() for run in runs}) == 4
 
 
