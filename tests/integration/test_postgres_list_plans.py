@@ -30,14 +30,18 @@ LOAD = [
     # A week of days, made before their jobs finish in them.
     "SELECT rota_jobs_add_day(d::date) FROM generate_series("
     "(now() AT TIME ZONE 'UTC')::date - 7, (now() AT TIME ZONE 'UTC')::date, interval '1 day') d",
-    # Jobs finished over that week, and active ones.
+    # Jobs finished over the seven whole days before today, and active ones. The week starts
+    # at a UTC midnight, not at now() less seven days: a day's table then holds thousands of
+    # jobs whatever the hour. Started from now(), the first or the last day held as few as
+    # the minutes the hour left it, and a table of a few hundred rows is rightly read whole.
     """
 INSERT INTO rota_jobs (state, kind, queue, payload, tenant, run_at, attempt, max_attempts,
                        created_at, started_at, finished_at)
 SELECT (ARRAY['succeeded', 'dead', 'cancelled'])[1 + g % 3], 'k', 'default', '{}',
        't' || (g % 10), t, 1, 3, t, t, t
 FROM generate_series(1, 20000) AS g,
-     LATERAL (SELECT now() - interval '7 days' + g * interval '30 s' AS t) AS at
+     LATERAL (SELECT date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
+                     - interval '7 days' + g * interval '30 s' AS t) AS at
 """,
     """
 INSERT INTO rota_jobs (state, kind, queue, payload, tenant, run_at, max_attempts, created_at)
