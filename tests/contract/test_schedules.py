@@ -4,6 +4,7 @@ definitions, pause and resume, run now, and fire_due turning each due slot into 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -148,6 +149,93 @@ async def test_upsert_from_code_wins_on_definition_and_keeps_paused_and_next_slo
     assert updated.last_run_at == START and updated.last_job_id is not None
     assert updated.created_at == START and updated.updated_at == START + timedelta(seconds=10)
     assert await store.get_schedule("tick") == updated
+
+
+async def test_a_batch_upsert_writes_each_as_upsert_does_in_the_specs_order(
+    store: Store, clock: FakeClock
+) -> None:
+    await store.upsert_schedule(every_minute("b"))
+    await store.fire_due()
+    await store.pause_schedule("b")
+    clock.advance(timedelta(seconds=10))
+    specs = [
+        every_minute("c", payload={"v": 1}),
+        every_minute("b", payload={"v": 2}, priority=3),
+        ScheduleSpec(name="a", kind="report", rule=Rule.cron("*/5 * * * *")),
+    ]
+
+    written = await store.upsert_schedules(specs)
+
+    assert [schedule.name for schedule in written] == ["c", "b", "a"]
+    assert [await store.get_schedule(name) for name in ("c", "b", "a")] == written
+    new, kept, cron = written
+    assert new.next_run_at == new.created_at == START + timedelta(seconds=10)
+    assert new.spec.payload == {"v": 1} and new.rule.anchor == new.created_at
+    assert kept.spec.payload == {"v": 2} and kept.spec.priority == 3
+    assert kept.paused is True and kept.next_run_at == START + MINUTE
+    assert kept.last_run_at == START and kept.created_at == START
+    assert cron.next_run_at == START + timedelta(minutes=5)
+    assert await store.upsert_schedules([]) == []
+
+
+async def test_a_batch_upsert_of_many_is_one_step_for_a_firer(store: Store) -> None:
+    specs = [every_minute(f"s{n:04}", payload={"n": n}) for n in range(1_500)]
+    await store.upsert_schedules(specs[:700])
+
+    again = await store.upsert_schedules([replace(spec, priority=9) for spec in specs])
+
+    assert [schedule.spec.priority for schedule in again] == [9] * 1_500
+    listed = await store.list_schedules()
+    assert [schedule.name for schedule in listed] == [spec.name for spec in specs]
+    assert {schedule.spec.priority for schedule in listed} == {9}
+    fired = await store.fire_due(limit=2_000)
+    assert sorted(firing.schedule for firing in fired) == [spec.name for spec in specs]
+
+
+async def test_a_batch_upsert_refuses_a_name_given_twice_and_changes_nothing(
+    store: Store,
+) -> None:
+    await store.upsert_schedule(every_minute("a"))
+
+    with pytest.raises(InvalidSchedule, match="'a' is given twice"):
+        await store.upsert_schedules(
+            [every_minute("b"), every_minute("a", priority=4), every_minute("a")]
+        )
+
+    assert [schedule.name for schedule in await store.list_schedules()] == ["a"]
+    assert (await store.get_schedule("a")).spec.priority == every_minute("a").priority
+
+
+async def test_a_batch_with_a_rule_without_slots_changes_nothing(
+    store: Store, clock: FakeClock
+) -> None:
+    clock.set(datetime(9998, 6, 1, tzinfo=UTC))
+    await store.upsert_schedule(every_minute("a"))
+    never = ScheduleSpec(name="z", kind="report", rule=Rule.cron("0 0 1 1 *"))
+
+    with pytest.raises(InvalidSchedule, match="9999"):
+        await store.upsert_schedules([every_minute("a", priority=4), never])
+
+    assert [schedule.name for schedule in await store.list_schedules()] == ["a"]
+    assert (await store.get_schedule("a")).spec.priority == every_minute("a").priority
+
+
+async def test_batch_upserts_racing_from_two_stores_each_define_every_schedule(
+    store: Store, second_store: Store | None
+) -> None:
+    if second_store is None:
+        pytest.skip("the memory store lives in one process: there is no other store to share")
+    specs = [every_minute(f"s{n:03}") for n in range(300)]
+    await store.upsert_schedules(specs[::3])
+
+    first, second = await asyncio.gather(
+        store.upsert_schedules(specs), second_store.upsert_schedules(specs[::-1])
+    )
+
+    assert [s.name for s in first] == [s.name for s in second[::-1]] == [s.name for s in specs]
+    listed = await store.list_schedules()
+    assert [schedule.name for schedule in listed] == [spec.name for spec in specs]
+    assert {schedule.next_run_at for schedule in listed} == {START}
 
 
 async def test_a_changed_rule_starts_again_from_now(store: Store, clock: FakeClock) -> None:

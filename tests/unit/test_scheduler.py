@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -102,24 +103,41 @@ async def test_a_full_batch_makes_the_firer_come_back_at_once(store: MemoryStore
     scheduler = Scheduler(store, specs=specs, batch=2)
 
     assert len(await scheduler.tick()) == 2
-    assert scheduler.interval_s() == MIN_WAIT.total_seconds()
+    assert scheduler.interval_s() == 0
     assert len(await scheduler.tick()) == 1
     assert scheduler.interval_s() == MAX_WAIT.total_seconds()
 
 
-async def test_code_schedules_are_upserted_a_batch_a_tick_each_batch_firing_before_the_next(
-    store: MemoryStore,
+async def test_every_code_schedule_is_defined_before_the_first_firing(
+    store: MemoryStore, clock: FakeClock
 ) -> None:
-    specs = [every_minute(f"s{index}") for index in range(3)]
-    scheduler = Scheduler(store, specs=specs, sync_batch=2)
+    # Stored by an older deploy with version 1; the code, last of 250 definitions, says 2.
+    # Its slot is due.
+    await store.upsert_schedule(every_minute("s0", payload={"version": 1}))
+    clock.advance(MINUTE)
+    specs = [
+        *(every_minute(f"s{index}") for index in range(1, 250)),
+        every_minute("s0", payload={"version": 2}),
+    ]
+    upserts = 0
+    upsert_schedules = store.upsert_schedules
 
-    # The first two fire before the third is defined: thousands of definitions do not hold
-    # back the first ones' runs.
-    assert [firing.schedule for firing in await scheduler.tick()] == ["s0", "s1"]
-    assert [schedule.name for schedule in await store.list_schedules()] == ["s0", "s1"]
-    assert scheduler.interval_s() == MIN_WAIT.total_seconds()
-    assert [firing.schedule for firing in await scheduler.tick()] == ["s2"]
-    assert scheduler.interval_s() == MAX_WAIT.total_seconds()
+    async def counted(specs: Sequence[ScheduleSpec], *, now: datetime | None = None) -> Any:
+        nonlocal upserts
+        upserts += 1
+        return await upsert_schedules(specs, now=now)
+
+    store.upsert_schedules = counted  # type: ignore[method-assign]
+    scheduler = Scheduler(store, specs=specs, batch=1_000)
+
+    firings = await scheduler.tick()
+
+    # One call defined all 250 before anything fired: the due slot ran as the code says.
+    assert upserts == 1 and len(await store.list_schedules()) == 250
+    [mine] = [firing for firing in firings if firing.schedule == "s0"]
+    assert [result.job.payload for result in mine.jobs] == [{"version": 2}]
+    await scheduler.tick()
+    assert upserts == 1
 
 
 async def test_skips_are_counted_and_logged_at_debug(
@@ -154,16 +172,18 @@ async def test_fired_slots_are_logged_at_info(
 
 async def test_a_failed_upsert_is_retried_before_anything_fires(store: MemoryStore) -> None:
     calls = 0
-    upsert = store.upsert_schedule
+    upsert = store.upsert_schedules
 
-    async def flaky(spec: ScheduleSpec, *, now: datetime | None = None) -> Schedule:
+    async def flaky(
+        specs: Sequence[ScheduleSpec], *, now: datetime | None = None
+    ) -> list[Schedule]:
         nonlocal calls
         calls += 1
         if calls == 1:
             raise StoreUnavailable("down")
-        return await upsert(spec, now=now)
+        return await upsert(specs, now=now)
 
-    store.upsert_schedule = flaky  # type: ignore[method-assign]
+    store.upsert_schedules = flaky  # type: ignore[method-assign]
     scheduler = Scheduler(store, specs=[every_minute()])
 
     with pytest.raises(StoreUnavailable):

@@ -14,7 +14,7 @@ All of it is pure: time is an argument, and nothing here reads a clock or a data
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -183,6 +183,15 @@ def upserted(existing: Schedule | None, spec: ScheduleSpec, now: datetime) -> Sc
     if existing is None:
         return Schedule(spec=spec, next_run_at=next_run_at, created_at=now, updated_at=now)
     return replace(existing, spec=spec, next_run_at=next_run_at, updated_at=now)
+
+
+def check_distinct(specs: Sequence[ScheduleSpec]) -> None:
+    """InvalidSchedule when two of ``specs`` share a name (a batch upsert writes each once)."""
+    seen: set[str] = set()
+    for spec in specs:
+        if spec.name in seen:
+            raise InvalidSchedule("name", f"{spec.name!r} is given twice")
+        seen.add(spec.name)
 
 
 def resumed(schedule: Schedule, now: datetime) -> Schedule:

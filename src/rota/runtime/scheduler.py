@@ -31,9 +31,6 @@ MIN_WAIT = timedelta(milliseconds=10)
 MAX_WAIT = timedelta(seconds=1)
 #: The longest wait where changes are pushed: only a safety net for a lost notification.
 PUSHED_MAX_WAIT = timedelta(seconds=30)
-#: Schedules defined in code upserted per tick, each tick then firing what is due: a first
-#: run is not held back by thousands of definitions after it.
-SYNC_BATCH = 100
 #: Up to this many slots of one firing are logged one by one; more are summed up in one line.
 LOGGED_SLOTS = 5
 
@@ -41,12 +38,10 @@ LOGGED_SLOTS = 5
 class Scheduler:
     """Fires due schedules (``tick``); first upserts the schedules defined in code.
 
-    ``specs`` are upserted in the first ticks, ``sync_batch`` a tick (definition fields from
-    code win; a pause set at run time is kept); a failing upsert is retried on the next tick,
-    before that tick fires anything. Each tick fires whatever the store holds due, so while
-    more than ``sync_batch`` specs are being upserted, a due schedule whose new definition is
-    still to come fires under the definition stored, as a worker of the code before it would.
-    ``workflows`` are the builders of the workflow schedules this firer can fire, by schedule
+    ``specs`` are upserted by the first tick, all in one store call (``upsert_schedules``: one
+    transaction, one statement per step however many there are), before it fires anything:
+    definition fields from code win; a pause set at run time is kept. A failing upsert is
+    retried on the next tick, before that tick fires anything. ``workflows`` are the builders of the workflow schedules this firer can fire, by schedule
     name; others' workflow schedules are left to the processes that define them.
     """
 
@@ -60,7 +55,6 @@ class Scheduler:
         workflows: Mapping[str, WorkflowBuilder] | None = None,
         metrics: Metrics | None = None,
         batch: int = 100,
-        sync_batch: int = SYNC_BATCH,
         min_wait: timedelta = MIN_WAIT,
         max_wait: timedelta = MAX_WAIT,
     ) -> None:
@@ -69,7 +63,6 @@ class Scheduler:
         self._workflows = dict(workflows or {})
         self._metrics = metrics or Metrics()
         self._batch = batch
-        self._sync_batch = sync_batch
         self._min_s = min_wait.total_seconds()
         self._max_s = max_wait.total_seconds()
         self._wait_s = self._min_s
@@ -85,16 +78,16 @@ class Scheduler:
         return self._wait_s
 
     async def tick(self) -> list[Firing]:
-        """Upsert the next of the code's schedules (once each), fire every due slot, and note
-        when to come back."""
-        for _ in range(min(self._sync_batch, len(self._unsynced))):
-            await self._store.upsert_schedule(self._unsynced[0])
-            self._unsynced.pop(0)
+        """Upsert the code's schedules (once, on the first tick that succeeds), fire every
+        due slot, and note when to come back."""
+        if self._unsynced:
+            await self._store.upsert_schedules(self._unsynced)
+            self._unsynced = []
         firings = await self._store.fire_due(limit=self._batch, workflows=self._workflows)
         for firing in firings:
             self._report(firing)
-        if self._unsynced or len(firings) >= self._batch:
-            self._wait_s = self._min_s  # more to upsert, or more may be due right now
+        if len(firings) >= self._batch:
+            self._wait_s = 0.0  # more may be due right now: the next batch at once
             return firings
         due = await self._store.next_fire_at(workflows=list(self._workflows))
         if due is None:

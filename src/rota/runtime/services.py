@@ -112,8 +112,10 @@ def _consume(task: asyncio.Future[Any]) -> None:
 async def wait_or_stop(
     stop: asyncio.Event, seconds: float, nudged: asyncio.Event | None = None
 ) -> None:
-    """Wait ``seconds`` or until ``stop`` (or ``nudged``) is set, whichever comes first."""
+    """Wait ``seconds`` or until ``stop`` (or ``nudged``) is set, whichever comes first; at
+    no wait, still let the loop's other tasks run once (a store may answer without a wait)."""
     if seconds <= 0 or stop.is_set():
+        await asyncio.sleep(0)
         return
     if nudged is None:
         with contextlib.suppress(TimeoutError):

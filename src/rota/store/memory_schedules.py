@@ -17,7 +17,15 @@ from rota.domain.errors import InvalidJob, ScheduleNotFound, StateConflict
 from rota.domain.job import EnqueueResult, Job, JobSpec
 from rota.domain.job_state import JobState
 from rota.domain.schedule import ScheduleSpec
-from rota.domain.schedule_state import Firing, Missed, Schedule, decide, resumed, upserted
+from rota.domain.schedule_state import (
+    Firing,
+    Missed,
+    Schedule,
+    check_distinct,
+    decide,
+    resumed,
+    upserted,
+)
 from rota.domain.workflow import (
     Workflow,
     WorkflowBuilder,
@@ -61,6 +69,15 @@ class MemorySchedules:
         with self._lock:
             existing = self._schedules.get(spec.name)
             return self._put_schedule(upserted(existing, spec, self._now(now)))
+
+    async def upsert_schedules(
+        self, specs: Sequence[ScheduleSpec], *, now: datetime | None = None
+    ) -> list[Schedule]:
+        check_distinct(specs)
+        with self._lock:
+            at = self._now(now)
+            written = [upserted(self._schedules.get(spec.name), spec, at) for spec in specs]
+            return [self._put_schedule(schedule) for schedule in written]
 
     async def replace_schedule(
         self, spec: ScheduleSpec, *, now: datetime | None = None

@@ -3,7 +3,7 @@ schedules. ``Store`` includes them (store/base.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Protocol
 
@@ -32,6 +32,14 @@ class ScheduleVerbs(Protocol):
         rule changed, and then starts again at the new rule's first slot at or after now
         (never at or before the last fired slot). See ``schedule_state.upserted``.
         """
+        ...
+
+    async def upsert_schedules(
+        self, specs: Sequence[ScheduleSpec], *, now: datetime | None = None
+    ) -> list[Schedule]:
+        """``upsert_schedule`` of every spec, in one transaction: a firer sees the stored
+        definitions before or after all of them, never some. The Schedules, in the specs'
+        order. InvalidSchedule when two specs share a name; then nothing changes."""
         ...
 
     async def replace_schedule(

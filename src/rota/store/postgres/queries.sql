@@ -1085,6 +1085,58 @@ UPDATE rota_schedules SET kind = %(kind)s, payload = %(payload)s::json, queue = 
     due_at = %(due_at)s, updated_at = %(updated_at)s
 WHERE name = %(name)s;
 
+-- name: _schedule_rows
+-- A batch of schedule records as rows r (upsert_schedules), one array a column.
+unnest(%(name)b::text[], %(kind)b::text[], %(payload)b::text[], %(queue)b::text[],
+       %(priority)b::int2[], %(tenant)b::text[], %(max_attempts)b::int4[],
+       %(every_us)b::int8[], %(cron)b::text[], %(timezone)b::text[],
+       %(anchor)b::timestamptz[], %(jitter_us)b::int8[], %(misfire)b::text[],
+       %(misfire_limit)b::int4[], %(grace_us)b::int8[], %(overlap)b::text[],
+       %(workflow)b::bool[], %(paused)b::bool[], %(next_run_at)b::timestamptz[],
+       %(due_at)b::timestamptz[], %(last_run_at)b::timestamptz[], %(last_job_id)b::int8[],
+       %(created_at)b::timestamptz[], %(updated_at)b::timestamptz[])
+    AS r(name, kind, payload, queue, priority, tenant, max_attempts, every_us, cron, timezone,
+         anchor, jitter_us, misfire, misfire_limit, grace_us, overlap, workflow, paused,
+         next_run_at, due_at, last_run_at, last_job_id, created_at, updated_at)
+
+-- name: lock_schedule_batches
+-- Batches of upserts take turns (a transaction lock, released on commit): each then locks
+-- its existing rows in name order and inserts the rest, so two batches never wait on each
+-- other's rows. A single upsert locks one row and waits on nothing after it.
+SELECT pg_advisory_xact_lock(hashtext('rota_schedules'));
+
+-- name: schedules_for_update
+-- The stored ones of a batch's names, locked in name order (upsert_schedules).
+SELECT {schedule_columns}
+FROM rota_schedules s LEFT JOIN rota_jobs j ON j.id = s.last_job_id
+WHERE s.name = ANY(%(names)b::text[])
+ORDER BY s.name
+FOR UPDATE OF s;
+
+-- name: insert_schedules
+-- DO NOTHING: a schedule created meanwhile by a single upsert wins; the batch then locks it.
+INSERT INTO rota_schedules (name, kind, payload, queue, priority, tenant, max_attempts,
+    every_us, cron, timezone, anchor, jitter_us, misfire, misfire_limit, grace_us, overlap,
+    workflow, paused, next_run_at, due_at, last_run_at, last_job_id, created_at, updated_at)
+SELECT name, kind, payload::json, queue, priority, tenant, max_attempts, every_us, cron,
+    timezone, anchor, jitter_us, misfire, misfire_limit, grace_us, overlap, workflow, paused,
+    next_run_at, due_at, last_run_at, last_job_id, created_at, updated_at
+FROM {_schedule_rows}
+ORDER BY name
+ON CONFLICT (name) DO NOTHING
+RETURNING name;
+
+-- name: update_schedules
+-- The batch's stored rows, locked (schedules_for_update), as update_schedule writes one.
+UPDATE rota_schedules s SET kind = r.kind, payload = r.payload::json, queue = r.queue,
+    priority = r.priority, tenant = r.tenant, max_attempts = r.max_attempts,
+    every_us = r.every_us, cron = r.cron, timezone = r.timezone, anchor = r.anchor,
+    jitter_us = r.jitter_us, misfire = r.misfire, misfire_limit = r.misfire_limit,
+    grace_us = r.grace_us, overlap = r.overlap, workflow = r.workflow,
+    next_run_at = r.next_run_at, due_at = r.due_at, updated_at = r.updated_at
+FROM {_schedule_rows}
+WHERE s.name = r.name;
+
 -- name: get_schedule
 SELECT {schedule_columns}
 FROM rota_schedules s LEFT JOIN rota_jobs j ON j.id = s.last_job_id

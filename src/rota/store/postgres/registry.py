@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 
 from rota.domain.clock import utc
 from rota.domain.errors import ScheduleNotFound
 from rota.domain.job import EnqueueResult
 from rota.domain.schedule import ScheduleSpec
-from rota.domain.schedule_state import Firing, Missed, Schedule
+from rota.domain.schedule_state import Firing, Missed, Schedule, check_distinct
 from rota.domain.workflow import WorkflowBuilder
 from rota.store.postgres import schedules
 from rota.store.postgres.enqueue import enqueue_flow
@@ -99,6 +99,17 @@ class PostgresRegistry(PostgresPart):
             announce_schedules=True,
         )
         return schedule
+
+    async def upsert_schedules(
+        self, specs: Sequence[ScheduleSpec], *, now: datetime | None = None
+    ) -> list[Schedule]:
+        check_distinct(specs)
+        if not specs:
+            return []
+        written: list[Schedule] = await self._run_flow(
+            schedules.upsert_many_flow(specs, self._now(now)), announce_schedules=True
+        )
+        return written
 
     async def replace_schedule(
         self, spec: ScheduleSpec, *, now: datetime | None = None

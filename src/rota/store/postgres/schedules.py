@@ -139,6 +139,38 @@ def upsert_flow(spec: ScheduleSpec, now: datetime | None, *, mode: UpsertMode) -
     raise StoreUnavailable(f"creating schedule {spec.name!r} kept racing with other writers")
 
 
+def upsert_many_flow(specs: Sequence[ScheduleSpec], now: datetime | None) -> Flow:
+    """``upsert_flow`` of every spec, in one transaction (``Store.upsert_schedules``, names
+    checked distinct); returns the Schedules in the specs' order. Batches take turns; each
+    locks its stored rows in name order, updates them, and inserts the rest in one statement
+    each."""
+    yield query("lock_schedule_batches"), {}
+    [(at,)] = yield query("now"), {"now": now}
+    written: dict[str, Schedule] = {}
+    left = sorted(specs, key=lambda spec: spec.name)
+    for _ in range(_ROUNDS):
+        rows = yield query("schedules_for_update"), {"names": [spec.name for spec in left]}
+        stored = {schedule.name: schedule for schedule in map(row_to_schedule, rows)}
+        updated = [upserted(stored[spec.name], spec, at) for spec in left if spec.name in stored]
+        created = [upserted(None, spec, at) for spec in left if spec.name not in stored]
+        if updated:
+            yield query("update_schedules"), _batch(updated)
+            written.update((schedule.name, schedule) for schedule in updated)
+        if created:
+            inserted = {name for (name,) in (yield query("insert_schedules"), _batch(created))}
+            written.update((s.name, s) for s in created if s.name in inserted)
+        left = [spec for spec in left if spec.name not in written]
+        if not left:
+            return [written[spec.name] for spec in specs]
+    raise StoreUnavailable("creating schedules kept racing with other writers")
+
+
+def _batch(schedules: Sequence[Schedule]) -> dict[str, list[Any]]:
+    """The records' columns as arrays, one a column (the _schedule_rows fragment)."""
+    rows = [_params(schedule) for schedule in schedules]
+    return {column: [row[column] for row in rows] for column in rows[0]}
+
+
 def trigger_flow(
     name: str, now: datetime | None, enqueue: EnqueueFlow, workflows: Mapping[str, WorkflowBuilder]
 ) -> Flow:

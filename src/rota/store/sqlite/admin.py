@@ -3,7 +3,7 @@ workers registry, the audit log and schedules; each one transaction."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -12,7 +12,7 @@ from rota.domain.clock import utc
 from rota.domain.flow import Limit, LimitScope
 from rota.domain.job import EnqueueResult
 from rota.domain.schedule import ScheduleSpec
-from rota.domain.schedule_state import Firing, Missed, Schedule
+from rota.domain.schedule_state import Firing, Missed, Schedule, check_distinct
 from rota.domain.workflow import WorkflowBuilder
 from rota.store.records import (
     MAX_PAGE_SIZE,
@@ -108,6 +108,15 @@ class SqliteAdmin:
     async def upsert_schedule(self, spec: ScheduleSpec, *, now: datetime | None = None) -> Schedule:
         return await self._db.write(
             lambda conn: schedules.upsert(conn, spec, self._at(now), mode="upsert")
+        )
+
+    async def upsert_schedules(
+        self, specs: Sequence[ScheduleSpec], *, now: datetime | None = None
+    ) -> list[Schedule]:
+        check_distinct(specs)
+        at = self._at(now)
+        return await self._db.write(
+            lambda conn: [schedules.upsert(conn, spec, at, mode="upsert") for spec in specs]
         )
 
     async def replace_schedule(
