@@ -10,6 +10,7 @@ firing instants in a time zone in ``rota.domain.schedule_cron``.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -373,10 +374,9 @@ _E = TypeVar("_E", bound=StrEnum)
 
 
 def _member(name: str, enum: type[_E], value: object) -> _E:
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            return enum(value)
+    # Spelled out only for the error: every stored schedule read is checked here.
     choices = ", ".join(member.value for member in enum)
-    if not isinstance(value, str):
-        raise InvalidSchedule(name, f"must be one of {choices}")
-    try:
-        return enum(value)
-    except ValueError:
-        raise InvalidSchedule(name, f"must be one of {choices}") from None
+    raise InvalidSchedule(name, f"must be one of {choices}")
