@@ -38,11 +38,11 @@ LOGGED_SLOTS = 5
 class Scheduler:
     """Fires due schedules (``tick``); first upserts the schedules defined in code.
 
-    ``specs`` are upserted by the first tick, all in one store call (``upsert_schedules``: one
-    transaction, one statement per step however many there are), before it fires anything:
-    definition fields from code win; a pause set at run time is kept. A failing upsert is
-    retried on the next tick, before that tick fires anything. ``workflows`` are the builders of the workflow schedules this firer can fire, by schedule
-    name; others' workflow schedules are left to the processes that define them.
+    ``specs`` are upserted by the first tick, all in one store call (``upsert_schedules``, one
+    transaction) before it fires anything: definition fields from code win; a pause set at
+    run time is kept. A failing upsert is retried on the next tick, before that tick fires
+    anything. ``workflows`` are the builders of the workflow schedules this firer can fire, by
+    schedule name; others' workflow schedules are left to the processes that define them.
     """
 
     name = "scheduler"
