@@ -178,7 +178,7 @@ async def test_a_batch_upsert_writes_each_as_upsert_does_in_the_specs_order(
     assert await store.upsert_schedules([]) == []
 
 
-async def test_a_batch_upsert_of_many_is_one_step_for_a_firer(store: Store) -> None:
+async def test_a_batch_upsert_of_many_creates_the_new_and_updates_the_stored(store: Store) -> None:
     specs = [every_minute(f"s{n:04}", payload={"n": n}) for n in range(1_500)]
     await store.upsert_schedules(specs[:700])
 

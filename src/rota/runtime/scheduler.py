@@ -74,7 +74,8 @@ class Scheduler:
         self.nudged.set()
 
     def interval_s(self) -> float:
-        """Seconds until the earliest schedule is due, as of the last tick, within the bounds."""
+        """Seconds until the earliest schedule is due, as of the last tick, within the bounds;
+        0 after a full batch of firings (more may be due)."""
         return self._wait_s
 
     async def tick(self) -> list[Firing]:

@@ -1183,9 +1183,8 @@ UPDATE rota_schedules SET last_job_id = %(job_id)s WHERE name = %(name)s;
 -- Lock the due rows; SKIP LOCKED lets concurrent firers take other schedules instead of
 -- queueing behind this one, and makes each due schedule fire in exactly one transaction.
 -- A workflow schedule only where this firer knows its builder (the names in %(workflows)b).
--- The batch is picked and locked first, then joined to its last jobs: joined before the
--- limit, every due schedule (the 2,000 of an hour's top) was looked up in every table of
--- jobs at each batch of a hundred.
+-- The batch is picked and locked first, then joined to its last jobs: a batch looks up its
+-- own schedules' last jobs only, however many schedules are due.
 WITH s AS MATERIALIZED (
     SELECT * FROM rota_schedules
     WHERE NOT paused AND due_at <= coalesce(%(now)s::timestamptz, now())
